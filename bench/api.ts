@@ -1,0 +1,46 @@
+/**
+ * GET /v1/secrets/{id} through the real service (auth, rate limiter, SQLite, schemas, logging)
+ * against a bare Fastify route returning the same JSON, both in their own process, measured
+ * with autocannon in one invocation. Prints throughput and p50/p99 with ratios.
+ */
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import autocannon from 'autocannon';
+import { REPO_ROOT, Service, freePort } from '../test/support/service.js';
+
+const DURATION = Number(process.env.BENCH_SECONDS ?? 5);
+const CONNECTIONS = 10;
+
+async function load(url: string, token?: string) {
+  const r = await autocannon({ url, connections: CONNECTIONS, duration: DURATION, headers: token ? { authorization: `Bearer ${token}` } : {} });
+  if (r.non2xx > 0 || r.errors > 0) throw new Error(`${url}: ${r.non2xx} non-2xx, ${r.errors} errors`);
+  return { rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99 };
+}
+
+const svc = new Service({ VESSEL_RATE_LIMIT_RPS: '1000000000', VESSEL_RATE_LIMIT_BURST: '1000000000' });
+await svc.start();
+let baseline: ReturnType<typeof spawn> | null = null;
+try {
+  const secret = (await svc.call('POST', '/v1/secrets', { name: 'bench', value: 'v', cache_ttl_secs: 60 })).body.data;
+  const body = (await svc.call('GET', `/v1/secrets/${secret.id}`)).body;
+  const port = await freePort();
+  baseline = spawn(process.execPath, [join(REPO_ROOT, 'dist/bench/baseline-server.js'), String(port), JSON.stringify(body)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  await new Promise((r) => baseline!.stdout!.once('data', r));
+
+  // Warm both up, then measure alternately so drift on a noisy machine hits both.
+  await load(`http://127.0.0.1:${port}/v1/secrets/${secret.id}`);
+  await load(`${svc.url}/v1/secrets/${secret.id}`, svc.token);
+  const base = await load(`http://127.0.0.1:${port}/v1/secrets/${secret.id}`);
+  const ours = await load(`${svc.url}/v1/secrets/${secret.id}`, svc.token);
+
+  const row = (name: string, m: { rps: number; p50: number; p99: number }) =>
+    `${name.padEnd(28)} ${m.rps.toFixed(0).padStart(8)} req/s   p50 ${m.p50.toFixed(2).padStart(6)} ms   p99 ${m.p99.toFixed(2).padStart(6)} ms`;
+  console.log(`GET /v1/secrets/{id}, ${CONNECTIONS} connections, ${DURATION} s each`);
+  console.log(row('bare fastify (baseline)', base));
+  console.log(row('vessel', ours));
+  console.log(`throughput ratio vessel/baseline: ${(ours.rps / base.rps).toFixed(2)}x (goal >= 0.70x)`);
+  console.log(`p50 ratio: ${(ours.p50 / Math.max(base.p50, 0.001)).toFixed(2)}x, p99 ratio: ${(ours.p99 / Math.max(base.p99, 0.001)).toFixed(2)}x`);
+} finally {
+  baseline?.kill();
+  await svc.destroy();
+}

@@ -1,0 +1,91 @@
+/**
+ * VM benchmarks in one invocation:
+ * - cold create latency through the API (p50/p95);
+ * - exec round trip of /bin/true through the API against a raw guest-exec round trip on the
+ *   same VM over its agent socket (the service is stopped meanwhile; it adopts the VM again);
+ * - file write/read MiB/s through the API against raw guest-file calls.
+ */
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { Service } from '../test/support/service.js';
+import { GuestAgentClient } from '../src/vm/guest-agent-client.js';
+import { FILE_CHUNK_BYTES } from '../src/vm/guest-files.js';
+
+const CREATES = Number(process.env.BENCH_CREATES ?? 3);
+const EXECS = Number(process.env.BENCH_EXECS ?? 40);
+const FILE_MIB = Number(process.env.BENCH_FILE_MIB ?? 32);
+
+const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
+const ms = (x: number) => `${x.toFixed(1)} ms`;
+
+const svc = new Service();
+await svc.start();
+try {
+  const creates: number[] = [];
+  for (let i = 0; i < CREATES; i++) {
+    const t = performance.now();
+    const r = await svc.call('POST', '/v1/runtimes', { display_name: `bench-${i}` });
+    if (r.status !== 201) throw new Error(JSON.stringify(r.body));
+    creates.push(performance.now() - t);
+    if (i > 0) await svc.call('DELETE', `/v1/runtimes/bench-${i}`);
+  }
+  const rt = (await svc.call('GET', '/v1/runtimes/bench-0')).body.data;
+
+  const apiExec: number[] = [];
+  for (let i = 0; i < EXECS + 5; i++) {
+    const t = performance.now();
+    const r = await svc.call('POST', '/v1/runtimes/bench-0/exec', { command: '/bin/true', args: ['--'] });
+    if (r.status !== 200) throw new Error(JSON.stringify(r.body));
+    if (i >= 5) apiExec.push(performance.now() - t);
+  }
+
+  const data = randomBytes(FILE_MIB * 1024 * 1024);
+  const headers = { authorization: `Bearer ${svc.token}` };
+  let t = performance.now();
+  const put = await fetch(`${svc.url}/v1/runtimes/bench-0/files?path=/root/bench.bin`, { method: 'PUT', headers: { ...headers, 'content-type': 'application/octet-stream' }, body: new Uint8Array(data) });
+  if (put.status !== 200) throw new Error(await put.text());
+  const apiWrite = FILE_MIB / ((performance.now() - t) / 1000);
+  t = performance.now();
+  const got = Buffer.from(await (await fetch(`${svc.url}/v1/runtimes/bench-0/files?path=/root/bench.bin`, { headers })).arrayBuffer());
+  const apiRead = FILE_MIB / ((performance.now() - t) / 1000);
+  if (!got.equals(data)) throw new Error('API read back different bytes');
+
+  // Raw phase: the service lets go of the agent socket; the VM keeps running.
+  await svc.stop();
+  const agent = await GuestAgentClient.connect(join(svc.dataDir, 'runtimes', rt.id, 'agent.sock'), 5000);
+  const rawExec: number[] = [];
+  for (let i = 0; i < EXECS + 5; i++) {
+    const t0 = performance.now();
+    const { pid } = await agent.call<{ pid: number }>('guest-exec', { path: '/bin/true', arg: ['--'], 'capture-output': true });
+    while (!(await agent.call<{ exited: boolean }>('guest-exec-status', { pid })).exited);
+    if (i >= 5) rawExec.push(performance.now() - t0);
+  }
+  t = performance.now();
+  const h = await agent.call<number>('guest-file-open', { path: '/root/raw.bin', mode: 'w' });
+  for (let off = 0; off < data.length; off += FILE_CHUNK_BYTES) {
+    await agent.call('guest-file-write', { handle: h, 'buf-b64': data.subarray(off, off + FILE_CHUNK_BYTES).toString('base64') }, 120_000);
+  }
+  await agent.call('guest-file-close', { handle: h });
+  const rawWrite = FILE_MIB / ((performance.now() - t) / 1000);
+  t = performance.now();
+  const hr = await agent.call<number>('guest-file-open', { path: '/root/raw.bin', mode: 'r' });
+  for (;;) {
+    const r = await agent.call<{ count: number; eof: boolean }>('guest-file-read', { handle: hr, count: FILE_CHUNK_BYTES }, 120_000);
+    if (r.eof || r.count === 0) break;
+  }
+  await agent.call('guest-file-close', { handle: hr });
+  const rawRead = FILE_MIB / ((performance.now() - t) / 1000);
+  agent.close();
+  await svc.start();
+
+  console.log(`cold create -> running (API, n=${CREATES}): p50 ${ms(pct(creates, 50))}, p95 ${ms(pct(creates, 95))}`);
+  console.log(`exec /bin/true round trip (n=${EXECS}):`);
+  console.log(`  raw guest-exec:  p50 ${ms(pct(rawExec, 50))}, p99 ${ms(pct(rawExec, 99))}`);
+  console.log(`  vessel API:      p50 ${ms(pct(apiExec, 50))}, p99 ${ms(pct(apiExec, 99))}`);
+  console.log(`  ratio API/raw:   p50 ${(pct(apiExec, 50) / pct(rawExec, 50)).toFixed(2)}x, p99 ${(pct(apiExec, 99) / pct(rawExec, 99)).toFixed(2)}x (goal <= 1.2x)`);
+  console.log(`files, ${FILE_MIB} MiB:`);
+  console.log(`  write: API ${apiWrite.toFixed(1)} MiB/s, raw ${rawWrite.toFixed(1)} MiB/s, ratio ${(apiWrite / rawWrite).toFixed(2)}x`);
+  console.log(`  read:  API ${apiRead.toFixed(1)} MiB/s, raw ${rawRead.toFixed(1)} MiB/s, ratio ${(apiRead / rawRead).toFixed(2)}x`);
+} finally {
+  await svc.destroy();
+}

@@ -1,0 +1,146 @@
+/**
+ * The HTTP facade: parses, authenticates, authorizes, validates and calls the core. It holds no
+ * domain rules of its own.
+ */
+import { randomUUID } from 'node:crypto';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import swagger from '@fastify/swagger';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Ajv, type Options as AjvOptions } from 'ajv';
+import addFormats from 'ajv-formats';
+import type { Core } from '../core/core.js';
+import { VesselError } from '../core/errors.js';
+import { hasScope } from '../core/tokens.js';
+import type { Principal, Scope } from '../core/types.js';
+import { errorHandler, sendError } from './errors.js';
+import { Metrics } from './metrics.js';
+import { RateLimiter, type RateLimitConfig } from './rate-limit.js';
+import { SHARED_SCHEMAS } from './schemas.js';
+import { checkpointRoutes } from './routes/checkpoints.js';
+import { fileRoutes } from './routes/files.js';
+import { runtimeRoutes } from './routes/runtimes.js';
+import { secretRoutes, ruleRoutes, auditRoutes } from './routes/secrets.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal: Principal;
+  }
+  interface FastifyContextConfig {
+    /** The scope a token needs for this route; routes without one are public. */
+    scope?: Scope;
+  }
+}
+
+export interface ApiOptions {
+  core: Core;
+  /** The service's pino logger; false for none (tests). */
+  logger: FastifyBaseLogger | false;
+  rateLimit: RateLimitConfig;
+  /** Largest file a PUT accepts. */
+  maxFileBytes: number;
+}
+
+export const API_VERSION = '0.0.4';
+export const JSON_BODY_LIMIT = 1024 * 1024;
+
+function makeAjv(options: AjvOptions): Ajv {
+  const ajv = new Ajv({ strict: false, useDefaults: true, allErrors: false, ...options });
+  (addFormats as unknown as (a: Ajv) => void)(ajv);
+  for (const schema of SHARED_SCHEMAS) ajv.addSchema(schema);
+  return ajv;
+}
+
+export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
+  const app = Fastify({
+    ...(options.logger === false ? { logger: false } : { loggerInstance: options.logger }),
+    bodyLimit: JSON_BODY_LIMIT,
+    genReqId: (req) => {
+      const given = req.headers['x-request-id'];
+      return typeof given === 'string' && /^[\w.-]{1,64}$/.test(given) ? given : randomUUID();
+    },
+    return503OnClosing: true,
+  }).withTypeProvider<TypeBoxTypeProvider>();
+
+  // Bodies are typed exactly; query strings and paths are text and may be coerced.
+  const bodyAjv = makeAjv({ coerceTypes: false, removeAdditional: false });
+  const textAjv = makeAjv({ coerceTypes: true, removeAdditional: false });
+  app.setValidatorCompiler(({ schema, httpPart }) => (httpPart === 'body' ? bodyAjv : textAjv).compile(schema));
+  app.setErrorHandler(errorHandler);
+  app.addHook('onSend', async (request, reply) => {
+    void reply.header('x-request-id', request.id);
+  });
+
+  // An empty body is fine for operations that take none, even when a client labels it JSON.
+  const defaultJson = app.getDefaultJsonParser('error', 'error');
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    if (body === '' || body === undefined) return done(null, undefined);
+    defaultJson(req, body as string, done);
+  });
+
+  for (const schema of SHARED_SCHEMAS) app.addSchema(schema);
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.0.3',
+      info: { title: 'Vessel runtime API', version: API_VERSION, description: 'MicroVM sandboxes: runtimes, exec, files, egress, secrets, checkpoints.' },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+      security: [{ bearer: [] }],
+    },
+    refResolver: { buildLocalReference: (json, _base, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`) },
+  });
+
+  const routePatterns: Array<{ method: string; re: RegExp }> = [];
+  app.addHook('onRoute', (route) => {
+    const re = new RegExp('^' + route.url.replace(/:[^/]+/g, '[^/]+') + '/?$');
+    for (const m of [route.method].flat()) routePatterns.push({ method: m, re });
+  });
+
+  const limiter = new RateLimiter(options.rateLimit);
+  app.decorateRequest('principal', null as unknown as Principal);
+  app.addHook('onRequest', async (request, reply) => {
+    const scope = request.routeOptions.config.scope;
+    if (scope === undefined) return;
+    const header = request.headers.authorization;
+    const match = typeof header === 'string' ? /^Bearer ([\x21-\x7e]{1,512})$/i.exec(header) : null;
+    if (match === null) {
+      return sendError(reply, new VesselError('unauthenticated', 'missing or malformed bearer token'));
+    }
+    const principal = await options.core.tokens.authenticate(match[1]!);
+    if (principal === null) return sendError(reply, new VesselError('unauthenticated', 'the bearer token was not accepted'));
+    const wait = limiter.take(principal.tokenId);
+    if (wait > 0) return sendError(reply, new VesselError('rate_limited', 'rate limit exceeded for this token', { retryAfterSecs: wait }));
+    if (!hasScope(principal, scope)) {
+      return sendError(reply, new VesselError('permission_denied', `this token lacks the '${scope}' scope`));
+    }
+    request.principal = principal;
+  });
+
+  const metrics = new Metrics();
+  app.addHook('onResponse', async (request, reply) => metrics.observe(request, reply));
+
+  app.setNotFoundHandler(async (request, reply) => {
+    const path = request.url.split('?', 1)[0]!;
+    const allowed = [...new Set(routePatterns.filter((r) => r.re.test(path)).map((r) => r.method))];
+    if (allowed.length > 0) {
+      void reply.header('allow', allowed.join(', '));
+      return sendError(reply, new VesselError('invalid_argument', `method ${request.method} is not allowed on ${path}`, { httpStatus: 405 }));
+    }
+    return sendError(reply, new VesselError('not_found', `no route for ${request.method} ${path}`));
+  });
+
+  const Health = { $ref: 'Health#' };
+  app.get('/healthz', { schema: { hide: false, security: [], response: { 200: { type: 'object', properties: { data: Health } } } } }, async () => ({
+    data: { status: 'ok' },
+  }));
+  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+  app.get('/metrics', { schema: { hide: true } }, async (_req, reply) => reply.type(metrics.contentType).send(await metrics.render()));
+
+  const core = options.core;
+  await app.register(runtimeRoutes, { core });
+  await app.register(fileRoutes, { core, maxFileBytes: options.maxFileBytes });
+  await app.register(secretRoutes, { core });
+  await app.register(ruleRoutes, { core });
+  await app.register(checkpointRoutes, { core });
+  await app.register(auditRoutes, { core });
+  return app;
+}

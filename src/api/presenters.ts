@@ -1,0 +1,54 @@
+/** Domain records to the response shapes of the spec. */
+import type { RuleView } from '../core/rules.js';
+import type { Audit, Checkpoint, Page, Runtime, Secret } from '../core/types.js';
+
+export const runtimeView = (r: Runtime) => ({
+  id: r.id,
+  display_name: r.displayName,
+  status: r.status,
+  ...(r.statusMessage === null ? {} : { status_message: r.statusMessage }),
+  egress_policy: r.egressPolicy,
+  ingress_specs: r.ingressSpecs,
+  resources: r.resources,
+  ...(r.pendingResources === null ? {} : { pending_resources: r.pendingResources }),
+  created_at: r.createdAt,
+});
+
+export const secretView = (s: Secret) => ({
+  id: s.id,
+  display_name: s.displayName,
+  cache_ttl_secs: s.cacheTtlSecs,
+  created_at: s.createdAt,
+});
+
+export const ruleView = (v: RuleView) => ({
+  id: v.rule.id,
+  credential_display_name: v.secretName,
+  host_pattern: v.rule.hostPattern,
+  path_pattern: v.rule.pathPattern,
+  injection_config_json: JSON.stringify(v.rule.injection),
+  runtime_display_name: v.runtimeName,
+});
+
+export const checkpointView = (c: Checkpoint) => ({
+  id: c.id,
+  display_name: c.displayName,
+  state: c.state,
+  ...(c.stateMessage === null ? {} : { state_message: c.stateMessage }),
+  resources: c.resources,
+  system: c.tenantId === null,
+  created_at: c.createdAt,
+});
+
+export const auditView = (a: Audit) => ({
+  id: a.id,
+  created_at: a.createdAt,
+  runtime_id: a.runtimeId,
+  category: a.category,
+  payload: a.payload,
+});
+
+export const listView = <T, V>(page: Page<T>, view: (t: T) => V) => ({
+  data: page.items.map(view),
+  ...(page.nextPageToken === undefined ? {} : { next_page_token: page.nextPageToken }),
+});

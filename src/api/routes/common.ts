@@ -1,0 +1,16 @@
+/** What every /v1 route shares: its documented error responses and list paging. */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { Core } from '../../core/core.js';
+import { ERROR_STATUS } from '../../core/errors.js';
+import type { PageRequest } from '../../core/types.js';
+
+export type RoutePlugin<Extra = object> = FastifyPluginAsyncTypebox<{ core: Core } & Extra>;
+
+const ErrorRef = { $ref: 'ErrorEnvelope#' };
+
+/** Every error status the catalogue can produce, so the OpenAPI document lists them per operation. */
+export const ERROR_RESPONSES: Record<number, typeof ErrorRef> = Object.fromEntries(
+  [...new Set(Object.values(ERROR_STATUS))].map((status) => [status, ErrorRef]),
+);
+
+export const pageOf = (q: { limit?: number; page_token?: string }): PageRequest => ({ limit: q.limit ?? 100, pageToken: q.page_token });

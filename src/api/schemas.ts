@@ -1,0 +1,263 @@
+/**
+ * Every schema of the API, once. Fastify compiles them for validation and serialization, the
+ * handlers get their TypeScript types from them, and @fastify/swagger builds the OpenAPI document
+ * from the same objects.
+ */
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { ERROR_CODES } from '../core/errors.js';
+import { RUNTIME_STATUSES, CHECKPOINT_STATES } from '../core/types.js';
+
+/** OpenAPI 3.0.3 has no `type: null`; ajv and swagger both understand `nullable`. */
+const Nullable = <T extends TSchema>(schema: T) => Type.Unsafe<Static<T> | null>({ ...schema, nullable: true });
+
+/** A string enum that OpenAPI shows as `enum` and TypeScript sees as a union of literals. */
+const StringEnum = <T extends string>(values: readonly T[], extra: object = {}) => Type.Unsafe<T>({ type: 'string', enum: [...values], ...extra });
+
+const MemoryMib = Type.Integer({ minimum: 1, description: 'MiB (uint64)' });
+const Vcpus = Type.Integer({ minimum: 1, maximum: 2147483647 });
+
+export const ErrorEnvelope = Type.Object(
+  {
+    error: Type.Object({
+      code: StringEnum(ERROR_CODES),
+      message: Type.String(),
+    }),
+  },
+  { $id: 'ErrorEnvelope' },
+);
+
+export const Resources = Type.Object(
+  {
+    limits: Type.Object({ memory_mib: MemoryMib }),
+    requests: Type.Object({ memory_mib: MemoryMib }),
+    vcpus: Vcpus,
+  },
+  { $id: 'Resources' },
+);
+
+export const EgressPolicy = Type.Object(
+  {
+    allowed_hosts: Type.Array(Type.String({ maxLength: 260 }), { maxItems: 128 }),
+    enabled: Type.Boolean(),
+  },
+  { $id: 'EgressPolicy', additionalProperties: false },
+);
+
+export const IngressSpec = Type.Object(
+  {
+    protocol: StringEnum(['http', 'https'] as const),
+    runtime_port: Type.Integer({ minimum: 0, maximum: 65535 }),
+  },
+  { $id: 'IngressSpec', additionalProperties: false },
+);
+
+export const Runtime = Type.Object(
+  {
+    id: Type.String({ format: 'uuid' }),
+    display_name: Type.String(),
+    status: StringEnum(RUNTIME_STATUSES),
+    status_message: Type.Optional(Type.String()),
+    egress_policy: Type.Ref(EgressPolicy),
+    ingress_specs: Type.Array(Type.Ref(IngressSpec)),
+    resources: Type.Ref(Resources),
+    pending_resources: Type.Optional(Type.Ref(Resources)),
+    created_at: Type.String({ format: 'date-time' }),
+  },
+  { $id: 'Runtime' },
+);
+
+export const Secret = Type.Object(
+  {
+    id: Type.String({ format: 'uuid' }),
+    display_name: Type.String(),
+    cache_ttl_secs: Type.Integer({ minimum: 0, maximum: 4294967295 }),
+    created_at: Type.String({ format: 'date-time' }),
+  },
+  { $id: 'Secret' },
+);
+
+export const InjectionConfig = Type.Object(
+  {
+    headerName: Type.String({ minLength: 1, maxLength: 256 }),
+    valueFormat: Type.Optional(Type.String({ maxLength: 8192 })),
+    paramName: Type.Optional(Type.String({ minLength: 1, maxLength: 256 })),
+    paramFormat: Type.Optional(Type.String({ maxLength: 8192 })),
+    value: Type.Optional(Type.String({ maxLength: 8192 })),
+  },
+  { $id: 'InjectionConfig', additionalProperties: true },
+);
+
+export const SecretInjectionRule = Type.Object(
+  {
+    id: Type.String({ format: 'uuid' }),
+    credential_display_name: Type.String(),
+    host_pattern: Type.String(),
+    path_pattern: Type.String(),
+    injection_config_json: Type.String(),
+    runtime_display_name: Type.String(),
+  },
+  { $id: 'SecretInjectionRule' },
+);
+
+export const Checkpoint = Type.Object(
+  {
+    id: Type.String({ format: 'uuid' }),
+    display_name: Type.String(),
+    state: StringEnum(CHECKPOINT_STATES),
+    state_message: Type.Optional(Type.String()),
+    resources: Type.Ref(Resources),
+    system: Type.Boolean(),
+    created_at: Type.String({ format: 'date-time' }),
+  },
+  { $id: 'Checkpoint' },
+);
+
+export const ExecResult = Type.Object(
+  {
+    exit_code: Type.Integer(),
+    duration_ms: Type.Integer({ minimum: 0 }),
+    stdout: Type.String(),
+    stdout_truncated: Type.Boolean(),
+    stderr: Type.String(),
+    stderr_truncated: Type.Boolean(),
+  },
+  { $id: 'ExecResult' },
+);
+
+export const Audit = Type.Object(
+  {
+    id: Type.String({ format: 'uuid' }),
+    created_at: Type.String({ format: 'date-time' }),
+    runtime_id: Type.String({ format: 'uuid' }),
+    category: StringEnum(['egress'] as const),
+    payload: Type.Object(
+      {
+        egress: Type.Object(
+          {
+            kind: StringEnum(['tcp_connection', 'http_request', 'icmp_drop'] as const),
+            tcp_connection: Type.Optional(Type.Object({ action: Type.String() }, { additionalProperties: true })),
+            http_request: Type.Optional(Type.Object({ action: Type.String() }, { additionalProperties: true })),
+            icmp_drop: Type.Optional(Type.Object({ action: Type.String() }, { additionalProperties: true })),
+          },
+          { additionalProperties: false },
+        ),
+      },
+      { additionalProperties: false },
+    ),
+  },
+  { $id: 'Audit' },
+);
+
+export const FileWritten = Type.Object({ path: Type.String(), size_bytes: Type.Integer({ minimum: 0 }) }, { $id: 'FileWritten' });
+export const Health = Type.Object({ status: Type.String() }, { $id: 'Health' });
+
+/** Every named schema, registered with Fastify so `$ref`s resolve and OpenAPI lists them as components. */
+export const SHARED_SCHEMAS = [ErrorEnvelope, Resources, EgressPolicy, IngressSpec, Runtime, Secret, InjectionConfig, SecretInjectionRule, Checkpoint, ExecResult, Audit, FileWritten, Health];
+
+// ---- requests ----
+
+export const RuntimeCreateBody = Type.Object(
+  {
+    display_name: Type.String({ minLength: 1, maxLength: 128 }),
+    resources: Type.Optional(
+      Type.Object(
+        {
+          limits: Type.Optional(Type.Object({ memory_mib: MemoryMib }, { additionalProperties: false })),
+          requests: Type.Optional(Type.Object({ memory_mib: Type.Optional(MemoryMib) }, { additionalProperties: false })),
+          vcpus: Type.Optional(Vcpus),
+        },
+        { additionalProperties: false },
+      ),
+    ),
+    egress_policy: Type.Optional(Type.Ref(EgressPolicy)),
+    ingress_specs: Type.Optional(Type.Array(Type.Ref(IngressSpec), { maxItems: 64 })),
+    checkpoint: Type.Optional(Type.String({ minLength: 1, maxLength: 128, description: 'checkpoint ID or name to fork from' })),
+  },
+  { additionalProperties: false },
+);
+
+export const RuntimePatchBody = Type.Object(
+  {
+    egress_policy: Type.Optional(Type.Ref(EgressPolicy)),
+    resources: Type.Optional(
+      Type.Object(
+        {
+          limits: Type.Optional(Type.Object({ memory_mib: MemoryMib }, { additionalProperties: false })),
+          requests: Type.Optional(Type.Object({ memory_mib: Type.Optional(MemoryMib) }, { additionalProperties: false })),
+        },
+        { additionalProperties: false },
+      ),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export const MAX_OUTPUT_BYTES = 4194304;
+
+export const ExecBody = Type.Object(
+  {
+    command: Type.String({ minLength: 1, maxLength: 131072 }),
+    args: Type.Optional(Type.Array(Type.String({ maxLength: 131072 }), { maxItems: 4096 })),
+    cwd: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 4096 }))),
+    env: Type.Optional(Type.Record(Type.String(), Type.String({ maxLength: 131072 }))),
+    stdin: Type.Optional(Nullable(Type.String())),
+    max_output_bytes: Type.Optional(Nullable(Type.Integer({ minimum: 0, maximum: MAX_OUTPUT_BYTES }))),
+    timeout_secs: Type.Optional(Nullable(Type.Integer({ minimum: 1 }))),
+  },
+  { additionalProperties: false },
+);
+
+export const SecretCreateBody = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 128 }),
+    value: Type.String(),
+    cache_ttl_secs: Type.Optional(Type.Integer({ minimum: 0, maximum: 4294967295 })),
+  },
+  { additionalProperties: false },
+);
+
+export const RuleCreateBody = Type.Object(
+  {
+    host: Type.String({ minLength: 1, maxLength: 260 }),
+    injection: Type.Ref(InjectionConfig),
+    path: Type.Optional(Nullable(Type.String({ maxLength: 1024 }))),
+    secret: Type.String({ minLength: 1, maxLength: 128 }),
+  },
+  { additionalProperties: false },
+);
+
+export const CheckpointCreateBody = Type.Object(
+  {
+    kind: Type.Optional(Type.String({ description: "only 'full' is supported" })),
+    name: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+  },
+  { additionalProperties: false },
+);
+
+export const ListQuery = Type.Object({
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
+  page_token: Type.Optional(Type.String({ maxLength: 256 })),
+});
+
+export const CheckpointListQuery = Type.Composite([ListQuery, Type.Object({ include_system: Type.Optional(Type.Boolean()) })]);
+
+export const AuditQuery = Type.Object({
+  category: Type.Optional(StringEnum(['egress'] as const)),
+  runtime: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
+});
+
+export const FileQuery = Type.Object({ path: Type.String({ minLength: 1, maxLength: 4096 }) });
+
+export const RuntimeParams = Type.Object({ runtime_id: Type.String() });
+export const SecretParams = Type.Object({ secret_id: Type.String() });
+export const CheckpointParams = Type.Object({ checkpoint_id: Type.String() });
+export const RuleParams = Type.Object({ rule_id: Type.String() });
+export const RuntimeRuleParams = Type.Object({ runtime_id: Type.String(), rule_id: Type.String() });
+
+// ---- envelopes ----
+
+export const DataOf = <T extends TSchema>(schema: T) => Type.Object({ data: schema });
+export const ListOf = <T extends TSchema>(schema: T) =>
+  Type.Object({ data: Type.Array(schema), next_page_token: Type.Optional(Type.String()) });
+export const Empty = Type.Object({ data: Type.Object({}) });

@@ -1,0 +1,40 @@
+/** Configuration from the environment (DESIGN.md lists every variable), read once at start. */
+import { resolve } from 'node:path';
+
+export interface Config {
+  host: string;
+  port: number;
+  dataDir: string;
+  adminToken: string | undefined;
+  masterKey: string | undefined;
+  accel: 'kvm' | 'tcg' | 'auto';
+  rateLimit: { ratePerSec: number; burst: number };
+  maxFileBytes: number;
+  memoryOvercommit: number;
+  logLevel: string;
+}
+
+function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const n = Number(raw);
+  if (!Number.isFinite(n) || n < 0) throw new Error(`${name} must be a non-negative number, got '${raw}'`);
+  return n;
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const accel = (env.VESSEL_ACCEL ?? 'auto').toLowerCase();
+  if (accel !== 'kvm' && accel !== 'tcg' && accel !== 'auto') throw new Error(`VESSEL_ACCEL must be kvm, tcg or auto, got '${accel}'`);
+  return {
+    host: env.VESSEL_HOST ?? '127.0.0.1',
+    port: int(env, 'VESSEL_PORT', 8080),
+    dataDir: resolve(env.VESSEL_DATA_DIR ?? './data'),
+    adminToken: env.VESSEL_ADMIN_TOKEN || undefined,
+    masterKey: env.VESSEL_MASTER_KEY || undefined,
+    accel,
+    rateLimit: { ratePerSec: int(env, 'VESSEL_RATE_LIMIT_RPS', 200), burst: int(env, 'VESSEL_RATE_LIMIT_BURST', 1000) },
+    maxFileBytes: int(env, 'VESSEL_MAX_FILE_BYTES', 1024 ** 3),
+    memoryOvercommit: int(env, 'VESSEL_MEMORY_OVERCOMMIT', 1),
+    logLevel: env.VESSEL_LOG_LEVEL ?? 'info',
+  };
+}

@@ -1,0 +1,32 @@
+/** Files the service keeps in its data directory: the master key and the bootstrap admin token. */
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync, chmodSync } from 'node:fs';
+import { join } from 'node:path';
+import { generateTokenValue } from '../core/tokens.js';
+
+export function ensureDataDir(dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+}
+
+/** Reads a file, or creates it once (0600) with the given content. */
+function readOrCreate(path: string, make: () => string): { value: string; created: boolean } {
+  if (existsSync(path)) return { value: readFileSync(path, 'utf8').trim(), created: false };
+  const value = make();
+  writeFileSync(path, value + '\n', { mode: 0o600, flag: 'wx' });
+  chmodSync(path, 0o600);
+  return { value, created: true };
+}
+
+/** VESSEL_MASTER_KEY is 32 bytes as base64 or hex; otherwise DATA_DIR/master.key, made at first start. */
+export function loadMasterKey(dataDir: string, fromEnv: string | undefined): Buffer {
+  const text = fromEnv ?? readOrCreate(join(dataDir, 'master.key'), () => randomBytes(32).toString('base64')).value;
+  const key = /^[0-9a-f]{64}$/i.test(text) ? Buffer.from(text, 'hex') : Buffer.from(text, 'base64');
+  if (key.length !== 32) throw new Error('the master key must be 32 bytes, given as 64 hex digits or base64');
+  return key;
+}
+
+export function loadAdminToken(dataDir: string, fromEnv: string | undefined): { token: string; created: boolean } {
+  if (fromEnv !== undefined) return { token: fromEnv, created: false };
+  const { value, created } = readOrCreate(join(dataDir, 'admin-token'), generateTokenValue);
+  return { token: value, created };
+}

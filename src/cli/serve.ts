@@ -1,0 +1,65 @@
+/**
+ * The composition root: the one place that wires the real adapters (SQLite store, QEMU driver)
+ * into the core and puts the HTTP facade in front of it.
+ */
+import { join } from 'node:path';
+import { execFileSync } from 'node:child_process';
+import pino from 'pino';
+import { buildApi } from '../api/app.js';
+import { Core } from '../core/core.js';
+import { SecretBox } from '../core/secret-box.js';
+import { SqliteStore } from '../store/sqlite-store.js';
+import { chooseAccel } from '../vm/accel.js';
+import { buildImage } from '../vm/guest-image.js';
+import { ensureHostPackages } from '../vm/host-packages.js';
+import { QemuDriver } from '../vm/qemu-driver.js';
+import type { Config } from './config.js';
+import { ensureDataDir, loadAdminToken, loadMasterKey } from './data-dir.js';
+import { progressDisplay } from './progress.js';
+
+export const imagesDir = (config: Config): string => process.env.VESSEL_IMAGE_DIR ?? join(config.dataDir, 'images');
+
+/** Host packages and the guest image: what `npm start` needs before it can run a VM. */
+export async function prepareHost(config: Config, log: pino.Logger) {
+  await ensureHostPackages((line) => log.info(line));
+  const image = await buildImage({ imagesDir: imagesDir(config), progress: progressDisplay() });
+  const qemuVersion = execFileSync('qemu-system-x86_64', ['--version']).toString().split('\n')[0] ?? '';
+  const accel = await chooseAccel({ override: config.accel, kernel: image.kernel, cacheFile: join(config.dataDir, 'accel.json'), cacheKey: `${image.kernelVersion}|${qemuVersion}` });
+  log.info({ accel: accel.accel, reason: accel.reason }, `accelerator: ${accel.accel}`);
+  return { image, accel: accel.accel };
+}
+
+export async function serve(config: Config): Promise<void> {
+  const log = pino({ level: config.logLevel, redact: ['req.headers.authorization'] });
+  ensureDataDir(config.dataDir);
+  const { image, accel } = await prepareHost(config, log);
+
+  const store = new SqliteStore(join(config.dataDir, 'vessel.db'));
+  const driver = new QemuDriver({ dataDir: config.dataDir, image, accel, memoryOvercommit: config.memoryOvercommit, log });
+  const core = new Core({ store, driver, secretBox: new SecretBox(loadMasterKey(config.dataDir, config.masterKey)), log });
+
+  const admin = loadAdminToken(config.dataDir, config.adminToken);
+  await core.tokens.installAdmin(admin.token);
+  if (admin.created) {
+    // Printed once, to the terminal only; the file keeps it for the operator.
+    process.stderr.write(`\nAdmin token (also in ${join(config.dataDir, 'admin-token')}):\n  ${admin.token}\n\n`);
+  }
+
+  const reconciled = await core.reconcile();
+  log.info(reconciled, 'reconciled runtimes with live VMs');
+
+  const app = await buildApi({ core, logger: log, rateLimit: config.rateLimit, maxFileBytes: config.maxFileBytes });
+  await app.listen({ host: config.host, port: config.port });
+
+  let closing = false;
+  const shutdown = async (signal: string) => {
+    if (closing) return;
+    closing = true;
+    log.info({ signal }, 'shutting down; VMs keep running');
+    await app.close();
+    await core.close();
+    process.exit(0);
+  };
+  process.once('SIGTERM', () => void shutdown('SIGTERM'));
+  process.once('SIGINT', () => void shutdown('SIGINT'));
+}

@@ -1,0 +1,129 @@
+/**
+ * The ports the core needs from the outside world. Adapters in src/store, src/vm and src/net
+ * implement them; the core imports none of those adapters.
+ */
+import type { Readable } from 'node:stream';
+import type {
+  Audit,
+  Checkpoint,
+  ExecRequest,
+  ExecResult,
+  InjectionRule,
+  Page,
+  PageRequest,
+  Resources,
+  Runtime,
+  Secret,
+  Token,
+} from './types.js';
+
+/** Async so that a networked database (PostgreSQL) can implement it as well as SQLite. */
+export interface Store {
+  readonly tokens: TokenRepo;
+  readonly runtimes: TenantRepo<Runtime> & {
+    /** Every runtime of every tenant: for reconciliation at start-up. */
+    listAll(): Promise<Runtime[]>;
+    findById(id: string): Promise<Runtime | undefined>;
+  };
+  readonly secrets: TenantRepo<Secret>;
+  readonly rules: RuleRepo;
+  readonly checkpoints: CheckpointRepo;
+  readonly audits: AuditRepo;
+  close(): void;
+}
+
+/** Records owned by a tenant, unique by display name within it. insert() throws already_exists. */
+export interface TenantRepo<T extends { id: string; tenantId: string }> {
+  insert(record: T): Promise<void>;
+  /** By id first, then by display name. */
+  find(tenantId: string, idOrName: string): Promise<T | undefined>;
+  list(tenantId: string, page: PageRequest): Promise<Page<T>>;
+  update(record: T): Promise<void>;
+  delete(tenantId: string, id: string): Promise<boolean>;
+}
+
+export interface TokenRepo {
+  insert(token: Token): Promise<void>;
+  /** Upsert, used for the bootstrap admin token whose id is fixed. */
+  put(token: Token): Promise<void>;
+  findByHash(hash: string): Promise<Token | undefined>;
+  list(): Promise<Token[]>;
+  revoke(id: string, at: string): Promise<boolean>;
+}
+
+export interface RuleRepo {
+  insert(rule: InjectionRule): Promise<void>;
+  find(tenantId: string, id: string): Promise<InjectionRule | undefined>;
+  list(tenantId: string, page: PageRequest, runtimeId?: string): Promise<Page<InjectionRule>>;
+  /** All rules of one runtime, for the egress gateway. */
+  listForRuntime(runtimeId: string): Promise<InjectionRule[]>;
+  countForSecret(secretId: string): Promise<number>;
+  delete(tenantId: string, id: string): Promise<boolean>;
+  deleteForRuntime(runtimeId: string): Promise<number>;
+}
+
+export interface CheckpointRepo {
+  insert(checkpoint: Checkpoint): Promise<void>;
+  /** A tenant sees its own checkpoints and, with includeSystem, the service's. Deleted ones are hidden. */
+  find(tenantId: string | null, idOrName: string, includeSystem?: boolean): Promise<Checkpoint | undefined>;
+  findById(id: string): Promise<Checkpoint | undefined>;
+  list(tenantId: string, page: PageRequest, includeSystem: boolean): Promise<Page<Checkpoint>>;
+  listAll(): Promise<Checkpoint[]>;
+  update(checkpoint: Checkpoint): Promise<void>;
+  /** Removes the row for good; the core calls it once no runtime needs the files. */
+  purge(id: string): Promise<void>;
+}
+
+export interface AuditFilter {
+  category?: string | undefined;
+  runtimeId?: string | undefined;
+  limit: number;
+}
+
+export interface AuditRepo {
+  insert(audits: Audit[]): Promise<void>;
+  list(tenantId: string, filter: AuditFilter): Promise<Audit[]>;
+  /** Bounded retention: keep the newest `keep` audits. */
+  prune(keep: number): Promise<number>;
+}
+
+/** What the driver needs to bring a VM up. */
+export interface VmSpec {
+  runtimeId: string;
+  resources: Resources;
+  /** Boot from this checkpoint's memory and disk instead of the system template. */
+  fromCheckpointId: string | null;
+  hostname: string;
+}
+
+export type LiveState = 'running' | 'paused' | 'gone';
+
+export interface VmDriver {
+  /** Human-readable reason when the driver cannot run VMs on this host; null when it can. */
+  unavailableReason(): string | null;
+  /**
+   * Creates the runtime's disk and boots it; resolves once the guest agent answers. Throws
+   * unavailable, having started nothing, when the host lacks the memory for it.
+   */
+  create(spec: VmSpec): Promise<void>;
+  /** Boots an existing runtime's disk again after a stop or crash. */
+  start(spec: VmSpec): Promise<void>;
+  pause(runtimeId: string): Promise<void>;
+  resume(runtimeId: string): Promise<void>;
+  /** Graceful shutdown through the guest agent with a deadline, then kill. The disk stays. */
+  stop(runtimeId: string, deadlineMs: number): Promise<void>;
+  /** Kills the VM if it runs and removes all its files. Idempotent. */
+  destroy(runtimeId: string): Promise<void>;
+  exec(runtimeId: string, request: ExecRequest): Promise<ExecResult>;
+  readFile(runtimeId: string, path: string): Promise<Readable>;
+  writeFile(runtimeId: string, path: string, body: Readable, maxBytes: number): Promise<number>;
+  setMemoryTarget(runtimeId: string, mib: number): Promise<void>;
+  checkpoint(runtimeId: string, checkpointId: string): Promise<void>;
+  deleteCheckpoint(checkpointId: string): Promise<void>;
+  /** After a service restart: reattach to a VM left running, or report it gone. */
+  reattach(runtimeId: string): Promise<LiveState>;
+  /** Called when a VM's process exits without being asked to. */
+  onUnexpectedExit(listener: (runtimeId: string) => void): void;
+  /** Stops watching VMs and closes sockets; the VMs themselves keep running. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,322 @@
+/** Runtime domain rules: creation, the lifecycle state machine, resources, exec and files. */
+import { randomUUID } from 'node:crypto';
+import type { Readable } from 'node:stream';
+import { VesselError, failedPrecondition, invalidArgument, notFound, unavailable } from './errors.js';
+import { normalizeHostPattern } from './host-pattern.js';
+import { KeyedMutex } from './keyed-mutex.js';
+import { LIVE_STATUSES, RESULT_OF, requireState, type LifecycleOp } from './lifecycle.js';
+import { checkDisplayName } from './names.js';
+import type { Store, VmDriver, VmSpec } from './ports.js';
+import type { EgressPolicy, ExecRequest, ExecResult, IngressSpec, Page, PageRequest, Resources, Runtime } from './types.js';
+
+export const DEFAULT_MEMORY_MIB = 512;
+export const MAX_ALLOWED_HOSTS = 128;
+export const STOP_DEADLINE_MS = 10_000;
+
+export interface RuntimeCreateInput {
+  display_name: string;
+  resources?: { limits?: { memory_mib: number }; requests?: { memory_mib?: number }; vcpus?: number };
+  egress_policy?: EgressPolicy;
+  ingress_specs?: IngressSpec[];
+  checkpoint?: string;
+}
+
+export interface RuntimePatchInput {
+  egress_policy?: EgressPolicy;
+  resources?: { limits?: { memory_mib: number }; requests?: { memory_mib?: number } };
+}
+
+/** Hooks for other parts of the core that must follow runtime changes (checkpoint lifetimes, egress). */
+export interface RuntimeObserver {
+  runtimeDeleted(runtime: Runtime): Promise<void>;
+  policyChanged(runtime: Runtime): void;
+}
+
+export interface Logger {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+  error(obj: object, msg: string): void;
+}
+
+function checkResources(r: Resources): Resources {
+  if (r.requests.memory_mib > r.limits.memory_mib) {
+    throw invalidArgument(
+      `resources.requests.memory_mib (${r.requests.memory_mib}) must not exceed resources.limits.memory_mib (${r.limits.memory_mib})`,
+    );
+  }
+  return r;
+}
+
+export function normalizeEgressPolicy(policy: EgressPolicy): EgressPolicy {
+  if (policy.allowed_hosts.length > MAX_ALLOWED_HOSTS) {
+    throw invalidArgument(`egress_policy.allowed_hosts has at most ${MAX_ALLOWED_HOSTS} items`);
+  }
+  return { enabled: policy.enabled, allowed_hosts: [...new Set(policy.allowed_hosts.map(normalizeHostPattern))] };
+}
+
+function checkIngress(specs: IngressSpec[]): IngressSpec[] {
+  const ports = new Set<number>();
+  for (const s of specs) {
+    if (s.runtime_port < 1) throw invalidArgument('ingress_specs[].runtime_port must be between 1 and 65535');
+    if (ports.has(s.runtime_port)) throw invalidArgument(`ingress_specs has port ${s.runtime_port} more than once`);
+    ports.add(s.runtime_port);
+  }
+  return specs;
+}
+
+/** Guest paths for the files API: absolute, no NUL, bounded. */
+export function checkGuestPath(path: string): string {
+  if (!path.startsWith('/')) throw invalidArgument(`path '${path}' must be absolute`);
+  if (path.includes('\0') || path.length > 4096) throw invalidArgument('path must not contain NUL and has at most 4096 characters');
+  return path;
+}
+
+export class RuntimeService {
+  readonly #lock = new KeyedMutex();
+  #observer: RuntimeObserver | null = null;
+
+  constructor(
+    private readonly store: Store,
+    private readonly driver: VmDriver,
+    private readonly log: Logger,
+  ) {
+    driver.onUnexpectedExit((id) => void this.#markCrashed(id));
+  }
+
+  observe(observer: RuntimeObserver): void {
+    this.#observer = observer;
+  }
+
+  async get(tenantId: string, ref: string): Promise<Runtime> {
+    const rt = await this.store.runtimes.find(tenantId, ref);
+    if (rt === undefined) throw notFound('runtime', ref);
+    return rt;
+  }
+
+  list = (tenantId: string, page: PageRequest): Promise<Page<Runtime>> => this.store.runtimes.list(tenantId, page);
+
+  async create(tenantId: string, input: RuntimeCreateInput): Promise<Runtime> {
+    this.#requireDriver();
+    const name = checkDisplayName(input.display_name);
+    let resources = this.#resourcesFromInput(input.resources);
+    let baseCheckpointId: string | null = null;
+    if (input.checkpoint !== undefined) {
+      const cp = await this.store.checkpoints.find(tenantId, input.checkpoint, true);
+      if (cp === undefined) throw notFound('checkpoint', input.checkpoint);
+      if (cp.state !== 'ready') throw failedPrecondition(`checkpoint '${cp.displayName}' is ${cp.state}, not ready`);
+      if (input.resources?.limits !== undefined && input.resources.limits.memory_mib !== cp.resources.limits.memory_mib) {
+        throw invalidArgument(`a fork has its checkpoint's memory limit (${cp.resources.limits.memory_mib} MiB)`);
+      }
+      if (input.resources?.vcpus !== undefined && input.resources.vcpus !== cp.resources.vcpus) {
+        throw invalidArgument(`a fork has its checkpoint's vcpus (${cp.resources.vcpus})`);
+      }
+      resources = checkResources({
+        ...cp.resources,
+        requests: { memory_mib: input.resources?.requests?.memory_mib ?? cp.resources.requests.memory_mib },
+      });
+      baseCheckpointId = cp.id;
+    }
+    const now = new Date().toISOString();
+    const runtime: Runtime = {
+      id: randomUUID(),
+      tenantId,
+      displayName: name,
+      status: 'creating',
+      statusMessage: null,
+      egressPolicy: normalizeEgressPolicy(input.egress_policy ?? { enabled: true, allowed_hosts: [] }),
+      ingressSpecs: checkIngress(input.ingress_specs ?? []),
+      resources,
+      pendingResources: null,
+      baseCheckpointId,
+      createdAt: now,
+      updatedAt: now,
+    };
+    await this.store.runtimes.insert(runtime);
+    return this.#lock.run(runtime.id, async () => {
+      try {
+        await this.driver.create(this.#spec(runtime));
+      } catch (err) {
+        await this.driver.destroy(runtime.id).catch(() => undefined);
+        if (err instanceof VesselError && err.code !== 'internal') {
+          // Refusals (capacity, unsupported, bad input) leave nothing behind, not even the record.
+          await this.store.runtimes.delete(tenantId, runtime.id);
+          throw err;
+        }
+        const reason = err instanceof Error ? err.message : String(err);
+        await this.#save(runtime, { status: 'error', statusMessage: `boot failed: ${reason}` });
+        this.log.error({ runtimeId: runtime.id, err }, 'runtime boot failed');
+        throw unavailable(`runtime '${name}' failed to boot: ${reason}`);
+      }
+      return this.#save(runtime, { status: 'running' });
+    });
+  }
+
+  async patch(tenantId: string, ref: string, input: RuntimePatchInput): Promise<Runtime> {
+    const found = await this.get(tenantId, ref);
+    return this.#lock.run(found.id, async () => {
+      const rt = await this.get(tenantId, found.id);
+      const changes: Partial<Runtime> = {};
+      if (input.egress_policy !== undefined) changes.egressPolicy = normalizeEgressPolicy(input.egress_policy);
+      if (input.resources !== undefined) {
+        const target = checkResources({
+          vcpus: rt.resources.vcpus,
+          limits: { memory_mib: input.resources.limits?.memory_mib ?? (rt.pendingResources ?? rt.resources).limits.memory_mib },
+          requests: { memory_mib: input.resources.requests?.memory_mib ?? rt.resources.requests.memory_mib },
+        });
+        const live = rt.status === 'running' || rt.status === 'paused';
+        if (live && target.requests.memory_mib !== rt.resources.requests.memory_mib) {
+          // Fits inside the limit in force now; a larger request waits for the limit to grow at the next start.
+          const inForce = Math.min(target.requests.memory_mib, rt.resources.limits.memory_mib);
+          await this.driver.setMemoryTarget(rt.id, inForce);
+        }
+        if (live && target.limits.memory_mib !== rt.resources.limits.memory_mib) {
+          // The limit is the VM's RAM size: it changes at the next boot, and until then the Runtime shows what is in force.
+          changes.pendingResources = target;
+          changes.resources = { ...rt.resources, requests: { memory_mib: Math.min(target.requests.memory_mib, rt.resources.limits.memory_mib) } };
+        } else {
+          changes.resources = target;
+          changes.pendingResources = null;
+        }
+      }
+      const saved = await this.#save(rt, changes);
+      if (changes.egressPolicy !== undefined) this.#observer?.policyChanged(saved);
+      return saved;
+    });
+  }
+
+  async lifecycle(tenantId: string, ref: string, op: LifecycleOp): Promise<Runtime> {
+    const found = await this.get(tenantId, ref);
+    return this.#lock.run(found.id, async () => {
+      const rt = await this.get(tenantId, found.id);
+      requireState(op, rt.status, rt.displayName);
+      if (op !== 'stop') this.#requireDriver();
+      switch (op) {
+        case 'pause':
+          await this.driver.pause(rt.id);
+          break;
+        case 'resume':
+          if (rt.status === 'suspended') await this.#boot(rt);
+          else await this.driver.resume(rt.id);
+          break;
+        case 'stop':
+          await this.driver.stop(rt.id, STOP_DEADLINE_MS);
+          break;
+        case 'start':
+          return this.#boot(rt);
+      }
+      return this.#save(rt, { status: RESULT_OF[op], statusMessage: null });
+    });
+  }
+
+  async delete(tenantId: string, ref: string): Promise<void> {
+    const found = await this.get(tenantId, ref);
+    await this.#lock.run(found.id, async () => {
+      const rt = await this.get(tenantId, found.id);
+      await this.#save(rt, { status: 'deleting' });
+      await this.#finishDelete(rt);
+    });
+  }
+
+  async exec(tenantId: string, ref: string, request: ExecRequest): Promise<ExecResult> {
+    const rt = await this.get(tenantId, ref);
+    requireState('exec', rt.status, rt.displayName);
+    return this.driver.exec(rt.id, request);
+  }
+
+  async readFile(tenantId: string, ref: string, path: string): Promise<Readable> {
+    const rt = await this.get(tenantId, ref);
+    requireState('files', rt.status, rt.displayName);
+    return this.driver.readFile(rt.id, checkGuestPath(path));
+  }
+
+  async writeFile(tenantId: string, ref: string, path: string, body: Readable, maxBytes: number): Promise<number> {
+    const rt = await this.get(tenantId, ref);
+    requireState('files', rt.status, rt.displayName);
+    return this.driver.writeFile(rt.id, checkGuestPath(path), body, maxBytes);
+  }
+
+  /** Runs the work with this runtime's lifecycle lock held (used by checkpoint capture). */
+  withLock<T>(runtimeId: string, work: () => Promise<T>): Promise<T> {
+    return this.#lock.run(runtimeId, work);
+  }
+
+  /**
+   * At start-up: find every VM the store believes is alive. One that still runs is adopted;
+   * one that is gone is crashed; a delete or create that was cut short is finished or failed.
+   */
+  async reconcile(): Promise<{ adopted: number; crashed: number }> {
+    let adopted = 0;
+    let crashed = 0;
+    for (const rt of await this.store.runtimes.listAll()) {
+      if (rt.status === 'deleting') {
+        await this.#finishDelete(rt);
+        continue;
+      }
+      if (!LIVE_STATUSES.includes(rt.status)) continue;
+      const state = await this.driver.reattach(rt.id).catch(() => 'gone' as const);
+      if (state === 'gone' || rt.status === 'creating') {
+        if (state !== 'gone') await this.driver.destroy(rt.id).catch(() => undefined);
+        const status = rt.status === 'creating' ? 'error' : 'crashed';
+        await this.#save(rt, { status, statusMessage: status === 'error' ? 'service restarted during creation' : 'the VM process was gone after a service restart' });
+        crashed++;
+      } else {
+        if (state !== rt.status) await this.#save(rt, { status: state });
+        adopted++;
+      }
+    }
+    return { adopted, crashed };
+  }
+
+  async #boot(rt: Runtime): Promise<Runtime> {
+    const resources = rt.pendingResources ?? rt.resources;
+    try {
+      await this.driver.start(this.#spec({ ...rt, resources }));
+    } catch (err) {
+      const reason = err instanceof Error ? err.message : String(err);
+      if (err instanceof VesselError && err.code === 'unavailable') throw err;
+      await this.#save(rt, { status: 'crashed', statusMessage: `start failed: ${reason}` });
+      throw unavailable(`runtime '${rt.displayName}' failed to start: ${reason}`);
+    }
+    return this.#save(rt, { status: 'running', statusMessage: null, resources, pendingResources: null });
+  }
+
+  async #finishDelete(rt: Runtime): Promise<void> {
+    await this.driver.destroy(rt.id);
+    await this.store.rules.deleteForRuntime(rt.id);
+    await this.store.runtimes.delete(rt.tenantId, rt.id);
+    await this.#observer?.runtimeDeleted(rt);
+  }
+
+  async #markCrashed(runtimeId: string): Promise<void> {
+    await this.#lock.run(runtimeId, async () => {
+      const rt = await this.store.runtimes.findById(runtimeId);
+      if (rt === undefined || !(rt.status === 'running' || rt.status === 'paused')) return;
+      this.log.warn({ runtimeId }, 'VM process exited unexpectedly; runtime marked crashed');
+      await this.#save(rt, { status: 'crashed', statusMessage: 'the VM process exited unexpectedly' });
+    });
+  }
+
+  #resourcesFromInput(input: RuntimeCreateInput['resources']): Resources {
+    const limit = input?.limits?.memory_mib ?? DEFAULT_MEMORY_MIB;
+    return checkResources({
+      limits: { memory_mib: limit },
+      requests: { memory_mib: input?.requests?.memory_mib ?? limit },
+      vcpus: input?.vcpus ?? 1,
+    });
+  }
+
+  #spec(rt: Runtime): VmSpec {
+    return { runtimeId: rt.id, resources: rt.resources, fromCheckpointId: rt.baseCheckpointId, hostname: rt.displayName };
+  }
+
+  #requireDriver(): void {
+    const reason = this.driver.unavailableReason();
+    if (reason !== null) throw unavailable(reason);
+  }
+
+  async #save(rt: Runtime, changes: Partial<Runtime>): Promise<Runtime> {
+    Object.assign(rt, changes, { updatedAt: new Date().toISOString() });
+    await this.store.runtimes.update(rt);
+    return rt;
+  }
+}

@@ -1,0 +1,81 @@
+/** Versioned schema. Append only: a released migration is never edited. */
+export const MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
+  {
+    version: 1,
+    sql: `
+      CREATE TABLE tokens (
+        id TEXT PRIMARY KEY,
+        tenant_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        hash TEXT NOT NULL UNIQUE,
+        scopes TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        revoked_at TEXT
+      );
+      CREATE TABLE runtimes (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        tenant_id TEXT NOT NULL,
+        display_name TEXT NOT NULL,
+        status TEXT NOT NULL,
+        status_message TEXT,
+        egress_policy TEXT NOT NULL,
+        ingress_specs TEXT NOT NULL,
+        resources TEXT NOT NULL,
+        pending_resources TEXT,
+        base_checkpoint_id TEXT,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        UNIQUE (tenant_id, display_name)
+      );
+      CREATE TABLE secrets (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        tenant_id TEXT NOT NULL,
+        display_name TEXT NOT NULL,
+        cache_ttl_secs INTEGER NOT NULL,
+        sealed_value TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        UNIQUE (tenant_id, display_name)
+      );
+      CREATE TABLE injection_rules (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        tenant_id TEXT NOT NULL,
+        runtime_id TEXT NOT NULL,
+        secret_id TEXT NOT NULL,
+        host_pattern TEXT NOT NULL,
+        path_pattern TEXT NOT NULL,
+        injection TEXT NOT NULL,
+        created_at TEXT NOT NULL
+      );
+      CREATE INDEX injection_rules_runtime ON injection_rules (runtime_id);
+      CREATE INDEX injection_rules_secret ON injection_rules (secret_id);
+      CREATE TABLE checkpoints (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        tenant_id TEXT,
+        display_name TEXT NOT NULL,
+        state TEXT NOT NULL,
+        state_message TEXT,
+        resources TEXT NOT NULL,
+        source_runtime_id TEXT,
+        parent_checkpoint_id TEXT,
+        deleted INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL
+      );
+      CREATE UNIQUE INDEX checkpoints_name ON checkpoints (coalesce(tenant_id, ''), display_name) WHERE deleted = 0;
+      CREATE TABLE audits (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        tenant_id TEXT NOT NULL,
+        runtime_id TEXT NOT NULL,
+        category TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        created_at TEXT NOT NULL
+      );
+      CREATE INDEX audits_tenant ON audits (tenant_id, seq);
+      CREATE INDEX audits_runtime ON audits (runtime_id, seq);
+    `,
+  },
+];

@@ -1,0 +1,369 @@
+/**
+ * The embedded store: SQLite in the data directory through better-sqlite3, in WAL mode so the
+ * CLI can manage tokens while the service runs. Rows are mapped to domain records here and
+ * nowhere else.
+ */
+import Database from 'better-sqlite3';
+import { alreadyExists } from '../core/errors.js';
+import type { AuditFilter, AuditRepo, CheckpointRepo, RuleRepo, Store, TenantRepo, TokenRepo } from '../core/ports.js';
+import type { Audit, Checkpoint, InjectionRule, Page, PageRequest, Runtime, Secret, Token } from '../core/types.js';
+import { MIGRATIONS } from './migrations.js';
+
+type Row = Record<string, unknown>;
+type Db = Database.Database;
+
+const str = (v: unknown): string => v as string;
+const strOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : (v as string));
+const json = <T>(v: unknown): T => JSON.parse(v as string) as T;
+const jsonOrNull = <T>(v: unknown): T | null => (v === null || v === undefined ? null : json<T>(v));
+
+export function openDatabase(file: string): Db {
+  const db = new Database(file);
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = NORMAL');
+  // The CLI and the service share the file; wait for the other writer instead of failing.
+  db.pragma('busy_timeout = 5000');
+  db.pragma('foreign_keys = ON');
+  migrate(db);
+  return db;
+}
+
+function migrate(db: Db): void {
+  db.exec('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)');
+  const current = (db.prepare('SELECT max(version) AS v FROM schema_migrations').get() as { v: number | null }).v ?? 0;
+  for (const m of MIGRATIONS) {
+    if (m.version <= current) continue;
+    db.transaction(() => {
+      db.exec(m.sql);
+      db.prepare('INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)').run(m.version, new Date().toISOString());
+    })();
+  }
+}
+
+const encodePageToken = (seq: number): string => Buffer.from(`s:${seq}`).toString('base64url');
+function decodePageToken(token: string | undefined): number {
+  if (token === undefined) return Number.MAX_SAFE_INTEGER;
+  const m = /^s:(\d+)$/.exec(Buffer.from(token, 'base64url').toString());
+  return m === null ? -1 : Number(m[1]); // an unreadable token yields an empty page, not an error
+}
+
+function isUniqueViolation(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && 'code' in err && String((err as { code: unknown }).code).startsWith('SQLITE_CONSTRAINT_UNIQUE');
+}
+
+function page<T>(rows: Row[], limit: number, map: (r: Row) => T): Page<T> {
+  const more = rows.length > limit;
+  const items = (more ? rows.slice(0, limit) : rows).map(map);
+  return { items, nextPageToken: more ? encodePageToken(rows[limit - 1]!.seq as number) : undefined };
+}
+
+/** Tenant-owned records named by display_name: insert, find by id-then-name, keyset pages newest first. */
+class TenantTable<T extends { id: string; tenantId: string; displayName: string }> implements TenantRepo<T> {
+  readonly #insert: Database.Statement;
+  readonly #update: Database.Statement;
+  readonly #find: Database.Statement;
+  readonly #findById: Database.Statement;
+  readonly #list: Database.Statement;
+  readonly #all: Database.Statement;
+  readonly #delete: Database.Statement;
+
+  constructor(
+    db: Db,
+    private readonly kind: string,
+    table: string,
+    columns: string[],
+    private readonly toRow: (r: T) => Row,
+    readonly fromRow: (r: Row) => T,
+  ) {
+    this.#insert = db.prepare(`INSERT INTO ${table} (${columns.join(', ')}) VALUES (${columns.map((c) => '@' + c).join(', ')})`);
+    this.#update = db.prepare(`UPDATE ${table} SET ${columns.filter((c) => c !== 'id').map((c) => `${c} = @${c}`).join(', ')} WHERE id = @id`);
+    this.#find = db.prepare(`SELECT * FROM ${table} WHERE tenant_id = ? AND (id = ? OR display_name = ?) ORDER BY id = ? DESC LIMIT 1`);
+    this.#findById = db.prepare(`SELECT * FROM ${table} WHERE id = ?`);
+    this.#list = db.prepare(`SELECT * FROM ${table} WHERE tenant_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?`);
+    this.#all = db.prepare(`SELECT * FROM ${table} ORDER BY seq`);
+    this.#delete = db.prepare(`DELETE FROM ${table} WHERE tenant_id = ? AND id = ?`);
+  }
+
+  async insert(record: T): Promise<void> {
+    try {
+      this.#insert.run(this.toRow(record));
+    } catch (err) {
+      if (isUniqueViolation(err)) throw alreadyExists(this.kind, record.displayName);
+      throw err;
+    }
+  }
+
+  async find(tenantId: string, ref: string): Promise<T | undefined> {
+    const row = this.#find.get(tenantId, ref.toLowerCase(), ref, ref.toLowerCase()) as Row | undefined;
+    return row === undefined ? undefined : this.fromRow(row);
+  }
+
+  async findById(id: string): Promise<T | undefined> {
+    const row = this.#findById.get(id) as Row | undefined;
+    return row === undefined ? undefined : this.fromRow(row);
+  }
+
+  async list(tenantId: string, p: PageRequest): Promise<Page<T>> {
+    return page(this.#list.all(tenantId, decodePageToken(p.pageToken), p.limit + 1) as Row[], p.limit, this.fromRow);
+  }
+
+  async listAll(): Promise<T[]> {
+    return (this.#all.all() as Row[]).map(this.fromRow);
+  }
+
+  async update(record: T): Promise<void> {
+    try {
+      this.#update.run(this.toRow(record));
+    } catch (err) {
+      if (isUniqueViolation(err)) throw alreadyExists(this.kind, record.displayName);
+      throw err;
+    }
+  }
+
+  async delete(tenantId: string, id: string): Promise<boolean> {
+    return this.#delete.run(tenantId, id).changes > 0;
+  }
+}
+
+const RUNTIME_COLUMNS = ['id', 'tenant_id', 'display_name', 'status', 'status_message', 'egress_policy', 'ingress_specs', 'resources', 'pending_resources', 'base_checkpoint_id', 'created_at', 'updated_at'];
+const runtimeToRow = (r: Runtime): Row => ({
+  id: r.id,
+  tenant_id: r.tenantId,
+  display_name: r.displayName,
+  status: r.status,
+  status_message: r.statusMessage,
+  egress_policy: JSON.stringify(r.egressPolicy),
+  ingress_specs: JSON.stringify(r.ingressSpecs),
+  resources: JSON.stringify(r.resources),
+  pending_resources: r.pendingResources === null ? null : JSON.stringify(r.pendingResources),
+  base_checkpoint_id: r.baseCheckpointId,
+  created_at: r.createdAt,
+  updated_at: r.updatedAt,
+});
+const runtimeFromRow = (r: Row): Runtime => ({
+  id: str(r.id),
+  tenantId: str(r.tenant_id),
+  displayName: str(r.display_name),
+  status: str(r.status) as Runtime['status'],
+  statusMessage: strOrNull(r.status_message),
+  egressPolicy: json(r.egress_policy),
+  ingressSpecs: json(r.ingress_specs),
+  resources: json(r.resources),
+  pendingResources: jsonOrNull(r.pending_resources),
+  baseCheckpointId: strOrNull(r.base_checkpoint_id),
+  createdAt: str(r.created_at),
+  updatedAt: str(r.updated_at),
+});
+
+const SECRET_COLUMNS = ['id', 'tenant_id', 'display_name', 'cache_ttl_secs', 'sealed_value', 'created_at'];
+const secretToRow = (s: Secret): Row => ({
+  id: s.id,
+  tenant_id: s.tenantId,
+  display_name: s.displayName,
+  cache_ttl_secs: s.cacheTtlSecs,
+  sealed_value: s.sealedValue,
+  created_at: s.createdAt,
+});
+const secretFromRow = (r: Row): Secret => ({
+  id: str(r.id),
+  tenantId: str(r.tenant_id),
+  displayName: str(r.display_name),
+  cacheTtlSecs: Number(r.cache_ttl_secs),
+  sealedValue: str(r.sealed_value),
+  createdAt: str(r.created_at),
+});
+
+const tokenFromRow = (r: Row): Token => ({
+  id: str(r.id),
+  tenantId: str(r.tenant_id),
+  name: str(r.name),
+  hash: str(r.hash),
+  scopes: json(r.scopes),
+  createdAt: str(r.created_at),
+  revokedAt: strOrNull(r.revoked_at),
+});
+
+const ruleFromRow = (r: Row): InjectionRule => ({
+  id: str(r.id),
+  tenantId: str(r.tenant_id),
+  runtimeId: str(r.runtime_id),
+  secretId: str(r.secret_id),
+  hostPattern: str(r.host_pattern),
+  pathPattern: str(r.path_pattern),
+  injection: json(r.injection),
+  createdAt: str(r.created_at),
+});
+
+const checkpointToRow = (c: Checkpoint): Row => ({
+  id: c.id,
+  tenant_id: c.tenantId,
+  display_name: c.displayName,
+  state: c.state,
+  state_message: c.stateMessage,
+  resources: JSON.stringify(c.resources),
+  source_runtime_id: c.sourceRuntimeId,
+  parent_checkpoint_id: c.parentCheckpointId,
+  deleted: c.deleted ? 1 : 0,
+  created_at: c.createdAt,
+});
+const checkpointFromRow = (r: Row): Checkpoint => ({
+  id: str(r.id),
+  tenantId: strOrNull(r.tenant_id),
+  displayName: str(r.display_name),
+  state: str(r.state) as Checkpoint['state'],
+  stateMessage: strOrNull(r.state_message),
+  resources: json(r.resources),
+  sourceRuntimeId: strOrNull(r.source_runtime_id),
+  parentCheckpointId: strOrNull(r.parent_checkpoint_id),
+  deleted: r.deleted === 1,
+  createdAt: str(r.created_at),
+});
+
+const auditFromRow = (r: Row): Audit => ({
+  id: str(r.id),
+  tenantId: str(r.tenant_id),
+  runtimeId: str(r.runtime_id),
+  category: 'egress',
+  payload: json(r.payload),
+  createdAt: str(r.created_at),
+});
+
+export class SqliteStore implements Store {
+  readonly #db: Db;
+  readonly tokens: TokenRepo;
+  readonly runtimes: TenantTable<Runtime>;
+  readonly secrets: TenantTable<Secret>;
+  readonly rules: RuleRepo;
+  readonly checkpoints: CheckpointRepo;
+  readonly audits: AuditRepo;
+
+  constructor(file: string) {
+    const db = (this.#db = openDatabase(file));
+    this.runtimes = new TenantTable(db, 'runtime', 'runtimes', RUNTIME_COLUMNS, runtimeToRow, runtimeFromRow);
+    this.secrets = new TenantTable(db, 'secret', 'secrets', SECRET_COLUMNS, secretToRow, secretFromRow);
+    this.tokens = tokenRepo(db);
+    this.rules = ruleRepo(db);
+    this.checkpoints = checkpointRepo(db);
+    this.audits = auditRepo(db);
+  }
+
+  close(): void {
+    if (this.#db.open) this.#db.close();
+  }
+}
+
+function tokenRepo(db: Db): TokenRepo {
+  const toRow = (t: Token): Row => ({
+    id: t.id,
+    tenant_id: t.tenantId,
+    name: t.name,
+    hash: t.hash,
+    scopes: JSON.stringify(t.scopes),
+    created_at: t.createdAt,
+    revoked_at: t.revokedAt,
+  });
+  const cols = '(id, tenant_id, name, hash, scopes, created_at, revoked_at) VALUES (@id, @tenant_id, @name, @hash, @scopes, @created_at, @revoked_at)';
+  const insert = db.prepare(`INSERT INTO tokens ${cols}`);
+  const put = db.prepare(`INSERT OR REPLACE INTO tokens ${cols}`);
+  const byHash = db.prepare('SELECT * FROM tokens WHERE hash = ?');
+  const all = db.prepare('SELECT * FROM tokens ORDER BY created_at DESC');
+  const revoke = db.prepare('UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL');
+  return {
+    insert: async (t) => void insert.run(toRow(t)),
+    put: async (t) => void put.run(toRow(t)),
+    findByHash: async (hash) => {
+      const row = byHash.get(hash) as Row | undefined;
+      return row === undefined ? undefined : tokenFromRow(row);
+    },
+    list: async () => (all.all() as Row[]).map(tokenFromRow),
+    revoke: async (id, at) => revoke.run(at, id).changes > 0,
+  };
+}
+
+function ruleRepo(db: Db): RuleRepo {
+  const insert = db.prepare(
+    'INSERT INTO injection_rules (id, tenant_id, runtime_id, secret_id, host_pattern, path_pattern, injection, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+  );
+  const find = db.prepare('SELECT * FROM injection_rules WHERE tenant_id = ? AND id = ?');
+  const list = db.prepare('SELECT * FROM injection_rules WHERE tenant_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?');
+  const listRt = db.prepare('SELECT * FROM injection_rules WHERE tenant_id = ? AND runtime_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?');
+  const forRuntime = db.prepare('SELECT * FROM injection_rules WHERE runtime_id = ? ORDER BY seq');
+  const countSecret = db.prepare('SELECT count(*) AS n FROM injection_rules WHERE secret_id = ?');
+  const del = db.prepare('DELETE FROM injection_rules WHERE tenant_id = ? AND id = ?');
+  const delRt = db.prepare('DELETE FROM injection_rules WHERE runtime_id = ?');
+  return {
+    insert: async (r) =>
+      void insert.run(r.id, r.tenantId, r.runtimeId, r.secretId, r.hostPattern, r.pathPattern, JSON.stringify(r.injection), r.createdAt),
+    find: async (tenantId, id) => {
+      const row = find.get(tenantId, id.toLowerCase()) as Row | undefined;
+      return row === undefined ? undefined : ruleFromRow(row);
+    },
+    list: async (tenantId, p, runtimeId) => {
+      const after = decodePageToken(p.pageToken);
+      const rows = (runtimeId === undefined ? list.all(tenantId, after, p.limit + 1) : listRt.all(tenantId, runtimeId, after, p.limit + 1)) as Row[];
+      return page(rows, p.limit, ruleFromRow);
+    },
+    listForRuntime: async (runtimeId) => (forRuntime.all(runtimeId) as Row[]).map(ruleFromRow),
+    countForSecret: async (secretId) => (countSecret.get(secretId) as { n: number }).n,
+    delete: async (tenantId, id) => del.run(tenantId, id).changes > 0,
+    deleteForRuntime: async (runtimeId) => delRt.run(runtimeId).changes,
+  };
+}
+
+function checkpointRepo(db: Db): CheckpointRepo {
+  const cols = ['id', 'tenant_id', 'display_name', 'state', 'state_message', 'resources', 'source_runtime_id', 'parent_checkpoint_id', 'deleted', 'created_at'];
+  const insert = db.prepare(`INSERT INTO checkpoints (${cols.join(', ')}) VALUES (${cols.map((c) => '@' + c).join(', ')})`);
+  const update = db.prepare(`UPDATE checkpoints SET ${cols.filter((c) => c !== 'id').map((c) => `${c} = @${c}`).join(', ')} WHERE id = @id`);
+  const visible = '(tenant_id = @tenant OR (@system = 1 AND tenant_id IS NULL)) AND deleted = 0';
+  const find = db.prepare(`SELECT * FROM checkpoints WHERE ${visible} AND (id = @id OR display_name = @name) ORDER BY id = @id DESC, tenant_id IS NULL LIMIT 1`);
+  const byId = db.prepare('SELECT * FROM checkpoints WHERE id = ?');
+  const list = db.prepare(`SELECT * FROM checkpoints WHERE ${visible} AND seq < @after ORDER BY seq DESC LIMIT @limit`);
+  const all = db.prepare('SELECT * FROM checkpoints ORDER BY seq');
+  const purge = db.prepare('DELETE FROM checkpoints WHERE id = ?');
+  const guard = (fn: () => void, name: string) => {
+    try {
+      fn();
+    } catch (err) {
+      if (isUniqueViolation(err)) throw alreadyExists('checkpoint', name);
+      throw err;
+    }
+  };
+  return {
+    insert: async (c) => guard(() => insert.run(checkpointToRow(c)), c.displayName),
+    update: async (c) => guard(() => update.run(checkpointToRow(c)), c.displayName),
+    find: async (tenantId, ref, includeSystem = false) => {
+      const row = find.get({ tenant: tenantId, system: includeSystem ? 1 : 0, id: ref.toLowerCase(), name: ref }) as Row | undefined;
+      return row === undefined ? undefined : checkpointFromRow(row);
+    },
+    findById: async (id) => {
+      const row = byId.get(id) as Row | undefined;
+      return row === undefined ? undefined : checkpointFromRow(row);
+    },
+    list: async (tenantId, p, includeSystem) =>
+      page(
+        list.all({ tenant: tenantId, system: includeSystem ? 1 : 0, after: decodePageToken(p.pageToken), limit: p.limit + 1 }) as Row[],
+        p.limit,
+        checkpointFromRow,
+      ),
+    listAll: async () => (all.all() as Row[]).map(checkpointFromRow),
+    purge: async (id) => void purge.run(id),
+  };
+}
+
+function auditRepo(db: Db): AuditRepo {
+  const insert = db.prepare('INSERT INTO audits (id, tenant_id, runtime_id, category, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)');
+  const insertMany = db.transaction((audits: Audit[]) => {
+    for (const a of audits) insert.run(a.id, a.tenantId, a.runtimeId, a.category, JSON.stringify(a.payload), a.createdAt);
+  });
+  const list = db.prepare(
+    `SELECT * FROM audits WHERE tenant_id = @tenant AND (@category IS NULL OR category = @category)
+       AND (@runtime IS NULL OR runtime_id = @runtime) ORDER BY seq DESC LIMIT @limit`,
+  );
+  const prune = db.prepare('DELETE FROM audits WHERE seq <= (SELECT max(seq) FROM audits) - ?');
+  return {
+    insert: async (audits) => insertMany(audits),
+    list: async (tenantId, f: AuditFilter) =>
+      (list.all({ tenant: tenantId, category: f.category ?? null, runtime: f.runtimeId ?? null, limit: f.limit }) as Row[]).map(auditFromRow),
+    prune: async (keep) => prune.run(keep).changes,
+  };
+}

@@ -1,0 +1,97 @@
+/**
+ * A qemu-guest-agent client. The agent sends no greeting and answers strictly in order, so the
+ * client first resynchronizes (0xFF, then guest-sync-delimited with a random id, skipping stale
+ * output up to the agent's 0xFF marker), then matches replies to requests first in, first out.
+ * A timed-out request leaves the order unknown, so the connection is dropped and the next
+ * caller reconnects.
+ */
+import { randomInt } from 'node:crypto';
+import { JsonStream } from './json-stream.js';
+import { withTimeout } from './qmp-client.js';
+
+export class GuestAgentError extends Error {
+  constructor(
+    readonly command: string,
+    readonly desc: string,
+  ) {
+    super(`${command}: ${desc}`);
+  }
+}
+
+type Pending = { command: string; resolve: (v: unknown) => void; reject: (e: Error) => void };
+
+export class GuestAgentClient {
+  readonly #queue: Pending[] = [];
+  #stream!: JsonStream;
+  #syncId = -1;
+  #synced!: () => void;
+
+  private constructor() {}
+
+  /** Connects and synchronizes; rejects if the agent does not answer within `timeoutMs`. */
+  static async connect(path: string, timeoutMs: number): Promise<GuestAgentClient> {
+    const client = new GuestAgentClient();
+    client.#stream = await JsonStream.connect(path, (msg) => client.#onMessage(msg), timeoutMs);
+    client.#stream.onClose(() => client.#failAll(new Error('guest agent connection closed')));
+    try {
+      const synced = new Promise<void>((resolve) => (client.#synced = resolve));
+      client.#syncId = randomInt(1, 2 ** 31);
+      client.#stream.discardUntilSentinel();
+      client.#stream.sendRaw(Buffer.from([0xff]));
+      client.#stream.send({ execute: 'guest-sync-delimited', arguments: { id: client.#syncId } });
+      await withTimeout(synced, timeoutMs, 'guest agent sync');
+    } catch (err) {
+      client.close();
+      throw err;
+    }
+    return client;
+  }
+
+  get closed(): boolean {
+    return this.#stream.closed;
+  }
+
+  call<T = unknown>(command: string, args?: Record<string, unknown>, timeoutMs = 30_000): Promise<T> {
+    if (this.#stream.closed) return Promise.reject(new Error('guest agent connection closed'));
+    const reply = new Promise<T>((resolve, reject) => {
+      this.#queue.push({ command, resolve: resolve as (v: unknown) => void, reject });
+    });
+    this.#stream.send(args === undefined ? { execute: command } : { execute: command, arguments: args });
+    return withTimeout(reply, timeoutMs, `guest agent ${command}`).catch((err: Error) => {
+      if (!(err instanceof GuestAgentError)) this.close();
+      throw err;
+    });
+  }
+
+  /** For commands that never answer on success (guest-shutdown). */
+  notify(command: string, args?: Record<string, unknown>): void {
+    this.#stream.send(args === undefined ? { execute: command } : { execute: command, arguments: args });
+  }
+
+  close(): void {
+    this.#stream.close();
+  }
+
+  #onMessage(msg: Record<string, unknown>): void {
+    if (this.#syncId >= 0) {
+      // Replies to stale syncs from earlier connections are skipped until ours arrives.
+      if (msg.return === this.#syncId) {
+        this.#syncId = -1;
+        this.#synced();
+      }
+      return;
+    }
+    const p = this.#queue.shift();
+    if (p === undefined) return;
+    if ('error' in msg) {
+      const e = msg.error as { desc?: string };
+      p.reject(new GuestAgentError(p.command, e.desc ?? 'error'));
+    } else {
+      p.resolve(msg.return);
+    }
+  }
+
+  #failAll(err: Error): void {
+    for (const p of this.#queue.splice(0)) p.reject(err);
+  }
+}

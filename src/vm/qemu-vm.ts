@@ -1,0 +1,213 @@
+/**
+ * One QEMU process and its two control channels (QMP for the machine, the guest agent for the
+ * OS inside). The process is detached, so it outlives the service; after a restart adopt()
+ * finds it again through the pid file and the sockets in its directory.
+ */
+import { spawn } from 'node:child_process';
+import { closeSync, existsSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { GuestAgentClient } from './guest-agent-client.js';
+import { QmpClient } from './qmp-client.js';
+
+export const vmPaths = (dir: string) => ({
+  disk: join(dir, 'disk.qcow2'),
+  qmpSocket: join(dir, 'qmp.sock'),
+  agentSocket: join(dir, 'agent.sock'),
+  serialLog: join(dir, 'serial.log'),
+  qemuLog: join(dir, 'qemu.log'),
+  pidFile: join(dir, 'qemu.pid'),
+});
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** Guards against pid reuse: the process must be a QEMU started for this directory. */
+function isOurQemu(pid: number, dir: string): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(vmPaths(dir).qmpSocket);
+  } catch {
+    return false;
+  }
+}
+
+function tail(file: string, bytes = 1500): string {
+  try {
+    const text = readFileSync(file, 'utf8');
+    return text.slice(-bytes).trim();
+  } catch {
+    return '';
+  }
+}
+
+export class QemuVm {
+  readonly paths: ReturnType<typeof vmPaths>;
+  #qmp: QmpClient;
+  #agent: Promise<GuestAgentClient> | null = null;
+  #expectingExit = false;
+  #exited = false;
+  readonly #exitListeners: Array<(expected: boolean) => void> = [];
+
+  private constructor(
+    readonly dir: string,
+    readonly pid: number,
+    qmp: QmpClient,
+  ) {
+    this.paths = vmPaths(dir);
+    this.#qmp = qmp;
+    qmp.onClose(() => void this.#watchExit());
+  }
+
+  static async launch(dir: string, args: string[]): Promise<QemuVm> {
+    const paths = vmPaths(dir);
+    const log = openSync(paths.qemuLog, 'a');
+    let child;
+    try {
+      child = spawn('qemu-system-x86_64', args, { detached: true, stdio: ['ignore', log, log] });
+    } finally {
+      closeSync(log);
+    }
+    let exited = false;
+    child.on('exit', () => (exited = true));
+    child.on('error', () => (exited = true));
+    child.unref();
+    const pid = child.pid;
+    if (pid === undefined) throw new Error('could not start qemu-system-x86_64');
+    writeFileSync(paths.pidFile, String(pid));
+    const started = Date.now();
+    for (;;) {
+      if (exited) throw new Error(`QEMU exited at start: ${tail(paths.qemuLog) || 'no output'}`);
+      if (existsSync(paths.qmpSocket)) {
+        try {
+          return new QemuVm(dir, pid, await QmpClient.connect(paths.qmpSocket, 5000));
+        } catch {
+          // the socket file can appear a moment before QEMU accepts on it
+        }
+      }
+      if (Date.now() - started > 10_000) {
+        process.kill(pid, 'SIGKILL');
+        throw new Error('QEMU did not open its QMP socket within 10 s');
+      }
+      await sleep(15);
+    }
+  }
+
+  /** Reattaches to a VM left running by an earlier service process, or returns null. */
+  static async adopt(dir: string): Promise<QemuVm | null> {
+    const paths = vmPaths(dir);
+    if (!existsSync(paths.pidFile)) return null;
+    const pid = Number(readFileSync(paths.pidFile, 'utf8'));
+    if (!Number.isInteger(pid) || !isAlive(pid) || !isOurQemu(pid, dir)) return null;
+    try {
+      return new QemuVm(dir, pid, await QmpClient.connect(paths.qmpSocket, 3000));
+    } catch {
+      return null;
+    }
+  }
+
+  get qmp(): QmpClient {
+    return this.#qmp;
+  }
+
+  get exited(): boolean {
+    return this.#exited;
+  }
+
+  /** `expected` is false when the process died without being asked to. */
+  onExit(listener: (expected: boolean) => void): void {
+    this.#exitListeners.push(listener);
+  }
+
+  /** The shared agent connection, reconnected (and resynchronized) after any failure. */
+  agent(timeoutMs = 5000): Promise<GuestAgentClient> {
+    const current = this.#agent;
+    if (current !== null) {
+      return current.then(
+        (a) => (a.closed ? this.#connectAgent(timeoutMs) : a),
+        () => this.#connectAgent(timeoutMs),
+      );
+    }
+    return this.#connectAgent(timeoutMs);
+  }
+
+  #connectAgent(timeoutMs: number): Promise<GuestAgentClient> {
+    this.#agent = GuestAgentClient.connect(this.paths.agentSocket, timeoutMs);
+    return this.#agent;
+  }
+
+  /** Waits until the guest agent answers: the guest has booted. */
+  async waitForAgent(timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      if (this.#exited) throw new Error(`the VM exited during boot: ${tail(this.paths.serialLog, 600) || tail(this.paths.qemuLog)}`);
+      try {
+        await this.agent(Math.min(1000, Math.max(100, deadline - Date.now())));
+        return;
+      } catch (err) {
+        if (Date.now() > deadline) throw new Error(`the guest agent did not answer within ${timeoutMs} ms`, { cause: err });
+        await sleep(50);
+      }
+    }
+  }
+
+  async status(): Promise<'running' | 'paused'> {
+    const s = await this.#qmp.execute<{ status: string; running: boolean }>('query-status');
+    return s.running ? 'running' : 'paused';
+  }
+
+  /** Asks the guest to power off, and kills QEMU if it has not exited by the deadline. */
+  async shutdown(deadlineMs: number): Promise<void> {
+    this.#expectingExit = true;
+    try {
+      if ((await this.status()) === 'paused') await this.#qmp.execute('cont');
+      const agent = await this.agent(Math.min(2000, deadlineMs));
+      agent.notify('guest-shutdown', { mode: 'powerdown' });
+    } catch {
+      // an unresponsive guest gets the hard stop below
+    }
+    await this.#awaitExit(deadlineMs);
+    if (!this.#exited) await this.kill();
+  }
+
+  async kill(): Promise<void> {
+    this.#expectingExit = true;
+    if (isAlive(this.pid) && isOurQemu(this.pid, this.dir)) process.kill(this.pid, 'SIGKILL');
+    await this.#awaitExit(5000);
+    this.#qmp.close();
+    void this.#agent?.then((a) => a.close(), () => undefined);
+  }
+
+  /** Stops watching without touching the VM (service shutdown). */
+  detach(): void {
+    this.#expectingExit = true;
+    this.#qmp.close();
+    void this.#agent?.then((a) => a.close(), () => undefined);
+  }
+
+  async #awaitExit(ms: number): Promise<void> {
+    const deadline = Date.now() + ms;
+    while (isAlive(this.pid) && Date.now() < deadline) await sleep(20);
+    if (!isAlive(this.pid)) this.#markExited();
+  }
+
+  /** QMP closed: either QEMU is exiting or someone else closed the socket. */
+  async #watchExit(): Promise<void> {
+    const deadline = Date.now() + 3000;
+    while (isAlive(this.pid) && Date.now() < deadline) await sleep(25);
+    if (!isAlive(this.pid)) this.#markExited();
+  }
+
+  #markExited(): void {
+    if (this.#exited) return;
+    this.#exited = true;
+    void this.#agent?.then((a) => a.close(), () => undefined);
+    for (const l of this.#exitListeners.splice(0)) l(this.#expectingExit);
+  }
+}

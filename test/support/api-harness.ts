@@ -1,0 +1,60 @@
+/** Builds the real API over a real SQLite store in a temp dir; the VM driver is chosen by the test. */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import type { FastifyInstance, InjectOptions } from 'fastify';
+import { buildApi } from '../../src/api/app.js';
+import { Core } from '../../src/core/core.js';
+import type { VmDriver } from '../../src/core/ports.js';
+import { SecretBox } from '../../src/core/secret-box.js';
+import type { Scope } from '../../src/core/types.js';
+import { SqliteStore } from '../../src/store/sqlite-store.js';
+import { FakeDriver } from './fake-driver.js';
+
+export const silentLog = { info() {}, warn() {}, error() {} };
+
+export interface ApiHarness {
+  app: FastifyInstance;
+  core: Core;
+  driver: VmDriver;
+  admin: string;
+  dir: string;
+  call(method: InjectOptions['method'], url: string, body?: unknown, token?: string | null): Promise<{ status: number; body: any; headers: Record<string, unknown> }>;
+  token(tenant: string, scopes: Scope[]): Promise<string>;
+  close(): Promise<void>;
+}
+
+export async function apiHarness(opts: { driver?: VmDriver; rate?: { ratePerSec: number; burst: number } } = {}): Promise<ApiHarness> {
+  const dir = mkdtempSync(join(tmpdir(), 'vessel-api-'));
+  const store = new SqliteStore(join(dir, 'vessel.db'));
+  const driver = opts.driver ?? new FakeDriver();
+  const core = new Core({ store, driver, secretBox: new SecretBox(randomBytes(32)), log: silentLog });
+  const admin = 'vsl_test_admin_' + randomBytes(8).toString('hex');
+  await core.tokens.installAdmin(admin);
+  const app = await buildApi({ core, logger: false, rateLimit: opts.rate ?? { ratePerSec: 0, burst: 0 }, maxFileBytes: 1024 * 1024 });
+  await app.ready();
+  return {
+    app,
+    core,
+    driver,
+    admin,
+    dir,
+    async call(method, url, body, token = admin) {
+      const headers: Record<string, string> = {};
+      if (token !== null) headers.authorization = `Bearer ${token}`;
+      const res = await app.inject({ method, url, headers, ...(body === undefined ? {} : { payload: body as object }) });
+      let parsed: unknown = res.body;
+      if ((res.headers['content-type'] ?? '').toString().includes('json') && res.body !== '') parsed = JSON.parse(res.body);
+      return { status: res.statusCode, body: parsed, headers: res.headers };
+    },
+    async token(tenant, scopes) {
+      return (await core.tokens.create(tenant, scopes)).token;
+    },
+    async close() {
+      await app.close();
+      await core.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}

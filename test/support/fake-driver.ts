@@ -1,0 +1,89 @@
+/**
+ * An in-memory VmDriver for tests of the core and the HTTP facade only (validation, auth,
+ * errors, state machine). It runs nothing; the real driver is tested with real VMs in test/vm.
+ */
+import { Readable } from 'node:stream';
+import { notFound, unavailable } from '../../src/core/errors.js';
+import type { LiveState, VmDriver, VmSpec } from '../../src/core/ports.js';
+import type { ExecRequest, ExecResult } from '../../src/core/types.js';
+
+export class FakeDriver implements VmDriver {
+  readonly vms = new Map<string, { state: LiveState; files: Map<string, Buffer>; memoryTarget: number }>();
+  readonly checkpoints = new Set<string>();
+  capacityMib = 64 * 1024;
+  failNextCheckpoint = false;
+  #exit: (id: string) => void = () => undefined;
+
+  unavailableReason(): string | null {
+    return null;
+  }
+  async create(spec: VmSpec): Promise<void> {
+    if (this.#used() + spec.resources.limits.memory_mib > this.capacityMib) throw unavailable('not enough host memory');
+    this.vms.set(spec.runtimeId, { state: 'running', files: new Map(), memoryTarget: spec.resources.requests.memory_mib });
+  }
+  async start(spec: VmSpec): Promise<void> {
+    const vm = this.vms.get(spec.runtimeId) ?? { state: 'running' as LiveState, files: new Map(), memoryTarget: 0 };
+    vm.state = 'running';
+    this.vms.set(spec.runtimeId, vm);
+  }
+  async pause(id: string) {
+    this.#vm(id).state = 'paused';
+  }
+  async resume(id: string) {
+    this.#vm(id).state = 'running';
+  }
+  async stop(id: string) {
+    this.#vm(id).state = 'gone';
+  }
+  async destroy(id: string) {
+    this.vms.delete(id);
+  }
+  async exec(_id: string, req: ExecRequest): Promise<ExecResult> {
+    return { exit_code: 0, duration_ms: 1, stdout: req.command, stdout_truncated: false, stderr: '', stderr_truncated: false };
+  }
+  async readFile(id: string, path: string): Promise<Readable> {
+    const data = this.#vm(id).files.get(path);
+    if (data === undefined) throw notFound('file', path);
+    return Readable.from([data]);
+  }
+  async writeFile(id: string, path: string, body: Readable): Promise<number> {
+    const chunks: Buffer[] = [];
+    for await (const c of body) chunks.push(c as Buffer);
+    const data = Buffer.concat(chunks);
+    this.#vm(id).files.set(path, data);
+    return data.length;
+  }
+  async setMemoryTarget(id: string, mib: number) {
+    this.#vm(id).memoryTarget = mib;
+  }
+  async checkpoint(_id: string, checkpointId: string) {
+    if (this.failNextCheckpoint) {
+      this.failNextCheckpoint = false;
+      throw new Error('injected checkpoint failure');
+    }
+    this.checkpoints.add(checkpointId);
+  }
+  async deleteCheckpoint(checkpointId: string) {
+    this.checkpoints.delete(checkpointId);
+  }
+  async reattach(id: string): Promise<LiveState> {
+    return this.vms.get(id)?.state ?? 'gone';
+  }
+  onUnexpectedExit(listener: (id: string) => void) {
+    this.#exit = listener;
+  }
+  /** Simulates a VM process dying on its own. */
+  crash(id: string) {
+    this.#vm(id).state = 'gone';
+    this.#exit(id);
+  }
+  async close() {}
+  #used(): number {
+    return this.vms.size * 512;
+  }
+  #vm(id: string) {
+    const vm = this.vms.get(id);
+    if (vm === undefined) throw new Error(`no VM ${id}`);
+    return vm;
+  }
+}

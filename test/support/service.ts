@@ -1,0 +1,121 @@
+/**
+ * Runs the real service (`vessel serve`) as a child process over a temp data directory, the way
+ * an operator would, so tests can kill -9 it and start it again. The guest image is shared
+ * between runs through VESSEL_IMAGE_DIR and built once if missing.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { randomBytes } from 'node:crypto';
+
+export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
+export const SHARED_IMAGE_DIR = process.env.VESSEL_IMAGE_DIR ?? join(REPO_ROOT, 'data/images');
+const CLI = join(REPO_ROOT, 'dist/src/cli/main.js');
+
+export function freePort(): Promise<number> {
+  return new Promise((res, rej) => {
+    const srv = createServer();
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => res(port));
+    });
+    srv.on('error', rej);
+  });
+}
+
+export interface Reply {
+  status: number;
+  body: any;
+  headers: Headers;
+}
+
+export class Service {
+  readonly token = `vsl_test_${randomBytes(12).toString('hex')}`;
+  readonly dataDir: string;
+  #child: ChildProcess | null = null;
+  #port = 0;
+  log = '';
+
+  constructor(readonly env: Record<string, string> = {}) {
+    this.dataDir = mkdtempSync(join(tmpdir(), 'vessel-svc-'));
+  }
+
+  get url(): string {
+    return `http://127.0.0.1:${this.#port}`;
+  }
+
+  async start(): Promise<void> {
+    this.#port = await freePort();
+    const child = spawn(process.execPath, [CLI, 'serve'], {
+      env: {
+        ...process.env,
+        VESSEL_DATA_DIR: this.dataDir,
+        VESSEL_IMAGE_DIR: SHARED_IMAGE_DIR,
+        VESSEL_PORT: String(this.#port),
+        VESSEL_ADMIN_TOKEN: this.token,
+        VESSEL_LOG_LEVEL: 'warn',
+        ...this.env,
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    this.#child = child;
+    child.stdout!.on('data', (d) => (this.log = (this.log + d).slice(-20000)));
+    child.stderr!.on('data', (d) => (this.log = (this.log + d).slice(-20000)));
+    // The first start may build the guest image: allow for it.
+    const deadline = Date.now() + 600_000;
+    while (Date.now() < deadline) {
+      if (child.exitCode !== null) throw new Error(`service exited (${child.exitCode}):\n${this.log}`);
+      try {
+        if ((await fetch(`${this.url}/healthz`)).ok) return;
+      } catch {
+        // not listening yet
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    throw new Error(`service did not become healthy:\n${this.log}`);
+  }
+
+  /** kill -9: no graceful shutdown, exactly what a crash looks like. */
+  async kill9(): Promise<void> {
+    const child = this.#child;
+    if (child === null || child.exitCode !== null) return;
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGKILL');
+    await exited;
+  }
+
+  async stop(): Promise<void> {
+    const child = this.#child;
+    if (child === null || child.exitCode !== null) return;
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGTERM');
+    await exited;
+  }
+
+  async call(method: string, path: string, body?: unknown, token: string | null = this.token): Promise<Reply> {
+    const headers: Record<string, string> = {};
+    if (token !== null) headers.authorization = `Bearer ${token}`;
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    const res = await fetch(`${this.url}${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    const text = await res.text();
+    let parsed: unknown = text;
+    if ((res.headers.get('content-type') ?? '').includes('json') && text !== '') parsed = JSON.parse(text);
+    return { status: res.status, body: parsed, headers: res.headers };
+  }
+
+  /** Deletes every runtime (killing its VM) and the data directory. */
+  async destroy(): Promise<void> {
+    try {
+      if (this.#child !== null && this.#child.exitCode === null) {
+        const list = await this.call('GET', '/v1/runtimes?limit=1000');
+        for (const rt of list.body.data ?? []) await this.call('DELETE', `/v1/runtimes/${rt.id}`);
+      }
+    } finally {
+      await this.stop();
+      rmSync(this.dataDir, { recursive: true, force: true });
+    }
+  }
+}

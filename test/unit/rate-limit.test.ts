@@ -1,0 +1,24 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { RateLimiter } from '../../src/api/rate-limit.js';
+import { KeyedMutex } from '../../src/core/keyed-mutex.js';
+
+test('token bucket: burst, then refill at the rate, per key', () => {
+  const rl = new RateLimiter({ ratePerSec: 2, burst: 3 });
+  const t = 1_000_000;
+  assert.deepEqual([0, 0, 0].map(() => rl.take('a', t)), [0, 0, 0]);
+  assert.ok(rl.take('a', t) >= 1);
+  assert.equal(rl.take('b', t), 0, 'another token has its own bucket');
+  assert.equal(rl.take('a', t + 500), 0, 'half a second refills one at 2/s');
+  assert.equal(new RateLimiter({ ratePerSec: 0, burst: 0 }).take('x'), 0, 'rate 0 disables limiting');
+});
+
+test('keyed mutex serializes per key and survives failures', async () => {
+  const m = new KeyedMutex();
+  const order: string[] = [];
+  const slow = (tag: string, ms: number) => () => new Promise<void>((r) => setTimeout(() => (order.push(tag), r()), ms));
+  await Promise.all([m.run('k', slow('a', 30)), m.run('k', slow('b', 1)), m.run('other', slow('c', 5))]);
+  assert.deepEqual(order, ['c', 'a', 'b']);
+  await assert.rejects(m.run('k', async () => { throw new Error('x'); }));
+  assert.equal(await m.run('k', async () => 42), 42);
+});
