@@ -4,8 +4,13 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync, chmodSync } from 'n
 import { join } from 'node:path';
 import { generateTokenValue } from '../core/tokens.js';
 
+/**
+ * 0711: QEMU processes run as their own uids and must traverse to their runtime directory, but
+ * nobody else may list the data directory; every file of ours inside is 0600.
+ */
 export function ensureDataDir(dir: string): void {
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  mkdirSync(dir, { recursive: true, mode: 0o711 });
+  chmodSync(dir, 0o711);
 }
 
 /** Reads a file, or creates it once (0600) with the given content. */

@@ -31,6 +31,8 @@ export async function prepareHost(config: Config, log: pino.Logger) {
 
 export async function serve(config: Config): Promise<void> {
   const log = pino({ level: config.logLevel, redact: ['req.headers.authorization'] });
+  // A stray rejection in background work must not take every tenant's API down with it.
+  process.on('unhandledRejection', (err) => log.error({ err }, 'unhandled rejection'));
   ensureDataDir(config.dataDir);
   const { image, accel } = await prepareHost(config, log);
 

@@ -1,22 +1,27 @@
 /**
- * Checkpoints: capture in the background, and file lifetimes. A checkpoint's files stay while a
- * runtime's overlay or another checkpoint's layer sits on them, even after the user deletes it.
+ * Checkpoints: capture in the background, system templates, and deletion. A deleted
+ * checkpoint disappears at once; the driver keeps its disk layer for as long as a runtime or
+ * another checkpoint sits on it, and frees it after the last one goes.
  */
 import { randomUUID } from 'node:crypto';
 import { failedPrecondition, invalidArgument, notFound } from './errors.js';
 import { requireState } from './lifecycle.js';
 import { checkDisplayName } from './names.js';
 import type { Store, VmDriver } from './ports.js';
-import type { Logger, RuntimeObserver, RuntimeService } from './runtimes.js';
-import type { Checkpoint, Page, PageRequest, Runtime } from './types.js';
+import type { Logger, RuntimeService } from './runtimes.js';
+import type { Checkpoint, Page, PageRequest, Resources } from './types.js';
+import { KeyedMutex } from './keyed-mutex.js';
 
 export interface CheckpointCreateInput {
   kind?: string;
   name?: string;
 }
 
+export const systemCheckpointName = (imageId: string, r: Resources): string => `system-${imageId}-${r.limits.memory_mib}m-${r.vcpus}c`;
+
 export class CheckpointService {
   readonly #captures = new Set<Promise<void>>();
+  readonly #templates = new KeyedMutex();
 
   constructor(
     private readonly store: Store,
@@ -24,14 +29,6 @@ export class CheckpointService {
     private readonly driver: VmDriver,
     private readonly log: Logger,
   ) {}
-
-  /** Lets the runtime service tell us when a runtime that held checkpoint files is gone. */
-  observer(onPolicy: (rt: Runtime) => void): RuntimeObserver {
-    return {
-      runtimeDeleted: (rt) => this.#collect(rt.baseCheckpointId),
-      policyChanged: onPolicy,
-    };
-  }
 
   async create(tenantId: string, runtimeRef: string, input: CheckpointCreateInput): Promise<Checkpoint> {
     if ((input.kind ?? 'full') !== 'full') throw invalidArgument(`checkpoint kind '${input.kind}' is not supported; only 'full' is`);
@@ -52,7 +49,9 @@ export class CheckpointService {
       createdAt: new Date().toISOString(),
     };
     await this.store.checkpoints.insert(cp);
-    const capture = this.#capture(cp, runtime.id).finally(() => this.#captures.delete(capture));
+    const capture = this.#capture(cp, runtime.id)
+      .catch((err: unknown) => this.log.error({ checkpointId: cp.id, err }, 'checkpoint capture crashed'))
+      .finally(() => this.#captures.delete(capture));
     this.#captures.add(capture);
     return { ...cp };
   }
@@ -70,21 +69,63 @@ export class CheckpointService {
     const cp = await this.get(tenantId, ref);
     if (cp.tenantId === null) throw failedPrecondition(`checkpoint '${cp.displayName}' is a system checkpoint and is managed by the service`);
     if (cp.state === 'creating') throw failedPrecondition(`checkpoint '${cp.displayName}' is still being created`);
-    await this.store.checkpoints.update({ ...cp, deleted: true });
-    await this.#collect(cp.id);
+    await this.#remove(cp);
   }
 
   /** Captures still running in the background (tests and shutdown wait on them). */
   settled = (): Promise<unknown> => Promise.allSettled([...this.#captures]);
 
-  /** A capture cut short by a restart never becomes ready. */
+  /**
+   * The service's own checkpoint of a freshly booted image with these resources, made on first
+   * use. Every create without a checkpoint forks from it, which is much faster than a boot.
+   */
+  async systemFor(resources: Resources): Promise<Checkpoint> {
+    const shape: Resources = { limits: resources.limits, requests: resources.limits, vcpus: resources.vcpus };
+    const name = systemCheckpointName(this.driver.imageId(), shape);
+    return this.#templates.run(name, async () => {
+      const existing = await this.store.checkpoints.find(null, name, true);
+      if (existing?.state === 'ready') return existing;
+      if (existing !== undefined) await this.#remove(existing);
+      const cp: Checkpoint = {
+        id: randomUUID(),
+        tenantId: null,
+        displayName: name,
+        state: 'creating',
+        stateMessage: null,
+        resources: shape,
+        sourceRuntimeId: null,
+        parentCheckpointId: null,
+        deleted: false,
+        createdAt: new Date().toISOString(),
+      };
+      await this.store.checkpoints.insert(cp);
+      try {
+        await this.driver.createTemplate(cp.id, shape);
+      } catch (err) {
+        const message = err instanceof Error ? err.message : String(err);
+        await this.store.checkpoints.update({ ...cp, state: 'failed', stateMessage: message });
+        throw err;
+      }
+      const ready: Checkpoint = { ...cp, state: 'ready' };
+      await this.store.checkpoints.update(ready);
+      this.log.info({ checkpointId: cp.id, name }, 'system checkpoint ready');
+      return ready;
+    });
+  }
+
+  /**
+   * A capture cut short by a restart never becomes ready; system checkpoints of another image
+   * are retired (their files go once no fork needs them).
+   */
   async reconcile(): Promise<void> {
+    await this.driver.sweep();
+    const image = this.driver.imageId();
     for (const cp of await this.store.checkpoints.listAll()) {
-      if (cp.state === 'creating') {
+      if (cp.deleted || (cp.tenantId === null && !cp.displayName.startsWith(`system-${image}-`))) {
+        await this.#remove(cp);
+      } else if (cp.state === 'creating') {
         await this.store.checkpoints.update({ ...cp, state: 'failed', stateMessage: 'the service restarted during the capture' });
         await this.driver.deleteCheckpoint(cp.id).catch(() => undefined);
-      } else if (cp.deleted) {
-        await this.#collect(cp.id);
       }
     }
   }
@@ -103,24 +144,18 @@ export class CheckpointService {
         const message = err instanceof Error ? err.message : String(err);
         this.log.warn({ checkpointId: cp.id, runtimeId, err: message }, 'checkpoint failed');
         await this.driver.deleteCheckpoint(cp.id).catch(() => undefined);
-        await this.store.checkpoints.update({ ...cp, state: 'failed', stateMessage: message });
+        // Recording the failure can fail too (a full disk); the restart reconciliation then marks it failed.
+        await this.store.checkpoints.update({ ...cp, state: 'failed', stateMessage: message }).catch((e: unknown) => {
+          this.log.error({ checkpointId: cp.id, err: e }, 'could not record the failed checkpoint');
+        });
       }
     });
   }
 
-  /** Frees a deleted checkpoint's files once nothing sits on them, then walks up its parents. */
-  async #collect(checkpointId: string | null): Promise<void> {
-    while (checkpointId !== null) {
-      const cp = await this.store.checkpoints.findById(checkpointId);
-      if (cp === undefined || !cp.deleted) return;
-      const runtimes = await this.store.runtimes.listAll();
-      const checkpoints = await this.store.checkpoints.listAll();
-      const inUse =
-        runtimes.some((r) => r.baseCheckpointId === cp.id) || checkpoints.some((c) => c.parentCheckpointId === cp.id);
-      if (inUse) return;
-      await this.driver.deleteCheckpoint(cp.id);
-      await this.store.checkpoints.purge(cp.id);
-      checkpointId = cp.parentCheckpointId;
-    }
+  /** Hides the checkpoint for good and drops its files; the driver keeps its disk layer while anything sits on it. */
+  async #remove(cp: Checkpoint): Promise<void> {
+    await this.store.checkpoints.update({ ...cp, deleted: true });
+    await this.driver.deleteCheckpoint(cp.id);
+    await this.store.checkpoints.purge(cp.id);
   }
 }

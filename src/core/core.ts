@@ -33,7 +33,8 @@ export class Core {
     this.rules = new RuleService(store, this.runtimes, this.secrets);
     this.checkpoints = new CheckpointService(store, this.runtimes, driver, log);
     this.audits = new AuditService(store);
-    this.runtimes.observe(this.checkpoints.observer((rt) => this.#policyListeners.forEach((l) => l(rt))));
+    this.runtimes.observe({ policyChanged: (rt) => this.#policyListeners.forEach((l) => l(rt)) });
+    this.runtimes.useSystemCheckpoints((r) => this.checkpoints.systemFor(r));
   }
 
   /** The egress gateway subscribes here so a PATCHed policy applies to the next connection. */

@@ -101,6 +101,12 @@ export type LiveState = 'running' | 'paused' | 'gone';
 export interface VmDriver {
   /** Human-readable reason when the driver cannot run VMs on this host; null when it can. */
   unavailableReason(): string | null;
+  /** Identifies the guest image; system checkpoints are made per image. */
+  imageId(): string;
+  /** Boots the image once with these resources and captures it as the checkpoint's files. */
+  createTemplate(checkpointId: string, resources: Resources): Promise<void>;
+  /** Removes leftovers of work cut short by a crash (template VMs, unreferenced disk layers). */
+  sweep(): Promise<void>;
   /**
    * Creates the runtime's disk and boots it; resolves once the guest agent answers. Throws
    * unavailable, having started nothing, when the host lacks the memory for it.

@@ -26,9 +26,8 @@ export interface RuntimePatchInput {
   resources?: { limits?: { memory_mib: number }; requests?: { memory_mib?: number } };
 }
 
-/** Hooks for other parts of the core that must follow runtime changes (checkpoint lifetimes, egress). */
+/** Hooks for other parts of the service that must follow runtime changes (the egress gateway). */
 export interface RuntimeObserver {
-  runtimeDeleted(runtime: Runtime): Promise<void>;
   policyChanged(runtime: Runtime): void;
 }
 
@@ -87,6 +86,13 @@ export class RuntimeService {
     this.#observer = observer;
   }
 
+  #systemCheckpoints: ((r: Resources) => Promise<{ id: string }>) | null = null;
+
+  /** Where plain creates get their template from (the checkpoint service). */
+  useSystemCheckpoints(source: (r: Resources) => Promise<{ id: string }>): void {
+    this.#systemCheckpoints = source;
+  }
+
   async get(tenantId: string, ref: string): Promise<Runtime> {
     const rt = await this.store.runtimes.find(tenantId, ref);
     if (rt === undefined) throw notFound('runtime', ref);
@@ -115,6 +121,14 @@ export class RuntimeService {
         requests: { memory_mib: input.resources?.requests?.memory_mib ?? cp.resources.requests.memory_mib },
       });
       baseCheckpointId = cp.id;
+    } else if (this.#systemCheckpoints !== null) {
+      try {
+        baseCheckpointId = (await this.#systemCheckpoints(resources)).id;
+      } catch (err) {
+        if (err instanceof VesselError) throw err;
+        this.log.error({ err }, 'could not make the system checkpoint');
+        throw unavailable(`the guest image could not be booted into a template: ${err instanceof Error ? err.message : String(err)}`);
+      }
     }
     const now = new Date().toISOString();
     const runtime: Runtime = {
@@ -260,7 +274,12 @@ export class RuntimeService {
         await this.#save(rt, { status, statusMessage: status === 'error' ? 'service restarted during creation' : 'the VM process was gone after a service restart' });
         crashed++;
       } else {
-        if (state !== rt.status) await this.#save(rt, { status: state });
+        if (rt.status === 'running' && state === 'paused') {
+          // Paused behind the store's back: a checkpoint capture was cut short. Put it back.
+          await this.driver.resume(rt.id);
+        } else if (state !== rt.status) {
+          await this.#save(rt, { status: state });
+        }
         adopted++;
       }
     }
@@ -284,7 +303,6 @@ export class RuntimeService {
     await this.driver.destroy(rt.id);
     await this.store.rules.deleteForRuntime(rt.id);
     await this.store.runtimes.delete(rt.tenantId, rt.id);
-    await this.#observer?.runtimeDeleted(rt);
   }
 
   async #markCrashed(runtimeId: string): Promise<void> {

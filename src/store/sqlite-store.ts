@@ -3,6 +3,7 @@
  * CLI can manage tokens while the service runs. Rows are mapped to domain records here and
  * nowhere else.
  */
+import { chmodSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import { alreadyExists } from '../core/errors.js';
 import type { AuditFilter, AuditRepo, CheckpointRepo, RuleRepo, Store, TenantRepo, TokenRepo } from '../core/ports.js';
@@ -19,6 +20,7 @@ const jsonOrNull = <T>(v: unknown): T | null => (v === null || v === undefined ?
 
 export function openDatabase(file: string): Db {
   const db = new Database(file);
+  chmodSync(file, 0o600);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = NORMAL');
   // The CLI and the service share the file; wait for the other writer instead of failing.

@@ -5,13 +5,22 @@ export interface LaunchPlan {
   accel: Accel;
   kernel: string;
   initrd: string;
-  disk: string;
+  /** The top qcow2 overlay and the block node name it gets (checkpoints add nodes on top). */
+  disk: { file: string; node: string };
+  /**
+   * Guest RAM. A file shared with the VM (its own RAM file, copied at checkpoint time), a
+   * checkpoint's RAM file mapped privately (forks share its clean pages through the page cache),
+   * or anonymous memory when there is no file.
+   */
+  memory: { file: string; shared: boolean } | null;
+  /** Wait for a migration stream (`migrate-incoming`) instead of booting. */
+  incoming: boolean;
   qmpSocket: string;
   agentSocket: string;
   serialLog: string;
   memoryMib: number;
   vcpus: number;
-  hostname: string;
+  name: string;
   /** uid:gid QEMU drops to once its devices are open; one per VM so VMs cannot touch each other. */
   runAs: string;
   /** Host TSC rate for the guest kernel under TCG (see hostTscKhz). */
@@ -20,19 +29,30 @@ export interface LaunchPlan {
 
 export function qemuArgs(p: LaunchPlan): string[] {
   const tsc = p.accel === 'tcg' && p.tscKhz !== null ? ` tsc_early_khz=${p.tscKhz}` : '';
-  const accel = p.accel === 'kvm' ? ['-accel', 'kvm', '-cpu', 'host,-arch-capabilities'] : ['-accel', `tcg,thread=${p.vcpus > 1 ? 'multi' : 'single'}`, '-cpu', 'max'];
+  const accel =
+    p.accel === 'kvm'
+      ? ['-accel', 'kvm', '-cpu', 'host,-arch-capabilities']
+      : ['-accel', `tcg,thread=${p.vcpus > 1 ? 'multi' : 'single'},tb-size=64`, '-cpu', 'max'];
+  const memory =
+    p.memory === null
+      ? ['-object', `memory-backend-ram,id=mem,size=${p.memoryMib}M`]
+      : ['-object', `memory-backend-file,id=mem,size=${p.memoryMib}M,mem-path=${p.memory.file},share=${p.memory.shared ? 'on' : 'off'}`];
   return [
-    '-name', `vessel-${p.hostname},debug-threads=on`,
-    '-M', 'microvm,isa-serial=on,rtc=on',
+    '-name', `vessel-${p.name},debug-threads=on`,
+    '-M', 'microvm,isa-serial=on,rtc=on,memory-backend=mem',
     ...accel,
     '-m', `${p.memoryMib}M`,
+    ...memory,
     '-smp', String(p.vcpus),
     '-nodefaults', '-no-user-config', '-nographic', '-no-reboot',
     '-kernel', p.kernel,
     '-initrd', p.initrd,
-    '-append', `console=ttyS0 root=/dev/vda rw quiet panic=-1 vessel.hostname=${p.hostname}${tsc}`,
-    '-drive', `id=root,file=${p.disk},format=qcow2,if=none,discard=unmap`,
-    '-device', 'virtio-blk-device,drive=root',
+    // Nothing per-VM on the kernel command line: forks share their template's boot. The
+    // hostname and the rest of a VM's identity are set through the guest agent.
+    '-append', `console=ttyS0 root=/dev/vda rw quiet panic=-1${tsc}`,
+    '-blockdev', `driver=file,filename=${p.disk.file},node-name=${p.disk.node}-file,discard=unmap`,
+    '-blockdev', `driver=qcow2,file=${p.disk.node}-file,node-name=${p.disk.node},discard=unmap`,
+    '-device', `virtio-blk-device,drive=${p.disk.node}`,
     '-device', 'virtio-serial-device',
     '-chardev', `socket,id=agent,path=${p.agentSocket},server=on,wait=off`,
     '-device', 'virtserialport,chardev=agent,name=org.qemu.guest_agent.0',
@@ -40,6 +60,7 @@ export function qemuArgs(p: LaunchPlan): string[] {
     '-device', 'virtio-rng-device',
     '-qmp', `unix:${p.qmpSocket},server=on,wait=off`,
     '-serial', `file:${p.serialLog}`,
+    ...(p.incoming ? ['-incoming', 'defer'] : []),
     // elevateprivileges=deny would also forbid the setuid of -runas, which runs after the filter
     // is installed; once QEMU runs as an unprivileged uid it cannot regain root anyway.
     '-sandbox', 'on,obsolete=deny,spawn=deny,resourcecontrol=deny',

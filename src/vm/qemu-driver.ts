@@ -1,20 +1,24 @@
 /**
  * The QEMU implementation of the core's VmDriver port: one detached QEMU `microvm` per runtime,
- * a qcow2 overlay on the shared read-only guest image, QMP for the machine and the guest agent
- * for everything inside it.
+ * a qcow2 overlay on a chain of frozen layers over the read-only guest image, QMP for the
+ * machine and the guest agent for everything inside it. Checkpoints are a QMP migration of the
+ * device state plus the RAM file; forks restore them with `-incoming`.
  */
-import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { chownSync, closeSync, existsSync, linkSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
 import { totalmem } from 'node:os';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, unavailable } from '../core/errors.js';
 import type { LiveState, VmDriver, VmSpec } from '../core/ports.js';
-import type { ExecRequest, ExecResult } from '../core/types.js';
+import type { ExecRequest, ExecResult, Resources } from '../core/types.js';
 import { hostTscKhz, type Accel } from './accel.js';
+import { DiskLayers, readJson, writeJsonAtomic, type CheckpointManifest, type VmState } from './disk-layers.js';
 import { GuestAgentError, type GuestAgentClient } from './guest-agent-client.js';
 import { execInGuest } from './guest-exec.js';
 import { readGuestFile, writeGuestFile } from './guest-files.js';
 import type { GuestImage } from './guest-image.js';
+import { migrateFromFd, migrateToFile } from './migration.js';
 import { qemuArgs } from './qemu-args.js';
 import { QemuVm, vmPaths } from './qemu-vm.js';
 import { runCommand } from './run-command.js';
@@ -35,6 +39,7 @@ const MiB = 1024 * 1024;
 const HOST_RESERVE_MIB = 1024;
 const UID_BASE = 200_000;
 const UID_RANGE = 100_000;
+const TEMPLATE_PREFIX = 'template-';
 
 interface LiveVm {
   vm: QemuVm;
@@ -42,33 +47,53 @@ interface LiveVm {
   uid: number;
 }
 
+/** Gives a fork its own identity: clock, hostname, and fresh entropy mixed into the pool. */
+const PERSONALIZE = [
+  'hostname "$1"',
+  'echo "$1" > /etc/hostname',
+  'printf "127.0.0.1 localhost\\n127.0.1.1 %s\\n::1 localhost ip6-localhost ip6-loopback\\n" "$1" > /etc/hosts',
+  'cat > /dev/urandom',
+].join('\n');
+
 export class QemuDriver implements VmDriver {
   readonly #live = new Map<string, LiveVm>();
   readonly #tscKhz = hostTscKhz();
+  readonly #layers: DiskLayers;
+  readonly #baseSize: number;
   #onExit: (runtimeId: string) => void = () => undefined;
 
   constructor(private readonly opts: QemuDriverOptions) {
-    mkdirSync(join(opts.dataDir, 'runtimes'), { recursive: true });
+    this.#layers = new DiskLayers(opts.dataDir);
+    this.#baseSize = statSync(opts.image.rootfs).size;
   }
 
   unavailableReason(): string | null {
     return null;
   }
 
+  imageId(): string {
+    return this.opts.image.hash;
+  }
+
   runtimeDir(runtimeId: string): string {
-    return join(this.opts.dataDir, 'runtimes', runtimeId);
+    return join(this.#layers.runtimesDir, runtimeId);
   }
 
   async create(spec: VmSpec): Promise<void> {
-    if (spec.fromCheckpointId !== null) throw new VesselError('unimplemented', 'forking from a checkpoint is not supported by this driver yet');
-    this.#admit(spec);
+    this.#admit(spec.resources);
     const dir = this.runtimeDir(spec.runtimeId);
     const undo = new Teardown();
     try {
       mkdirSync(dir, { recursive: true, mode: 0o700 });
       undo.push(() => rmSync(dir, { recursive: true, force: true }));
-      await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', this.opts.image.rootfs, '-F', 'raw', vmPaths(dir).disk]);
-      await this.#boot(spec, undo);
+      if (spec.fromCheckpointId === null) {
+        const state: VmState = { diskFile: 'disk-0.qcow2', node: 'disk-0', chain: [], ram: 'shared', diskSizeBytes: this.#baseSize };
+        await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', this.opts.image.rootfs, '-F', 'raw', join(dir, state.diskFile)]);
+        writeJsonAtomic(vmPaths(dir).state, state);
+        await this.#boot(spec, state, undo);
+      } else {
+        await this.#fork(spec, spec.fromCheckpointId, undo);
+      }
     } catch (err) {
       await undo.run();
       throw err;
@@ -77,11 +102,16 @@ export class QemuDriver implements VmDriver {
 
   async start(spec: VmSpec): Promise<void> {
     const dir = this.runtimeDir(spec.runtimeId);
-    if (!existsSync(vmPaths(dir).disk)) throw failedPrecondition('the runtime has no disk left to boot');
-    this.#admit(spec);
+    const paths = vmPaths(dir);
+    if (!existsSync(paths.state)) throw failedPrecondition('the runtime has no disk left to boot');
+    this.#admit(spec.resources);
+    // A fresh boot gets fresh RAM of its own; a checkpoint's RAM belongs to that snapshot only.
+    const state: VmState = { ...readJson<VmState>(paths.state), ram: 'shared' };
+    rmSync(paths.ram, { force: true });
+    writeJsonAtomic(paths.state, state);
     const undo = new Teardown();
     try {
-      await this.#boot(spec, undo);
+      await this.#boot(spec, state, undo);
     } catch (err) {
       await undo.run();
       throw err;
@@ -105,10 +135,11 @@ export class QemuDriver implements VmDriver {
 
   async destroy(runtimeId: string): Promise<void> {
     const dir = this.runtimeDir(runtimeId);
-    const live = this.#live.get(runtimeId) ?? { vm: await QemuVm.adopt(dir) };
-    if (live.vm !== null) await live.vm.kill();
+    const vm = this.#live.get(runtimeId)?.vm ?? (await QemuVm.adopt(dir));
+    if (vm !== null) await vm.kill();
     this.#live.delete(runtimeId);
     rmSync(dir, { recursive: true, force: true });
+    this.#layers.collect();
   }
 
   exec(runtimeId: string, request: ExecRequest): Promise<ExecResult> {
@@ -123,36 +154,92 @@ export class QemuDriver implements VmDriver {
     return this.#withAgent(runtimeId, (agent) => writeGuestFile(agent, path, body, maxBytes));
   }
 
-  /** Agent transport failures (the VM died, the agent hangs) are the runtime being unavailable, not a bug. */
-  async #withAgent<T>(runtimeId: string, work: (agent: () => Promise<GuestAgentClient>) => Promise<T>): Promise<T> {
-    const vm = this.#vm(runtimeId);
-    try {
-      return await work(() => vm.agent());
-    } catch (err) {
-      if (err instanceof VesselError || err instanceof GuestAgentError) throw err;
-      throw unavailable(vm.exited ? 'the VM stopped while the request ran' : `the guest agent is not responding: ${(err as Error).message}`);
-    }
-  }
-
   async setMemoryTarget(runtimeId: string, mib: number): Promise<void> {
     await this.#vm(runtimeId).qmp.execute('balloon', { value: mib * MiB });
   }
 
-  async checkpoint(): Promise<void> {
-    throw new VesselError('unimplemented', 'checkpoints are not supported by this driver yet');
+  /**
+   * Pauses the VM, freezes its disk (the current overlay becomes the checkpoint's layer and a
+   * new overlay goes on top), saves device state and RAM, and puts the VM back as it was. The
+   * disk switch comes first and is recorded at once, so a failure after it leaves the runtime
+   * on its new overlay, unharmed; only the checkpoint's own files are removed.
+   */
+  async checkpoint(runtimeId: string, checkpointId: string): Promise<void> {
+    const live = this.#live.get(runtimeId);
+    if (live === undefined || live.vm.exited) throw failedPrecondition('the runtime has no running VM');
+    const { vm, uid } = live;
+    const dir = this.runtimeDir(runtimeId);
+    const paths = vmPaths(dir);
+    const state = readJson<VmState>(paths.state);
+    const cpDir = this.#layers.checkpointDir(checkpointId);
+    const runState = (await vm.qmp.execute<{ status: string }>('query-status')).status;
+    const wasRunning = runState === 'running';
+    if (runState === 'postmigrate') {
+      // Block nodes stay inactive after an earlier capture until the VM runs again.
+      await vm.qmp.execute('cont');
+      await vm.qmp.execute('stop');
+    } else if (wasRunning) {
+      await vm.qmp.execute('stop');
+    }
+    try {
+      mkdirSync(cpDir, { recursive: true, mode: 0o700 });
+      const layer = this.#layers.layerFile(checkpointId);
+      this.#layers.inFlight.add(checkpointId);
+      linkSync(join(dir, state.diskFile), layer);
+      const n = Number(state.node.replace('disk-', '')) + 1;
+      const next: VmState = { ...state, diskFile: `disk-${n}.qcow2`, node: `disk-${n}`, chain: [checkpointId, ...state.chain] };
+      const nextFile = join(dir, next.diskFile);
+      await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', layer, '-F', 'qcow2', nextFile, String(state.diskSizeBytes)]);
+      chownSync(nextFile, uid, uid);
+      await vm.qmp.execute('blockdev-add', { driver: 'qcow2', 'node-name': next.node, file: { driver: 'file', filename: nextFile }, backing: null });
+      await vm.qmp.execute('blockdev-snapshot', { node: state.node, overlay: next.node });
+      writeJsonAtomic(paths.state, next);
+      this.#layers.inFlight.delete(checkpointId);
+      rmSync(join(dir, state.diskFile), { force: true });
+
+      await migrateToFile(vm.qmp, paths.migrateSocket, join(cpDir, 'state'));
+      if (state.ram === 'shared') await runCommand('cp', ['--sparse=always', paths.ram, join(cpDir, 'ram')]);
+      const manifest: CheckpointManifest = { chain: next.chain, hasRam: state.ram === 'shared', memoryMib: live.memoryMib, vcpus: this.#vcpusOf(vm.pid), diskSizeBytes: state.diskSizeBytes };
+      writeJsonAtomic(this.#layers.manifestFile(checkpointId), manifest);
+    } catch (err) {
+      this.#layers.inFlight.delete(checkpointId);
+      rmSync(cpDir, { recursive: true, force: true });
+      this.#layers.collect();
+      throw err;
+    } finally {
+      if (wasRunning) await vm.qmp.execute('cont');
+    }
   }
 
   async deleteCheckpoint(checkpointId: string): Promise<void> {
-    rmSync(join(this.opts.dataDir, 'checkpoints', checkpointId), { recursive: true, force: true });
+    rmSync(this.#layers.checkpointDir(checkpointId), { recursive: true, force: true });
+    this.#layers.collect();
+  }
+
+  /** Boots the image once into a template VM and checkpoints it; the template is then discarded. */
+  async createTemplate(checkpointId: string, resources: Resources): Promise<void> {
+    const templateId = `${TEMPLATE_PREFIX}${checkpointId}`;
+    try {
+      await this.create({ runtimeId: templateId, resources, fromCheckpointId: null, hostname: 'vessel' });
+      await this.checkpoint(templateId, checkpointId);
+    } finally {
+      await this.destroy(templateId);
+    }
   }
 
   async reattach(runtimeId: string): Promise<LiveState> {
-    const dir = this.runtimeDir(runtimeId);
-    const vm = await QemuVm.adopt(dir);
+    const vm = await QemuVm.adopt(this.runtimeDir(runtimeId));
     if (vm === null) return 'gone';
-    const spec = this.#readUid(vm.pid);
-    this.#track(runtimeId, { vm, memoryMib: this.#memoryOf(vm.pid), uid: spec });
+    this.#track(runtimeId, { vm, memoryMib: this.#memoryOf(vm.pid), uid: this.#uidOf(vm.pid) });
     return vm.status();
+  }
+
+  /** Template VMs left by a crash mid-template are of no use to anyone. */
+  async sweep(): Promise<void> {
+    for (const id of readdirSync(this.#layers.runtimesDir)) {
+      if (id.startsWith(TEMPLATE_PREFIX)) await this.destroy(id);
+    }
+    this.#layers.collect();
   }
 
   onUnexpectedExit(listener: (runtimeId: string) => void): void {
@@ -165,40 +252,98 @@ export class QemuDriver implements VmDriver {
   }
 
   /** Capacity: the sum of the memory limits of live VMs must fit the host (times the overcommit). */
-  #admit(spec: VmSpec): void {
+  #admit(resources: Resources): void {
     const budget = (totalmem() / MiB - HOST_RESERVE_MIB) * this.opts.memoryOvercommit;
     let used = 0;
     for (const v of this.#live.values()) used += v.memoryMib;
-    const want = spec.resources.limits.memory_mib;
+    const want = resources.limits.memory_mib;
     if (used + want > budget) {
       throw unavailable(`not enough host memory: ${want} MiB requested, ${Math.max(0, Math.floor(budget - used))} MiB available`);
     }
   }
 
-  async #boot(spec: VmSpec, undo: Teardown): Promise<void> {
+  async #fork(spec: VmSpec, checkpointId: string, undo: Teardown): Promise<void> {
+    const manifest = this.#layers.readManifest(checkpointId);
+    if (manifest === null) throw failedPrecondition(`the files of checkpoint ${checkpointId} are missing`);
+    const dir = this.runtimeDir(spec.runtimeId);
+    const state: VmState = {
+      diskFile: 'disk-0.qcow2',
+      node: 'disk-0',
+      chain: manifest.chain,
+      ram: manifest.hasRam ? { checkpoint: checkpointId } : null,
+      diskSizeBytes: manifest.diskSizeBytes,
+    };
+    await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', this.#layers.layerFile(manifest.chain[0]!), '-F', 'qcow2', join(dir, state.diskFile), String(manifest.diskSizeBytes)]);
+    writeJsonAtomic(vmPaths(dir).state, state);
+    await this.#boot({ ...spec, resources: { ...spec.resources, limits: { memory_mib: manifest.memoryMib }, vcpus: manifest.vcpus } }, state, undo, join(this.#layers.checkpointDir(checkpointId), 'state'));
+  }
+
+  /** Starts QEMU for the runtime: a cold boot, or a restore of `restoreFrom` (a migration stream). */
+  async #boot(spec: VmSpec, state: VmState, undo: Teardown, restoreFrom?: string): Promise<void> {
     const dir = this.runtimeDir(spec.runtimeId);
     const paths = vmPaths(dir);
-    for (const f of [paths.qmpSocket, paths.agentSocket, paths.pidFile, paths.serialLog]) rmSync(f, { force: true });
+    for (const f of [paths.qmpSocket, paths.agentSocket, paths.pidFile, paths.serialLog, paths.migrateSocket]) rmSync(f, { force: true });
     const uid = this.#allocateUid(spec.runtimeId);
+    // QEMU, once it has dropped to its uid, must create overlays and reach sockets here.
+    chownSync(dir, uid, uid);
+    chownSync(join(dir, state.diskFile), uid, uid);
     const args = qemuArgs({
       accel: this.opts.accel,
       kernel: this.opts.image.kernel,
       initrd: this.opts.image.initrd,
-      disk: paths.disk,
+      disk: { file: join(dir, state.diskFile), node: state.node },
+      memory:
+        state.ram === 'shared'
+          ? { file: paths.ram, shared: true }
+          : state.ram === null
+            ? null
+            : { file: join(this.#layers.checkpointDir(state.ram.checkpoint), 'ram'), shared: false },
+      incoming: restoreFrom !== undefined,
       qmpSocket: paths.qmpSocket,
       agentSocket: paths.agentSocket,
       serialLog: paths.serialLog,
       memoryMib: spec.resources.limits.memory_mib,
       vcpus: spec.resources.vcpus,
-      hostname: spec.hostname,
+      name: spec.hostname,
       runAs: `${uid}:${uid}`,
       tscKhz: this.#tscKhz,
     });
-    const vm = await this.#launchUntilAgent(dir, args, undo);
+    const vm = restoreFrom === undefined ? await this.#launchUntilAgent(dir, args, undo) : await this.#restore(dir, args, restoreFrom, undo);
+    await this.#personalize(vm, spec.hostname);
     if (spec.resources.requests.memory_mib < spec.resources.limits.memory_mib) {
       await vm.qmp.execute('balloon', { value: spec.resources.requests.memory_mib * MiB });
     }
     this.#track(spec.runtimeId, { vm, memoryMib: spec.resources.limits.memory_mib, uid });
+  }
+
+  async #restore(dir: string, args: string[], stateFile: string, undo: Teardown): Promise<QemuVm> {
+    const fd = openSync(stateFile, 'r');
+    let vm: QemuVm;
+    try {
+      vm = await QemuVm.launch(dir, args, fd);
+    } finally {
+      closeSync(fd);
+    }
+    undo.push(() => vm.kill());
+    await migrateFromFd(vm.qmp);
+    await vm.qmp.execute('cont');
+    await vm.waitForAgent(30_000);
+    return vm;
+  }
+
+  async #personalize(vm: QemuVm, hostname: string): Promise<void> {
+    const agent = () => vm.agent();
+    await (await agent()).call('guest-set-time', { time: Date.now() * 1_000_000 });
+    const r = await execInGuest(agent, {
+      command: '/bin/sh',
+      args: ['-c', PERSONALIZE, 'vessel-identity', hostname],
+      cwd: null,
+      env: {},
+      stdin: randomBytes(64).toString('latin1'),
+      maxOutputBytes: 4096,
+      timeoutSecs: 20,
+    });
+    if (r.exit_code !== 0) throw new Error(`could not set the guest identity: ${r.stderr.trim()}`);
   }
 
   /**
@@ -238,21 +383,45 @@ export class QemuDriver implements VmDriver {
     return live.vm;
   }
 
+  /** Agent transport failures (the VM died, the agent hangs) are the runtime being unavailable, not a bug. */
+  async #withAgent<T>(runtimeId: string, work: (agent: () => Promise<GuestAgentClient>) => Promise<T>): Promise<T> {
+    const vm = this.#vm(runtimeId);
+    try {
+      return await work(() => vm.agent());
+    } catch (err) {
+      if (err instanceof VesselError || err instanceof GuestAgentError) throw err;
+      throw unavailable(vm.exited ? 'the VM stopped while the request ran' : `the guest agent is not responding: ${(err as Error).message}`);
+    }
+  }
+
   /** One uid per VM, so a compromised QEMU cannot signal or ptrace another. */
   #allocateUid(runtimeId: string): number {
     const used = new Set([...this.#live.values()].map((v) => v.uid));
-    let uid = UID_BASE + (parseInt(runtimeId.slice(0, 8), 16) % UID_RANGE);
+    let uid = UID_BASE + (parseInt(runtimeId.replace(/[^0-9a-f]/g, '').slice(0, 8) || '0', 16) % UID_RANGE);
     while (used.has(uid)) uid = UID_BASE + ((uid - UID_BASE + 1) % UID_RANGE);
     return uid;
   }
 
-  #readUid(pid: number): number {
-    const m = /^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  #uidOf(pid: number): number {
+    const m = /^Uid:\s+(\d+)/m.exec(readFileSafe(`/proc/${pid}/status`));
     return m === null ? -1 : Number(m[1]);
   }
 
   #memoryOf(pid: number): number {
-    const m = /-m\0(\d+)M/.exec(readFileSync(`/proc/${pid}/cmdline`, 'utf8'));
+    const m = /\0-m\0(\d+)M\0/.exec(readFileSafe(`/proc/${pid}/cmdline`));
     return m === null ? 0 : Number(m[1]);
+  }
+
+  #vcpusOf(pid: number): number {
+    const m = /\0-smp\0(\d+)\0/.exec(readFileSafe(`/proc/${pid}/cmdline`));
+    return m === null ? 1 : Number(m[1]);
+  }
+}
+
+function readFileSafe(path: string): string {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return '';
   }
 }

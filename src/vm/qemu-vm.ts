@@ -10,7 +10,9 @@ import { GuestAgentClient } from './guest-agent-client.js';
 import { QmpClient } from './qmp-client.js';
 
 export const vmPaths = (dir: string) => ({
-  disk: join(dir, 'disk.qcow2'),
+  state: join(dir, 'vm.json'),
+  ram: join(dir, 'ram'),
+  migrateSocket: join(dir, 'migrate.sock'),
   qmpSocket: join(dir, 'qmp.sock'),
   agentSocket: join(dir, 'agent.sock'),
   serialLog: join(dir, 'serial.log'),
@@ -65,12 +67,13 @@ export class QemuVm {
     qmp.onClose(() => void this.#watchExit());
   }
 
-  static async launch(dir: string, args: string[]): Promise<QemuVm> {
+  /** `extraFd`, if given, becomes fd 3 of QEMU (the migration stream of a fork). */
+  static async launch(dir: string, args: string[], extraFd?: number): Promise<QemuVm> {
     const paths = vmPaths(dir);
     const log = openSync(paths.qemuLog, 'a');
     let child;
     try {
-      child = spawn('qemu-system-x86_64', args, { detached: true, stdio: ['ignore', log, log] });
+      child = spawn('qemu-system-x86_64', args, { detached: true, stdio: ['ignore', log, log, ...(extraFd === undefined ? [] : [extraFd])] });
     } finally {
       closeSync(log);
     }

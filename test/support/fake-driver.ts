@@ -17,6 +17,13 @@ export class FakeDriver implements VmDriver {
   unavailableReason(): string | null {
     return null;
   }
+  imageId(): string {
+    return 'fakeimage';
+  }
+  async createTemplate(checkpointId: string) {
+    this.checkpoints.add(checkpointId);
+  }
+  async sweep() {}
   async create(spec: VmSpec): Promise<void> {
     if (this.#used() + spec.resources.limits.memory_mib > this.capacityMib) throw unavailable('not enough host memory');
     this.vms.set(spec.runtimeId, { state: 'running', files: new Map(), memoryTarget: spec.resources.requests.memory_mib });

@@ -39,8 +39,11 @@ export class Service {
   #port = 0;
   log = '';
 
-  constructor(readonly env: Record<string, string> = {}) {
-    this.dataDir = mkdtempSync(join(tmpdir(), 'vessel-svc-'));
+  constructor(
+    readonly env: Record<string, string> = {},
+    dataDir?: string,
+  ) {
+    this.dataDir = dataDir ?? mkdtempSync(join(tmpdir(), 'vessel-svc-'));
   }
 
   get url(): string {
