@@ -66,9 +66,6 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   const textAjv = makeAjv({ coerceTypes: true, removeAdditional: false });
   app.setValidatorCompiler(({ schema, httpPart }) => (httpPart === 'body' ? bodyAjv : textAjv).compile(schema));
   app.setErrorHandler(errorHandler);
-  app.addHook('onSend', async (request, reply) => {
-    void reply.header('x-request-id', request.id);
-  });
 
   // An empty body is fine for operations that take none, even when a client labels it JSON.
   const defaultJson = app.getDefaultJsonParser('error', 'error');
@@ -98,6 +95,7 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   const limiter = new RateLimiter(options.rateLimit);
   app.decorateRequest('principal', null as unknown as Principal);
   app.addHook('onRequest', async (request, reply) => {
+    void reply.header('x-request-id', request.id);
     const scope = request.routeOptions.config.scope;
     if (scope === undefined) return;
     const header = request.headers.authorization;
@@ -116,7 +114,10 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   });
 
   const metrics = new Metrics();
-  app.addHook('onResponse', async (request, reply) => metrics.observe(request, reply));
+  app.addHook('onResponse', (request, reply, done) => {
+    metrics.observe(request, reply);
+    done();
+  });
 
   app.setNotFoundHandler(async (request, reply) => {
     const path = request.url.split('?', 1)[0]!;

@@ -21,11 +21,20 @@ export class Metrics {
     return this.#registry.contentType;
   }
 
+  /** Label children cached per (method, route, status): prom-client's label lookup costs more than the count. */
+  readonly #children = new Map<string, { count: { inc(): void }; time: { observe(v: number): void } }>();
+
   observe(request: FastifyRequest, reply: FastifyReply): void {
     // The route pattern, not the URL, keeps label cardinality bounded.
     const route = request.routeOptions.url ?? 'unmatched';
-    this.#requests.inc({ method: request.method, route, status: String(reply.statusCode) });
-    this.#duration.observe({ method: request.method, route }, reply.elapsedTime / 1000);
+    const key = `${request.method} ${route} ${reply.statusCode}`;
+    let child = this.#children.get(key);
+    if (child === undefined) {
+      child = { count: this.#requests.labels(request.method, route, String(reply.statusCode)), time: this.#duration.labels(request.method, route) };
+      this.#children.set(key, child);
+    }
+    child.count.inc();
+    child.time.observe(reply.elapsedTime / 1000);
   }
 
   render = (): Promise<string> => this.#registry.metrics();

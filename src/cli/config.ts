@@ -34,7 +34,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     accel,
     rateLimit: { ratePerSec: int(env, 'VESSEL_RATE_LIMIT_RPS', 200), burst: int(env, 'VESSEL_RATE_LIMIT_BURST', 1000) },
     maxFileBytes: int(env, 'VESSEL_MAX_FILE_BYTES', 1024 ** 3),
-    memoryOvercommit: int(env, 'VESSEL_MEMORY_OVERCOMMIT', 1),
+    memoryOvercommit: int(env, 'VESSEL_MEMORY_OVERCOMMIT', 8),
     logLevel: env.VESSEL_LOG_LEVEL ?? 'info',
   };
 }

@@ -22,7 +22,15 @@ export function parseScopes(list: string): Scope[] {
 
 export const hasScope = (p: Principal, scope: Scope): boolean => p.scopes.has('admin') || p.scopes.has(scope);
 
+/**
+ * How long an authenticated token is trusted without asking the store again. A revocation made
+ * through this process applies at once; one made by another process (the CLI) within this time.
+ */
+export const TOKEN_CACHE_MS = 2000;
+
 export class TokenService {
+  readonly #cache = new Map<string, { principal: Principal; until: number }>();
+
   constructor(private readonly store: Store) {}
 
   /** Returns the token value once; it cannot be recovered later. */
@@ -56,11 +64,25 @@ export class TokenService {
   }
 
   list = (): Promise<Token[]> => this.store.tokens.list();
-  revoke = (id: string): Promise<boolean> => this.store.tokens.revoke(id, new Date().toISOString());
+
+  async revoke(id: string): Promise<boolean> {
+    for (const [hash, entry] of this.#cache) if (entry.principal.tokenId === id) this.#cache.delete(hash);
+    return this.store.tokens.revoke(id, new Date().toISOString());
+  }
 
   async authenticate(token: string): Promise<Principal | null> {
-    const record = await this.store.tokens.findByHash(hashToken(token));
-    if (record === undefined || record.revokedAt !== null) return null;
-    return { tokenId: record.id, tenantId: record.tenantId, scopes: new Set(record.scopes) };
+    const hash = hashToken(token);
+    const now = Date.now();
+    const cached = this.#cache.get(hash);
+    if (cached !== undefined && cached.until > now) return cached.principal;
+    const record = await this.store.tokens.findByHash(hash);
+    if (record === undefined || record.revokedAt !== null) {
+      this.#cache.delete(hash);
+      return null;
+    }
+    const principal: Principal = { tokenId: record.id, tenantId: record.tenantId, scopes: new Set(record.scopes) };
+    if (this.#cache.size > 10_000) this.#cache.clear();
+    this.#cache.set(hash, { principal, until: now + TOKEN_CACHE_MS });
+    return principal;
   }
 }

@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { runCommand } from './run-command.js';
 
 /** Bumped when the build steps change in a way the recipe files do not show. */
-const BUILDER_VERSION = 1;
+const BUILDER_VERSION = 2;
 const RECIPE_FILES = ['recipe.json', 'initramfs-init', 'vessel-init', 'shutdown'];
 
 export const GUEST_RECIPE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '../../../guest');
@@ -95,6 +95,10 @@ export async function buildImage(opts: { imagesDir: string; progress: BuildProgr
     p.step('rootfs: vessel init and agent', 3, total);
     install(join(recipeDir, 'vessel-init'), join(rootfs, 'sbin/vessel-init'));
     install(join(recipeDir, 'shutdown'), join(rootfs, 'sbin/shutdown'));
+    // qemu-ga runs /sbin/hwclock after every guest-set-time. In a fresh fork QEMU's translation
+    // cache is cold, and util-linux's dynamically linked hwclock costs most of a second there;
+    // busybox's static applet does the same job without the dynamic loader.
+    install(hostBusybox(), join(rootfs, 'usr/sbin/hwclock'));
     for (const d of ['var/cache/apt/archives', 'var/lib/apt/lists']) {
       for (const f of readdirSync(join(rootfs, d))) if (f.endsWith('.deb') || f.includes('_dists_')) rmSync(join(rootfs, d, f), { force: true });
     }
@@ -117,6 +121,9 @@ export async function buildImage(opts: { imagesDir: string; progress: BuildProgr
     rmSync(work, { recursive: true, force: true });
   }
 }
+
+/** busybox-static's binary on the host (checked by host-packages.ts). */
+const hostBusybox = (): string => (existsSync('/usr/bin/busybox') ? '/usr/bin/busybox' : '/bin/busybox');
 
 function install(from: string, to: string): void {
   copyFileSync(from, to);
@@ -143,7 +150,7 @@ async function fetchKernel(metaPackage: string, work: string, into: string): Pro
 
 async function buildInitramfs(recipe: Recipe, recipeDir: string, kernelDir: string, version: string, dir: string, target: string): Promise<void> {
   for (const d of ['bin', 'lib/modules', 'dev', 'proc', 'sys', 'newroot']) mkdirSync(join(dir, d), { recursive: true });
-  copyFileSync('/bin/busybox', join(dir, 'bin/busybox'));
+  copyFileSync(hostBusybox(), join(dir, 'bin/busybox'));
   chmodSync(join(dir, 'bin/busybox'), 0o755);
   install(join(recipeDir, 'initramfs-init'), join(dir, 'init'));
   const modulesRoot = join(kernelDir, 'lib/modules', version, 'kernel');

@@ -1,0 +1,136 @@
+/**
+ * Checkpoint benchmarks in one invocation:
+ * - create -> running through the API (a fork of the system checkpoint) against a raw restore of
+ *   the same checkpoint: QEMU with the same command line, -incoming from its state file, until
+ *   the guest agent answers;
+ * - checkpoint time through the API against a raw QMP migrate of the same VM to a file;
+ * - resident memory of idle forks.
+ */
+import { spawn } from 'node:child_process';
+import { closeSync, openSync, readFileSync, rmSync, mkdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { Service } from '../test/support/service.js';
+import { readJson, type CheckpointManifest } from '../src/vm/disk-layers.js';
+import { findImage } from '../src/vm/guest-image.js';
+import { hostTscKhz } from '../src/vm/accel.js';
+import { migrateFromFd, migrateToFile } from '../src/vm/migration.js';
+import { qemuArgs } from '../src/vm/qemu-args.js';
+import { QmpClient } from '../src/vm/qmp-client.js';
+import { GuestAgentClient } from '../src/vm/guest-agent-client.js';
+import { runCommand } from '../src/vm/run-command.js';
+import { SHARED_IMAGE_DIR } from '../test/support/service.js';
+
+const N = Number(process.env.BENCH_FORKS ?? 8);
+const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function connectRetry<T>(fn: () => Promise<T>, ms = 30_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+      await sleep(5);
+    }
+  }
+}
+
+const svc = new Service();
+await svc.start();
+try {
+  // Warm up: the first create makes the system checkpoint.
+  await svc.call('POST', '/v1/runtimes', { display_name: 'warm' });
+  const sys = (await svc.call('GET', '/v1/checkpoints?include_system=true')).body.data.find((c: any) => c.system);
+  const cpDir = join(svc.dataDir, 'checkpoints', sys.id);
+  const manifest = readJson<CheckpointManifest>(join(cpDir, 'manifest.json'));
+  const image = findImage(SHARED_IMAGE_DIR)!;
+
+  const apiCreate: number[] = [];
+  const rawRestore: number[] = [];
+  for (let i = 0; i < N; i++) {
+    let t = performance.now();
+    const r = await svc.call('POST', '/v1/runtimes', { display_name: `f${i}` });
+    if (r.status !== 201) throw new Error(JSON.stringify(r.body));
+    apiCreate.push(performance.now() - t);
+
+    // Raw: the same restore, driven by hand.
+    const dir = join(svc.dataDir, `raw-${i}`);
+    mkdirSync(dir);
+    t = performance.now();
+    await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', join(svc.dataDir, 'layers', `${manifest.chain[0]}.qcow2`), '-F', 'qcow2', join(dir, 'disk.qcow2'), String(manifest.diskSizeBytes)]);
+    const args = qemuArgs({
+      accel: 'tcg', kernel: image.kernel, initrd: image.initrd, disk: { file: join(dir, 'disk.qcow2'), node: 'disk-0' },
+      memory: { file: join(cpDir, 'ram'), shared: false }, incoming: true, qmpSocket: join(dir, 'qmp.sock'), agentSocket: join(dir, 'agent.sock'),
+      serialLog: join(dir, 'serial.log'), memoryMib: manifest.memoryMib, vcpus: manifest.vcpus, name: `raw-${i}`, runAs: '299999:299999', tscKhz: hostTscKhz(),
+    });
+    const fd = openSync(join(cpDir, 'state'), 'r');
+    const child = spawn('qemu-system-x86_64', args, { stdio: ['ignore', 'ignore', 'ignore', fd], detached: true });
+    closeSync(fd);
+    const qmp = await connectRetry(() => QmpClient.connect(join(dir, 'qmp.sock'), 1000));
+    await migrateFromFd(qmp);
+    await qmp.execute('cont');
+    const agent = await connectRetry(() => GuestAgentClient.connect(join(dir, 'agent.sock'), 1000));
+    rawRestore.push(performance.now() - t);
+    agent.close();
+    qmp.close();
+    child.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  }
+
+  // Idle forks: resident and private memory per QEMU.
+  await sleep(3000);
+  const rss: number[] = [];
+  const priv: number[] = [];
+  for (const rt of (await svc.call('GET', '/v1/runtimes?limit=1000')).body.data) {
+    const pid = Number(readFileSync(join(svc.dataDir, 'runtimes', rt.id, 'qemu.pid'), 'utf8'));
+    const rollup = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
+    const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+)`, 'm').exec(rollup)?.[1] ?? 0);
+    rss.push(kb('Rss') / 1024);
+    priv.push((kb('Private_Clean') + kb('Private_Dirty')) / 1024);
+  }
+
+  // Checkpoint through the API, then a raw migrate of the same VM with the service stopped.
+  const apiCkpt: number[] = [];
+  for (let i = 0; i < 3; i++) {
+    const t = performance.now();
+    const r = await svc.call('POST', '/v1/runtimes/f0/checkpoints', {});
+    for (;;) {
+      const cp = (await svc.call('GET', `/v1/checkpoints/${r.body.data.id}`)).body.data;
+      if (cp.state === 'ready') break;
+      if (cp.state === 'failed') throw new Error(cp.state_message);
+      await sleep(5);
+    }
+    apiCkpt.push(performance.now() - t);
+  }
+  const f0 = (await svc.call('GET', '/v1/runtimes/f0')).body.data;
+  await svc.stop();
+  const rtDir = join(svc.dataDir, 'runtimes', f0.id);
+  const qmp = await QmpClient.connect(join(rtDir, 'qmp.sock'));
+  const rawCkpt: number[] = [];
+  let streamBytes = 0;
+  for (let i = 0; i < 3; i++) {
+    const t = performance.now();
+    await qmp.execute('stop');
+    await migrateToFile(qmp, join(rtDir, 'raw-migrate.sock'), join(svc.dataDir, 'raw-state'));
+    await qmp.execute('cont');
+    rawCkpt.push(performance.now() - t);
+    streamBytes = statSync(join(svc.dataDir, 'raw-state')).size;
+  }
+  qmp.close();
+  await svc.start();
+
+  const f = (x: number) => `${x.toFixed(0)} ms`;
+  console.log(`create -> running, n=${N} (TCG):`);
+  console.log(`  raw QEMU -incoming restore:  p50 ${f(pct(rawRestore, 50))}, p95 ${f(pct(rawRestore, 95))}`);
+  console.log(`  vessel API create (fork):    p50 ${f(pct(apiCreate, 50))}, p95 ${f(pct(apiCreate, 95))}`);
+  console.log(`  ratio: p50 ${(pct(apiCreate, 50) / pct(rawRestore, 50)).toFixed(2)}x, p95 ${(pct(apiCreate, 95) / pct(rawRestore, 95)).toFixed(2)}x (goal <= 1.2x)`);
+  console.log(`checkpoint of a running fork (memory stream ${(streamBytes / 1048576).toFixed(0)} MiB), n=3:`);
+  console.log(`  raw QMP stop+migrate+cont:   p50 ${f(pct(rawCkpt, 50))}`);
+  console.log(`  vessel API (to ready):       p50 ${f(pct(apiCkpt, 50))}`);
+  console.log(`  ratio: ${(pct(apiCkpt, 50) / pct(rawCkpt, 50)).toFixed(2)}x (goal <= 1.2x)`);
+  console.log(`idle 512 MiB forks, n=${rss.length}: RSS p50 ${pct(rss, 50).toFixed(0)} MiB, private p50 ${pct(priv, 50).toFixed(0)} MiB`);
+} finally {
+  rmSync(join(svc.dataDir, 'raw-state'), { force: true });
+  await svc.destroy();
+}
