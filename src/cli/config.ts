@@ -12,6 +12,8 @@ export interface Config {
   maxFileBytes: number;
   memoryOvercommit: number;
   logLevel: string;
+  /** Suspend runtimes idle this long (no exec, file or egress activity); 0 = never. */
+  idleSuspendSecs: number;
 }
 
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
@@ -36,5 +38,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     maxFileBytes: int(env, 'VESSEL_MAX_FILE_BYTES', 1024 ** 3),
     memoryOvercommit: int(env, 'VESSEL_MEMORY_OVERCOMMIT', 8),
     logLevel: env.VESSEL_LOG_LEVEL ?? 'info',
+    idleSuspendSecs: int(env, 'VESSEL_IDLE_SUSPEND_SECS', 0),
   };
 }

@@ -49,6 +49,7 @@ export async function serve(config: Config): Promise<void> {
 
   const reconciled = await core.reconcile();
   log.info(reconciled, 'reconciled runtimes with live VMs');
+  core.runtimes.startIdleSuspension(config.idleSuspendSecs);
 
   const app = await buildApi({ core, logger: log, rateLimit: config.rateLimit, maxFileBytes: config.maxFileBytes });
   await app.listen({ host: config.host, port: config.port });

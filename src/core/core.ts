@@ -50,6 +50,7 @@ export class Core {
   }
 
   async close(): Promise<void> {
+    this.runtimes.stopIdleSuspension();
     await this.checkpoints.settled();
     await this.ports.driver.close();
     this.ports.store.close();

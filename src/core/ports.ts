@@ -112,10 +112,12 @@ export interface VmDriver {
    * unavailable, having started nothing, when the host lacks the memory for it.
    */
   create(spec: VmSpec): Promise<void>;
-  /** Boots an existing runtime's disk again after a stop or crash. */
+  /** Boots an existing runtime's disk again after a stop or crash, or restores a suspended one. */
   start(spec: VmSpec): Promise<void>;
   pause(runtimeId: string): Promise<void>;
   resume(runtimeId: string): Promise<void>;
+  /** Saves the whole VM (memory, devices) into the runtime's own files and ends its process. start() restores it. */
+  suspend(runtimeId: string): Promise<void>;
   /** Graceful shutdown through the guest agent with a deadline, then kill. The disk stays. */
   stop(runtimeId: string, deadlineMs: number): Promise<void>;
   /** Kills the VM if it runs and removes all its files. Idempotent. */

@@ -72,6 +72,9 @@ export function checkGuestPath(path: string): string {
 
 export class RuntimeService {
   readonly #lock = new KeyedMutex();
+  /** Last exec, file or egress activity per runtime, for idle suspension. */
+  readonly #activity = new Map<string, number>();
+  #idleTimer: NodeJS.Timeout | null = null;
   #observer: RuntimeObserver | null = null;
 
   constructor(
@@ -209,8 +212,8 @@ export class RuntimeService {
           await this.driver.pause(rt.id);
           break;
         case 'resume':
-          if (rt.status === 'suspended') await this.#boot(rt);
-          else await this.driver.resume(rt.id);
+          if (rt.status === 'suspended') return this.#boot(rt);
+          await this.driver.resume(rt.id);
           break;
         case 'stop':
           await this.driver.stop(rt.id, STOP_DEADLINE_MS);
@@ -234,19 +237,73 @@ export class RuntimeService {
   async exec(tenantId: string, ref: string, request: ExecRequest): Promise<ExecResult> {
     const rt = await this.get(tenantId, ref);
     requireState('exec', rt.status, rt.displayName);
-    return this.driver.exec(rt.id, request);
+    this.touch(rt.id);
+    try {
+      return await this.driver.exec(rt.id, request);
+    } finally {
+      this.touch(rt.id);
+    }
+  }
+
+  /** Marks activity (exec, files, egress) so an idle timer does not suspend a busy runtime. */
+  touch(runtimeId: string): void {
+    this.#activity.set(runtimeId, Date.now());
+  }
+
+  /**
+   * Suspends running runtimes idle for `idleSecs`: their VM is saved to disk and its process
+   * ends, so they hold no memory. resume or start brings them back as they were.
+   */
+  startIdleSuspension(idleSecs: number): void {
+    if (idleSecs <= 0 || this.#idleTimer !== null) return;
+    const tick = async () => {
+      const now = Date.now();
+      for (const rt of await this.store.runtimes.listAll()) {
+        if (rt.status !== 'running') continue;
+        const last = this.#activity.get(rt.id);
+        if (last === undefined) {
+          this.#activity.set(rt.id, now);
+          continue;
+        }
+        if (now - last < idleSecs * 1000) continue;
+        await this.#lock.run(rt.id, async () => {
+          const current = await this.store.runtimes.findById(rt.id);
+          if (current?.status !== 'running' || Date.now() - (this.#activity.get(rt.id) ?? 0) < idleSecs * 1000) return;
+          try {
+            await this.driver.suspend(rt.id);
+            await this.#save(current, { status: 'suspended', statusMessage: null });
+            this.log.info({ runtimeId: rt.id }, 'idle runtime suspended');
+          } catch (err) {
+            this.log.warn({ runtimeId: rt.id, err }, 'could not suspend an idle runtime');
+          }
+        });
+      }
+    };
+    this.#idleTimer = setInterval(() => void tick().catch((err) => this.log.error({ err }, 'idle check failed')), Math.min(5000, Math.max(500, (idleSecs * 1000) / 4)));
+    this.#idleTimer.unref();
+  }
+
+  stopIdleSuspension(): void {
+    if (this.#idleTimer !== null) clearInterval(this.#idleTimer);
+    this.#idleTimer = null;
   }
 
   async readFile(tenantId: string, ref: string, path: string): Promise<Readable> {
     const rt = await this.get(tenantId, ref);
     requireState('files', rt.status, rt.displayName);
+    this.touch(rt.id);
     return this.driver.readFile(rt.id, checkGuestPath(path));
   }
 
   async writeFile(tenantId: string, ref: string, path: string, body: Readable, maxBytes: number): Promise<number> {
     const rt = await this.get(tenantId, ref);
     requireState('files', rt.status, rt.displayName);
-    return this.driver.writeFile(rt.id, checkGuestPath(path), body, maxBytes);
+    this.touch(rt.id);
+    try {
+      return await this.driver.writeFile(rt.id, checkGuestPath(path), body, maxBytes);
+    } finally {
+      this.touch(rt.id);
+    }
   }
 
   /** Runs the work with this runtime's lifecycle lock held (used by checkpoint capture). */
@@ -287,7 +344,9 @@ export class RuntimeService {
   }
 
   async #boot(rt: Runtime): Promise<Runtime> {
-    const resources = rt.pendingResources ?? rt.resources;
+    // A suspended VM comes back with the memory it was saved with; pending limits wait for a real boot.
+    const resources = rt.status === 'suspended' ? rt.resources : (rt.pendingResources ?? rt.resources);
+    const pendingResources = rt.status === 'suspended' ? rt.pendingResources : null;
     try {
       await this.driver.start(this.#spec({ ...rt, resources }));
     } catch (err) {
@@ -296,7 +355,8 @@ export class RuntimeService {
       await this.#save(rt, { status: 'crashed', statusMessage: `start failed: ${reason}` });
       throw unavailable(`runtime '${rt.displayName}' failed to start: ${reason}`);
     }
-    return this.#save(rt, { status: 'running', statusMessage: null, resources, pendingResources: null });
+    this.touch(rt.id);
+    return this.#save(rt, { status: 'running', statusMessage: null, resources, pendingResources });
   }
 
   async #finishDelete(rt: Runtime): Promise<void> {

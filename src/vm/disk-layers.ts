@@ -17,6 +17,8 @@ export interface VmState {
   /** Where guest RAM lives: the VM's own shared file, a checkpoint's file mapped privately, or anonymous. */
   ram: 'shared' | { checkpoint: string } | null;
   diskSizeBytes: number;
+  /** Set while the VM is suspended: its saved state file in the runtime directory, and where its RAM went. */
+  suspended?: { stateFile: string; ram: 'shared' | null };
 }
 
 export interface CheckpointManifest {

@@ -103,18 +103,49 @@ export class QemuDriver implements VmDriver {
     const dir = this.runtimeDir(spec.runtimeId);
     const paths = vmPaths(dir);
     if (!existsSync(paths.state)) throw failedPrecondition('the runtime has no disk left to boot');
+    const saved = readJson<VmState>(paths.state);
+    const suspended = saved.suspended;
     this.#admit(spec.resources, false);
-    // A fresh boot gets fresh RAM of its own; a checkpoint's RAM belongs to that snapshot only.
-    const state: VmState = { ...readJson<VmState>(paths.state), ram: 'shared' };
-    rmSync(paths.ram, { force: true });
-    writeJsonAtomic(paths.state, state);
     const undo = new Teardown();
     try {
+      if (suspended !== undefined) {
+        // Back from suspension: the same memory, processes and disk, restored from its own files.
+        const state: VmState = { ...saved, ram: suspended.ram, suspended: undefined };
+        await this.#boot(spec, state, undo, join(dir, suspended.stateFile));
+        writeJsonAtomic(paths.state, state);
+        rmSync(join(dir, suspended.stateFile), { force: true });
+        return;
+      }
+      // A fresh boot gets fresh RAM of its own; a checkpoint's RAM belongs to that snapshot only.
+      const state: VmState = { ...saved, ram: 'shared' };
+      rmSync(paths.ram, { force: true });
+      writeJsonAtomic(paths.state, state);
       await this.#boot(spec, state, undo);
     } catch (err) {
       await undo.run();
       throw err;
     }
+  }
+
+  async suspend(runtimeId: string): Promise<void> {
+    const live = this.#live.get(runtimeId);
+    if (live === undefined || live.vm.exited) throw failedPrecondition('the runtime has no running VM');
+    const dir = this.runtimeDir(runtimeId);
+    const paths = vmPaths(dir);
+    const state = readJson<VmState>(paths.state);
+    const stateFile = 'suspended.state';
+    await live.vm.qmp.execute('stop');
+    try {
+      await migrateToFile(live.vm.qmp, paths.migrateSocket, join(dir, stateFile));
+    } catch (err) {
+      rmSync(join(dir, stateFile), { force: true });
+      await live.vm.qmp.execute('cont');
+      throw err;
+    }
+    // A shared RAM file already holds the memory; a private mapping went into the stream.
+    writeJsonAtomic(paths.state, { ...state, suspended: { stateFile, ram: state.ram === 'shared' ? 'shared' : null } });
+    await live.vm.kill();
+    this.#live.delete(runtimeId);
   }
 
   async pause(runtimeId: string): Promise<void> {

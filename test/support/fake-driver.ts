@@ -39,6 +39,9 @@ export class FakeDriver implements VmDriver {
   async resume(id: string) {
     this.#vm(id).state = 'running';
   }
+  async suspend(id: string) {
+    this.#vm(id).state = 'gone';
+  }
   async stop(id: string) {
     this.#vm(id).state = 'gone';
   }
