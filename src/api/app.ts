@@ -54,11 +54,20 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   const app = Fastify({
     ...(options.logger === false ? { logger: false } : { loggerInstance: options.logger }),
     bodyLimit: JSON_BODY_LIMIT,
+    // Display names run to 128 characters and share the path segment with IDs.
+    maxParamLength: 256,
     genReqId: (req) => {
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && /^[\w.-]{1,64}$/.test(given) ? given : randomUUID();
     },
     return503OnClosing: true,
+    // Router-level failures (malformed URL, over-long path parameter) never reach the error
+    // handler; they get the envelope here. Every path parameter is an identifier, so one too
+    // long to exist is simply not found.
+    frameworkErrors: (err, _req, reply) => {
+      const tooLong = err.code === 'FST_ERR_MAX_PARAM_LENGTH';
+      return sendError(reply, new VesselError(tooLong ? 'not_found' : 'invalid_argument', tooLong ? 'no object has an identifier that long' : 'malformed URL'));
+    },
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   // Bodies are typed exactly; query strings and paths are text and may be coerced.

@@ -17,6 +17,9 @@ export interface CheckpointCreateInput {
   name?: string;
 }
 
+/** `<runtime>-<random>`, kept within the 128 characters a name may have. */
+const defaultCheckpointName = (runtimeName: string): string => `${runtimeName.slice(0, 110)}-${randomUUID().slice(0, 8)}`;
+
 export const systemCheckpointName = (imageId: string, r: Resources): string => `system-${imageId}-${r.limits.memory_mib}m-${r.vcpus}c`;
 
 export class CheckpointService {
@@ -39,7 +42,7 @@ export class CheckpointService {
     const cp: Checkpoint = {
       id: randomUUID(),
       tenantId,
-      displayName: checkDisplayName(input.name ?? `${runtime.displayName}-${Date.now().toString(36)}`, 'name'),
+      displayName: checkDisplayName(input.name ?? defaultCheckpointName(runtime.displayName), 'name'),
       state: 'creating',
       stateMessage: null,
       resources: runtime.resources,

@@ -60,6 +60,11 @@ describe('errors of the HTTP layer', () => {
     assert.equal(r.status, 404);
     isError(r.body, 'not_found');
   });
+  test('an over-long path segment is an error envelope', async () => {
+    const r = await h.call('GET', `/v1/runtimes/${'x'.repeat(300)}`);
+    assert.ok(r.status === 404 || r.status === 414, String(r.status));
+    assert.equal(typeof r.body.error.code, 'string', JSON.stringify(r.body));
+  });
   test('wrong method is 405 with Allow', async () => {
     const r = await h.call('PUT', '/v1/secrets');
     assert.equal(r.status, 405);
@@ -346,7 +351,11 @@ describe('checkpoints and audits', () => {
     assert.equal((await h.call('GET', '/v1/checkpoints')).body.data[0].id, r.body.data.id);
     const noName = await h.call('POST', '/v1/runtimes/cp-src/checkpoints', {});
     assert.equal(noName.status, 201);
-    assert.match(noName.body.data.display_name, /^cp-src-/);
+    assert.match(noName.body.data.display_name, /^cp-src-[0-9a-f]{8}$/);
+    const longName = 'l'.repeat(128);
+    await h.call('POST', '/v1/runtimes', { display_name: longName });
+    const long = await h.call('POST', `/v1/runtimes/${longName}/checkpoints`, {});
+    assert.equal(long.status, 201, 'a generated name stays within the limit');
     const fork = await h.call('POST', '/v1/runtimes', { display_name: 'cp-fork', checkpoint: 'snap1' });
     assert.equal(fork.status, 201);
     assert.equal((await h.call('POST', '/v1/runtimes/cp-src/checkpoints', { kind: 'diff' })).status, 400);
