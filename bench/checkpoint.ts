@@ -130,6 +130,34 @@ try {
   console.log(`  vessel API (to ready):       p50 ${f(pct(apiCkpt, 50))}`);
   console.log(`  ratio: ${(pct(apiCkpt, 50) / pct(rawCkpt, 50)).toFixed(2)}x (goal <= 1.2x)`);
   console.log(`idle 512 MiB forks, n=${rss.length}: RSS p50 ${pct(rss, 50).toFixed(0)} MiB, private p50 ${pct(priv, 50).toFixed(0)} MiB`);
+
+  // Density (opt-in, slow): idle forks until the service answers unavailable, within bounds.
+  const maxForks = Number(process.env.BENCH_DENSITY ?? 0);
+  if (maxForks > 0) {
+    const deadline = Date.now() + Number(process.env.BENCH_DENSITY_SECONDS ?? 600) * 1000;
+    let held = (await svc.call('GET', '/v1/runtimes?limit=1000')).body.data.length;
+    let stop = 'count limit';
+    const memBefore = Number(/^MemAvailable:\s+(\d+)/m.exec(readFileSync('/proc/meminfo', 'utf8'))![1]) / 1024;
+    while (held < maxForks) {
+      if (Date.now() > deadline) {
+        stop = 'time limit';
+        break;
+      }
+      const r = await svc.call('POST', '/v1/runtimes', { display_name: `d${held}` });
+      if (r.status === 503) {
+        stop = `unavailable: ${r.body.error.message}`;
+        break;
+      }
+      if (r.status !== 201) {
+        stop = `error ${r.status}: ${JSON.stringify(r.body)}`;
+        break;
+      }
+      held++;
+      if (held % 25 === 0) console.log(`  ${held} forks, MemAvailable ${(Number(/^MemAvailable:\s+(\d+)/m.exec(readFileSync('/proc/meminfo', 'utf8'))![1]) / 1024).toFixed(0)} MiB`);
+    }
+    const memAfter = Number(/^MemAvailable:\s+(\d+)/m.exec(readFileSync('/proc/meminfo', 'utf8'))![1]) / 1024;
+    console.log(`density: ${held} idle 512 MiB forks held (stopped by ${stop}); host memory used by them ${((memBefore - memAfter) / Math.max(1, held - rss.length)).toFixed(0)} MiB per fork`);
+  }
 } finally {
   rmSync(join(svc.dataDir, 'raw-state'), { force: true });
   await svc.destroy();
