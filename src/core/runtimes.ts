@@ -106,7 +106,10 @@ export class RuntimeService {
 
   async create(tenantId: string, input: RuntimeCreateInput): Promise<Runtime> {
     this.#requireDriver();
+    // All input is checked before anything costly (a system template boot) happens.
     const name = checkDisplayName(input.display_name);
+    const egressPolicy = normalizeEgressPolicy(input.egress_policy ?? { enabled: true, allowed_hosts: [] });
+    const ingressSpecs = checkIngress(input.ingress_specs ?? []);
     let resources = this.#resourcesFromInput(input.resources);
     let baseCheckpointId: string | null = null;
     if (input.checkpoint !== undefined) {
@@ -140,8 +143,8 @@ export class RuntimeService {
       displayName: name,
       status: 'creating',
       statusMessage: null,
-      egressPolicy: normalizeEgressPolicy(input.egress_policy ?? { enabled: true, allowed_hosts: [] }),
-      ingressSpecs: checkIngress(input.ingress_specs ?? []),
+      egressPolicy,
+      ingressSpecs,
       resources,
       pendingResources: null,
       baseCheckpointId,
