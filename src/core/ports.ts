@@ -66,7 +66,6 @@ export interface CheckpointRepo {
   insert(checkpoint: Checkpoint): Promise<void>;
   /** A tenant sees its own checkpoints and, with includeSystem, the service's. Deleted ones are hidden. */
   find(tenantId: string | null, idOrName: string, includeSystem?: boolean): Promise<Checkpoint | undefined>;
-  findById(id: string): Promise<Checkpoint | undefined>;
   list(tenantId: string, page: PageRequest, includeSystem: boolean): Promise<Page<Checkpoint>>;
   listAll(): Promise<Checkpoint[]>;
   update(checkpoint: Checkpoint): Promise<void>;

@@ -240,11 +240,16 @@ export class RuntimeService {
   async exec(tenantId: string, ref: string, request: ExecRequest): Promise<ExecResult> {
     const rt = await this.get(tenantId, ref);
     requireState('exec', rt.status, rt.displayName);
-    this.touch(rt.id);
+    return this.#busy(rt.id, () => this.driver.exec(rt.id, request));
+  }
+
+  /** Counts as activity from start to end, so a long command does not look idle. */
+  async #busy<T>(runtimeId: string, work: () => Promise<T>): Promise<T> {
+    this.touch(runtimeId);
     try {
-      return await this.driver.exec(rt.id, request);
+      return await work();
     } finally {
-      this.touch(rt.id);
+      this.touch(runtimeId);
     }
   }
 
@@ -301,12 +306,7 @@ export class RuntimeService {
   async writeFile(tenantId: string, ref: string, path: string, body: Readable, maxBytes: number): Promise<number> {
     const rt = await this.get(tenantId, ref);
     requireState('files', rt.status, rt.displayName);
-    this.touch(rt.id);
-    try {
-      return await this.driver.writeFile(rt.id, checkGuestPath(path), body, maxBytes);
-    } finally {
-      this.touch(rt.id);
-    }
+    return this.#busy(rt.id, () => this.driver.writeFile(rt.id, checkGuestPath(path), body, maxBytes));
   }
 
   /** Runs the work with this runtime's lifecycle lock held (used by checkpoint capture). */
@@ -366,6 +366,7 @@ export class RuntimeService {
     await this.driver.destroy(rt.id);
     await this.store.rules.deleteForRuntime(rt.id);
     await this.store.runtimes.delete(rt.tenantId, rt.id);
+    this.#activity.delete(rt.id);
   }
 
   async #markCrashed(runtimeId: string): Promise<void> {

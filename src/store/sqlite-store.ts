@@ -324,7 +324,6 @@ function checkpointRepo(db: Db): CheckpointRepo {
   const update = db.prepare(`UPDATE checkpoints SET ${cols.filter((c) => c !== 'id').map((c) => `${c} = @${c}`).join(', ')} WHERE id = @id`);
   const visible = '(tenant_id = @tenant OR (@system = 1 AND tenant_id IS NULL)) AND deleted = 0';
   const find = db.prepare(`SELECT * FROM checkpoints WHERE ${visible} AND (id = @id OR display_name = @name) ORDER BY id = @id DESC, tenant_id IS NULL LIMIT 1`);
-  const byId = db.prepare('SELECT * FROM checkpoints WHERE id = ?');
   const list = db.prepare(`SELECT * FROM checkpoints WHERE ${visible} AND seq < @after ORDER BY seq DESC LIMIT @limit`);
   const all = db.prepare('SELECT * FROM checkpoints ORDER BY seq');
   const purge = db.prepare('DELETE FROM checkpoints WHERE id = ?');
@@ -341,10 +340,6 @@ function checkpointRepo(db: Db): CheckpointRepo {
     update: async (c) => guard(() => update.run(checkpointToRow(c)), c.displayName),
     find: async (tenantId, ref, includeSystem = false) => {
       const row = find.get({ tenant: tenantId, system: includeSystem ? 1 : 0, id: ref.toLowerCase(), name: ref }) as Row | undefined;
-      return row === undefined ? undefined : checkpointFromRow(row);
-    },
-    findById: async (id) => {
-      const row = byId.get(id) as Row | undefined;
       return row === undefined ? undefined : checkpointFromRow(row);
     },
     list: async (tenantId, p, includeSystem) =>

@@ -81,8 +81,7 @@ export class QemuDriver implements VmDriver {
   async create(spec: VmSpec): Promise<void> {
     this.#admit(spec.resources, spec.fromCheckpointId !== null);
     const dir = this.runtimeDir(spec.runtimeId);
-    const undo = new Teardown();
-    try {
+    await this.#undoOnFailure(async (undo) => {
       mkdirSync(dir, { recursive: true, mode: 0o700 });
       undo.push(() => rmSync(dir, { recursive: true, force: true }));
       if (spec.fromCheckpointId === null) {
@@ -93,10 +92,7 @@ export class QemuDriver implements VmDriver {
       } else {
         await this.#fork(spec, spec.fromCheckpointId, undo);
       }
-    } catch (err) {
-      await undo.run();
-      throw err;
-    }
+    });
   }
 
   async start(spec: VmSpec): Promise<void> {
@@ -106,8 +102,7 @@ export class QemuDriver implements VmDriver {
     const saved = readJson<VmState>(paths.state);
     const suspended = saved.suspended;
     this.#admit(spec.resources, false);
-    const undo = new Teardown();
-    try {
+    await this.#undoOnFailure(async (undo) => {
       if (suspended !== undefined) {
         // Back from suspension: the same memory, processes and disk, restored from its own files.
         const state: VmState = { ...saved, ram: suspended.ram, suspended: undefined };
@@ -121,15 +116,11 @@ export class QemuDriver implements VmDriver {
       rmSync(paths.ram, { force: true });
       writeJsonAtomic(paths.state, state);
       await this.#boot(spec, state, undo);
-    } catch (err) {
-      await undo.run();
-      throw err;
-    }
+    });
   }
 
   async suspend(runtimeId: string): Promise<void> {
-    const live = this.#live.get(runtimeId);
-    if (live === undefined || live.vm.exited) throw failedPrecondition('the runtime has no running VM');
+    const live = this.#running(runtimeId);
     const dir = this.runtimeDir(runtimeId);
     const paths = vmPaths(dir);
     const state = readJson<VmState>(paths.state);
@@ -195,8 +186,7 @@ export class QemuDriver implements VmDriver {
    * on its new overlay, unharmed; only the checkpoint's own files are removed.
    */
   async checkpoint(runtimeId: string, checkpointId: string): Promise<void> {
-    const live = this.#live.get(runtimeId);
-    if (live === undefined || live.vm.exited) throw failedPrecondition('the runtime has no running VM');
+    const live = this.#running(runtimeId);
     const { vm, uid } = live;
     const dir = this.runtimeDir(runtimeId);
     const paths = vmPaths(dir);
@@ -429,10 +419,23 @@ export class QemuDriver implements VmDriver {
     });
   }
 
-  #vm(runtimeId: string): QemuVm {
+  #running(runtimeId: string): LiveVm {
     const live = this.#live.get(runtimeId);
     if (live === undefined || live.vm.exited) throw failedPrecondition('the runtime has no running VM');
-    return live.vm;
+    return live;
+  }
+
+  #vm = (runtimeId: string): QemuVm => this.#running(runtimeId).vm;
+
+  /** Runs setup steps that register their undo; on failure the undo runs, exactly once. */
+  async #undoOnFailure(work: (undo: Teardown) => Promise<void>): Promise<void> {
+    const undo = new Teardown();
+    try {
+      await work(undo);
+    } catch (err) {
+      await undo.run();
+      throw err;
+    }
   }
 
   /** Agent transport failures (the VM died, the agent hangs) are the runtime being unavailable, not a bug. */
