@@ -17,7 +17,7 @@ import { migrateFromFd, migrateToFile } from '../src/vm/migration.js';
 import { qemuArgs } from '../src/vm/qemu-args.js';
 import { QmpClient } from '../src/vm/qmp-client.js';
 import { GuestAgentClient } from '../src/vm/guest-agent-client.js';
-import { runCommand } from '../src/vm/run-command.js';
+import { runCommand } from '../src/platform/run-command.js';
 import { SHARED_IMAGE_DIR } from '../test/support/service.js';
 
 const N = Number(process.env.BENCH_FORKS ?? 8);
@@ -62,7 +62,7 @@ try {
     const args = qemuArgs({
       accel: 'tcg', kernel: image.kernel, initrd: image.initrd, disk: { file: join(dir, 'disk.qcow2'), node: 'disk-0' },
       memory: { file: join(cpDir, 'ram'), shared: false }, incoming: true, qmpSocket: join(dir, 'qmp.sock'), agentSocket: join(dir, 'agent.sock'),
-      serialLog: join(dir, 'serial.log'), memoryMib: manifest.memoryMib, vcpus: manifest.vcpus, name: `raw-${i}`, runAs: '299999:299999', tscKhz: hostTscKhz(),
+      serialLog: join(dir, 'serial.log'), memoryMib: manifest.memoryMib, vcpus: manifest.vcpus, name: `raw-${i}`, runAs: '299999:299999', tscKhz: hostTscKhz(), tap: null,
     });
     const fd = openSync(join(cpDir, 'state'), 'r');
     const child = spawn('qemu-system-x86_64', args, { stdio: ['ignore', 'ignore', 'ignore', fd], detached: true });

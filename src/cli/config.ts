@@ -1,5 +1,6 @@
 /** Configuration from the environment (DESIGN.md lists every variable), read once at start. */
 import { resolve } from 'node:path';
+import { parseCidrList } from '../net/blocked-ranges.js';
 
 export interface Config {
   host: string;
@@ -14,6 +15,17 @@ export interface Config {
   logLevel: string;
   /** Suspend runtimes idle this long (no exec, file or egress activity); 0 = never. */
   idleSuspendSecs: number;
+  egress: {
+    allowCidrs: string[];
+    extraCaFile: string | undefined;
+    dnsOverridesFile: string | undefined;
+    /** Where guest traffic is redirected on the gateway address. */
+    proxyPort: number;
+    dnsPort: number;
+    injectPlainHttp: boolean;
+    icmpAuditSecs: number;
+    ingress: { host: string; port: number; domain: string };
+  };
 }
 
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
@@ -39,5 +51,19 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     memoryOvercommit: int(env, 'VESSEL_MEMORY_OVERCOMMIT', 8),
     logLevel: env.VESSEL_LOG_LEVEL ?? 'info',
     idleSuspendSecs: int(env, 'VESSEL_IDLE_SUSPEND_SECS', 0),
+    egress: {
+      allowCidrs: parseCidrList(env.VESSEL_EGRESS_ALLOW_CIDRS),
+      extraCaFile: env.VESSEL_EGRESS_EXTRA_CA || undefined,
+      dnsOverridesFile: env.VESSEL_DNS_OVERRIDES || undefined,
+      proxyPort: int(env, 'VESSEL_EGRESS_PROXY_PORT', 15001),
+      dnsPort: int(env, 'VESSEL_EGRESS_DNS_PORT', 15053),
+      injectPlainHttp: env.VESSEL_EGRESS_INJECT_PLAIN_HTTP === '1',
+      icmpAuditSecs: int(env, 'VESSEL_ICMP_AUDIT_SECS', 10),
+      ingress: {
+        host: env.VESSEL_INGRESS_HOST ?? env.VESSEL_HOST ?? '127.0.0.1',
+        port: int(env, 'VESSEL_INGRESS_PORT', 8081),
+        domain: env.VESSEL_INGRESS_DOMAIN ?? 'localhost',
+      },
+    },
   };
 }

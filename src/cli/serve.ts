@@ -1,13 +1,16 @@
 /**
- * The composition root: the one place that wires the real adapters (SQLite store, QEMU driver)
- * into the core and puts the HTTP facade in front of it.
+ * The composition root: the one place that wires the real adapters (SQLite store, QEMU driver,
+ * network gateway) into the core and puts the HTTP facade in front of it.
  */
+import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import pino from 'pino';
 import { buildApi } from '../api/app.js';
 import { Core } from '../core/core.js';
 import { SecretBox } from '../core/secret-box.js';
+import { CertificateAuthority } from '../net/certificate-authority.js';
+import { Gateway } from '../net/gateway.js';
 import { SqliteStore } from '../store/sqlite-store.js';
 import { chooseAccel } from '../vm/accel.js';
 import { buildImage } from '../vm/guest-image.js';
@@ -37,8 +40,12 @@ export async function serve(config: Config): Promise<void> {
   const { image, accel } = await prepareHost(config, log);
 
   const store = new SqliteStore(join(config.dataDir, 'vessel.db'));
-  const driver = new QemuDriver({ dataDir: config.dataDir, image, accel, memoryOvercommit: config.memoryOvercommit, log });
-  const core = new Core({ store, driver, secretBox: new SecretBox(loadMasterKey(config.dataDir, config.masterKey)), log });
+  const ca = await CertificateAuthority.loadOrCreate(config.dataDir);
+  const driver = new QemuDriver({ dataDir: config.dataDir, image, accel, guestCaPem: ca.certPem, memoryOvercommit: config.memoryOvercommit, log });
+  const gateway = new Gateway({ instance: createHash('sha256').update(config.dataDir).digest('hex').slice(0, 8), ca, ...config.egress, log });
+  await gateway.start();
+  const core = new Core({ store, driver, gateway, secretBox: new SecretBox(loadMasterKey(config.dataDir, config.masterKey)), log });
+  gateway.connect(core.egress);
 
   const admin = loadAdminToken(config.dataDir, config.adminToken);
   await core.tokens.installAdmin(admin.token);

@@ -1,17 +1,18 @@
 /** The core's one public entry: the services, wired over the ports they need. */
 import { AuditService } from './audits.js';
 import { CheckpointService } from './checkpoints.js';
-import type { Store, VmDriver } from './ports.js';
+import { EgressService } from './egress.js';
+import type { NetworkGateway, Store, VmDriver } from './ports.js';
 import { RuleService } from './rules.js';
 import { RuntimeService, type Logger } from './runtimes.js';
 import type { SecretBox } from './secret-box.js';
 import { SecretService } from './secrets.js';
 import { TokenService } from './tokens.js';
-import type { Runtime } from './types.js';
 
 export interface CorePorts {
   store: Store;
   driver: VmDriver;
+  gateway: NetworkGateway;
   secretBox: SecretBox;
   log: Logger;
 }
@@ -23,35 +24,37 @@ export class Core {
   readonly rules: RuleService;
   readonly checkpoints: CheckpointService;
   readonly audits: AuditService;
-  readonly #policyListeners: Array<(rt: Runtime) => void> = [];
+  /** What the gateway calls back: secret values, audits, activity. */
+  readonly egress: EgressService;
 
   constructor(private readonly ports: CorePorts) {
-    const { store, driver, secretBox, log } = ports;
+    const { store, driver, gateway, secretBox, log } = ports;
     this.tokens = new TokenService(store);
-    this.runtimes = new RuntimeService(store, driver, log);
     this.secrets = new SecretService(store, secretBox);
+    this.audits = new AuditService(store);
+    this.egress = new EgressService(store, gateway, this.secrets, this.audits, (id) => this.runtimes.touch(id));
+    this.runtimes = new RuntimeService(store, driver, this.egress, log);
     this.rules = new RuleService(store, this.runtimes, this.secrets);
     this.checkpoints = new CheckpointService(store, this.runtimes, driver, log);
-    this.audits = new AuditService(store);
-    this.runtimes.observe({ policyChanged: (rt) => this.#policyListeners.forEach((l) => l(rt)) });
+    // A PATCHed policy or a rule change applies to the gateway's next connection.
+    this.runtimes.observe({ policyChanged: (rt) => void this.egress.refresh(rt.id) });
+    this.rules.onChange((runtimeId) => void this.egress.refresh(runtimeId));
     this.runtimes.useSystemCheckpoints((r) => this.checkpoints.systemFor(r));
-  }
-
-  /** The egress gateway subscribes here so a PATCHed policy applies to the next connection. */
-  onPolicyChange(listener: (rt: Runtime) => void): void {
-    this.#policyListeners.push(listener);
   }
 
   /** Brings the store in line with reality after a (possibly unclean) restart. */
   async reconcile(): Promise<{ adopted: number; crashed: number }> {
     const result = await this.runtimes.reconcile();
     await this.checkpoints.reconcile();
+    await this.egress.restore();
     return result;
   }
 
   async close(): Promise<void> {
     this.runtimes.stopIdleSuspension();
     await this.checkpoints.settled();
+    await this.egress.flush();
+    await this.ports.gateway.close();
     await this.ports.driver.close();
     this.ports.store.close();
   }

@@ -6,6 +6,9 @@ import type { Readable } from 'node:stream';
 import type {
   Audit,
   Checkpoint,
+  EgressAuditDetail,
+  EgressAuditKind,
+  EgressPolicy,
   ExecRequest,
   ExecResult,
   InjectionRule,
@@ -86,6 +89,18 @@ export interface AuditRepo {
   prune(keep: number): Promise<number>;
 }
 
+/**
+ * The guest side of every runtime's network, the same in every VM: each VM sits alone on its own
+ * TAP link, so no two ever meet, and a fork needs no change inside the guest. The gateway tells
+ * VMs apart by the TAP they arrive on (see src/net/nftables.ts).
+ */
+export const GUEST_NETWORK = {
+  address: '10.127.0.2',
+  prefixLength: 30,
+  gateway: '10.127.0.1',
+  mac: '52:54:00:76:73:02',
+} as const;
+
 /** What the driver needs to bring a VM up. */
 export interface VmSpec {
   runtimeId: string;
@@ -93,6 +108,42 @@ export interface VmSpec {
   /** Boot from this checkpoint's memory and disk instead of the system template. */
   fromCheckpointId: string | null;
   hostname: string;
+  /** The host TAP device of the VM's NIC; null gives a NIC that is connected to nothing. */
+  tap: string | null;
+}
+
+/** What the gateway enforces for one runtime: its policy and its injection rules. */
+export interface EgressSubject {
+  runtimeId: string;
+  tenantId: string;
+  policy: EgressPolicy;
+  rules: InjectionRule[];
+}
+
+/** What the gateway asks of the core while it runs. */
+export interface GatewayHooks {
+  /** The plaintext of a rule's secret and how long the gateway may keep it. */
+  revealSecret(tenantId: string, secretId: string): Promise<{ value: string; cacheTtlSecs: number } | null>;
+  audit(runtimeId: string, tenantId: string, kind: EgressAuditKind, detail: EgressAuditDetail): void;
+  /** Egress and ingress are activity: they keep a runtime from being suspended as idle. */
+  activity(runtimeId: string): void;
+  /** The running runtime (by id or display name) whose ingress_specs expose `port`, or null. */
+  ingressTarget(runtimeRef: string, port: number): Promise<{ runtimeId: string; protocol: 'http' | 'https' } | null>;
+}
+
+export interface NetworkGateway {
+  /**
+   * Gives the runtime its TAP and its place in the filter rules, and starts enforcing its
+   * policy. Idempotent: a runtime keeps its TAP across stop and start. Returns the TAP name.
+   */
+  attach(subject: EgressSubject): Promise<string>;
+  /** A new policy or rule set: applies to the next connection and the next request. */
+  update(subject: EgressSubject): void;
+  /** Removes the runtime's TAP and rules. Idempotent. */
+  detach(runtimeId: string): Promise<void>;
+  /** At start-up: keeps the TAPs of these runtimes, removes every other one, rewrites the rules. */
+  restore(subjects: EgressSubject[]): Promise<void>;
+  close(): Promise<void>;
 }
 
 export type LiveState = 'running' | 'paused' | 'gone';

@@ -31,6 +31,13 @@ export interface RuntimeObserver {
   policyChanged(runtime: Runtime): void;
 }
 
+/** Gives runtimes their network (the core's EgressService over the gateway). */
+export interface RuntimeNetwork {
+  /** Returns the TAP for the VM's NIC. */
+  attach(rt: Runtime): Promise<string>;
+  detach(runtimeId: string): Promise<void>;
+}
+
 export interface Logger {
   info(obj: object, msg: string): void;
   warn(obj: object, msg: string): void;
@@ -80,6 +87,7 @@ export class RuntimeService {
   constructor(
     private readonly store: Store,
     private readonly driver: VmDriver,
+    private readonly network: RuntimeNetwork,
     private readonly log: Logger,
   ) {
     driver.onUnexpectedExit((id) => void this.#markCrashed(id));
@@ -154,9 +162,10 @@ export class RuntimeService {
     await this.store.runtimes.insert(runtime);
     return this.#lock.run(runtime.id, async () => {
       try {
-        await this.driver.create(this.#spec(runtime));
+        await this.driver.create(this.#spec(runtime, await this.network.attach(runtime)));
       } catch (err) {
         await this.driver.destroy(runtime.id).catch(() => undefined);
+        await this.network.detach(runtime.id).catch(() => undefined);
         if (err instanceof VesselError && err.code !== 'internal') {
           // Refusals (capacity, unsupported, bad input) leave nothing behind, not even the record.
           await this.store.runtimes.delete(tenantId, runtime.id);
@@ -351,7 +360,7 @@ export class RuntimeService {
     const resources = rt.status === 'suspended' ? rt.resources : (rt.pendingResources ?? rt.resources);
     const pendingResources = rt.status === 'suspended' ? rt.pendingResources : null;
     try {
-      await this.driver.start(this.#spec({ ...rt, resources }));
+      await this.driver.start(this.#spec({ ...rt, resources }, await this.network.attach(rt)));
     } catch (err) {
       const reason = err instanceof Error ? err.message : String(err);
       if (err instanceof VesselError && err.code === 'unavailable') throw err;
@@ -364,6 +373,7 @@ export class RuntimeService {
 
   async #finishDelete(rt: Runtime): Promise<void> {
     await this.driver.destroy(rt.id);
+    await this.network.detach(rt.id);
     await this.store.rules.deleteForRuntime(rt.id);
     await this.store.runtimes.delete(rt.tenantId, rt.id);
     this.#activity.delete(rt.id);
@@ -387,8 +397,8 @@ export class RuntimeService {
     });
   }
 
-  #spec(rt: Runtime): VmSpec {
-    return { runtimeId: rt.id, resources: rt.resources, fromCheckpointId: rt.baseCheckpointId, hostname: rt.displayName };
+  #spec(rt: Runtime, tap: string): VmSpec {
+    return { runtimeId: rt.id, resources: rt.resources, fromCheckpointId: rt.baseCheckpointId, hostname: rt.displayName, tap };
   }
 
   #requireDriver(): void {

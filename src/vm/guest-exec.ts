@@ -10,12 +10,24 @@ const POLL_DELAYS_MS = [0, 2, 5, 10, 20, 40, 80, 150, 250];
 const NO_CWD = '\0vessel-nocwd';
 const NO_EXEC = '\0vessel-noexec';
 
+/** Where the gateway's CA goes in the guest; update-ca-certificates adds it to the bundle. */
+export const GUEST_CA_FILE = '/usr/local/share/ca-certificates/vessel-egress-ca.crt';
+const SYSTEM_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
+
+/** Points OpenSSL, Python requests and Node at the bundle that holds the gateway's CA. */
+export const GUEST_CA_ENV: Record<string, string> = {
+  SSL_CERT_FILE: SYSTEM_BUNDLE,
+  REQUESTS_CA_BUNDLE: SYSTEM_BUNDLE,
+  NODE_EXTRA_CA_CERTS: GUEST_CA_FILE,
+};
+
 /** The base environment; the request's env is laid over it. */
 export const GUEST_BASE_ENV: Record<string, string> = {
   PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
   HOME: '/root',
   LANG: 'C.UTF-8',
   TERM: 'xterm',
+  ...GUEST_CA_ENV,
 };
 
 /** cd needs a shell; the markers let the host tell "could not start" from the command's own failures. */

@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync, copyFileSync, chmodSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { runCommand } from './run-command.js';
+import { runCommand } from '../platform/run-command.js';
 
 /** Bumped when the build steps change in a way the recipe files do not show. */
 const BUILDER_VERSION = 2;

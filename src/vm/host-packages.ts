@@ -1,6 +1,6 @@
 /** The Debian packages the driver needs on the host, installed on first start when run as root. */
 import { execFileSync } from 'node:child_process';
-import { runCommand } from './run-command.js';
+import { runCommand } from '../platform/run-command.js';
 
 /** binary → package that provides it */
 export const HOST_REQUIREMENTS: Record<string, string> = {

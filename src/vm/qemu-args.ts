@@ -1,4 +1,5 @@
 /** The QEMU command line for one runtime. Pure, so that it can be unit tested. */
+import { GUEST_NETWORK } from '../core/ports.js';
 import type { Accel } from './accel.js';
 
 export interface LaunchPlan {
@@ -25,6 +26,8 @@ export interface LaunchPlan {
   runAs: string;
   /** Host TSC rate for the guest kernel under TCG (see hostTscKhz). */
   tscKhz: number | null;
+  /** The host TAP of the NIC, or null for a NIC on an empty hub (templates, which never talk). */
+  tap: string | null;
 }
 
 export function qemuArgs(p: LaunchPlan): string[] {
@@ -37,6 +40,9 @@ export function qemuArgs(p: LaunchPlan): string[] {
     p.memory === null
       ? ['-object', `memory-backend-ram,id=mem,size=${p.memoryMib}M`]
       : ['-object', `memory-backend-file,id=mem,size=${p.memoryMib}M,mem-path=${p.memory.file},share=${p.memory.shared ? 'on' : 'off'}`];
+  // The guest's address is the same in every VM; it is set at boot from the kernel command line.
+  const g = GUEST_NETWORK;
+  const netdev = p.tap === null ? 'hubport,id=net0,hubid=0' : `tap,id=net0,ifname=${p.tap},script=no,downscript=no`;
   return [
     '-name', `vessel-${p.name},debug-threads=on`,
     '-M', 'microvm,isa-serial=on,rtc=on,memory-backend=mem',
@@ -49,7 +55,7 @@ export function qemuArgs(p: LaunchPlan): string[] {
     '-initrd', p.initrd,
     // Nothing per-VM on the kernel command line: forks share their template's boot. The
     // hostname and the rest of a VM's identity are set through the guest agent.
-    '-append', `console=ttyS0 root=/dev/vda rw quiet panic=-1${tsc}`,
+    '-append', `console=ttyS0 root=/dev/vda rw quiet panic=-1 ipv6.disable=1 vessel.net=${g.address}/${g.prefixLength},${g.gateway}${tsc}`,
     '-blockdev', `driver=file,filename=${p.disk.file},node-name=${p.disk.node}-file,discard=unmap`,
     '-blockdev', `driver=qcow2,file=${p.disk.node}-file,node-name=${p.disk.node},discard=unmap`,
     '-device', `virtio-blk-device,drive=${p.disk.node}`,
@@ -58,6 +64,8 @@ export function qemuArgs(p: LaunchPlan): string[] {
     '-device', 'virtserialport,chardev=agent,name=org.qemu.guest_agent.0',
     '-device', 'virtio-balloon-device,id=balloon',
     '-device', 'virtio-rng-device',
+    '-netdev', netdev,
+    '-device', `virtio-net-device,netdev=net0,mac=${g.mac}`,
     '-qmp', `unix:${p.qmpSocket},server=on,wait=off`,
     '-serial', `file:${p.serialLog}`,
     ...(p.incoming ? ['-incoming', 'defer'] : []),

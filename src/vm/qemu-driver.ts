@@ -5,29 +5,31 @@
  * device state plus the RAM file; forks restore them with `-incoming`.
  */
 import { chownSync, closeSync, existsSync, linkSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { totalmem } from 'node:os';
 import { join } from 'node:path';
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, unavailable } from '../core/errors.js';
 import type { LiveState, VmDriver, VmSpec } from '../core/ports.js';
 import type { ExecRequest, ExecResult, Resources } from '../core/types.js';
 import { hostTscKhz, type Accel } from './accel.js';
 import { DiskLayers, readJson, writeJsonAtomic, type CheckpointManifest, type VmState } from './disk-layers.js';
 import { GuestAgentError, type GuestAgentClient } from './guest-agent-client.js';
-import { execInGuest } from './guest-exec.js';
+import { execInGuest, GUEST_CA_ENV, GUEST_CA_FILE } from './guest-exec.js';
 import { readGuestFile, writeGuestFile } from './guest-files.js';
 import type { GuestImage } from './guest-image.js';
 import { migrateFromFd, migrateToFile } from './migration.js';
 import { qemuArgs } from './qemu-args.js';
 import { QemuVm, vmPaths } from './qemu-vm.js';
-import { runCommand } from './run-command.js';
+import { runCommand } from '../platform/run-command.js';
 import { Teardown } from './teardown.js';
 
 export interface QemuDriverOptions {
   dataDir: string;
   image: GuestImage;
   accel: Accel;
+  /** The gateway's CA (PEM), put in every guest's trust store when its template is made. */
+  guestCaPem: string;
   /** Multiplies host memory when admitting VMs: 1 means the sum of limits fits in RAM. */
   memoryOvercommit: number;
   bootTimeoutMs?: number;
@@ -70,8 +72,9 @@ export class QemuDriver implements VmDriver {
     return null;
   }
 
+  /** The image and the CA baked into its template: a new CA makes new templates. */
   imageId(): string {
-    return this.opts.image.hash;
+    return `${this.opts.image.hash}-${createHash('sha256').update(this.opts.guestCaPem).digest('hex').slice(0, 8)}`;
   }
 
   runtimeDir(runtimeId: string): string {
@@ -240,11 +243,28 @@ export class QemuDriver implements VmDriver {
   async createTemplate(checkpointId: string, resources: Resources): Promise<void> {
     const templateId = `${TEMPLATE_PREFIX}${checkpointId}`;
     try {
-      await this.create({ runtimeId: templateId, resources, fromCheckpointId: null, hostname: 'vessel' });
+      await this.create({ runtimeId: templateId, resources, fromCheckpointId: null, hostname: 'vessel', tap: null });
+      await this.#installCa(templateId);
       await this.checkpoint(templateId, checkpointId);
     } finally {
       await this.destroy(templateId);
     }
+  }
+
+  /**
+   * The gateway's CA joins the system bundle, which SSL_CERT_FILE and friends point at
+   * (GUEST_CA_ENV). Appended directly: update-ca-certificates rehashes every CA and takes most
+   * of a minute under TCG. The copy in ca-certificates' local directory survives a later run.
+   */
+  async #installCa(runtimeId: string): Promise<void> {
+    await this.writeFile(runtimeId, GUEST_CA_FILE, Readable.from([Buffer.from(this.opts.guestCaPem)]), 1 << 20);
+    const profile = Object.entries(GUEST_CA_ENV).map(([k, v]) => `export ${k}=${v}`).join('; ');
+    const result = await this.exec(runtimeId, {
+      // Constant paths only, no quoting needed.
+      command: `cat ${GUEST_CA_FILE} >> ${GUEST_CA_ENV.SSL_CERT_FILE} && ln -sf ${GUEST_CA_FILE} /etc/ssl/certs/vessel-egress-ca.pem && echo '${profile}' > /etc/profile.d/vessel-ca.sh`,
+      args: [], cwd: null, env: {}, stdin: null, maxOutputBytes: 4096, timeoutSecs: 60,
+    });
+    if (result.exit_code !== 0) throw new Error(`could not install the gateway CA in the guest: ${result.stderr.trim()}`);
   }
 
   async reattach(runtimeId: string): Promise<LiveState> {
@@ -335,6 +355,7 @@ export class QemuDriver implements VmDriver {
       name: spec.hostname,
       runAs: `${uid}:${uid}`,
       tscKhz: this.#tscKhz,
+      tap: spec.tap,
     });
     const t0 = performance.now();
     const vm = restoreFrom === undefined ? await this.#launchUntilAgent(dir, args, undo) : await this.#restore(dir, args, restoreFrom, undo);

@@ -11,6 +11,7 @@ import { SecretBox } from '../../src/core/secret-box.js';
 import type { Scope } from '../../src/core/types.js';
 import { SqliteStore } from '../../src/store/sqlite-store.js';
 import { FakeDriver } from './fake-driver.js';
+import { FakeGateway } from './fake-gateway.js';
 
 export const silentLog = { info() {}, warn() {}, error() {} };
 
@@ -29,7 +30,7 @@ export async function apiHarness(opts: { driver?: VmDriver; rate?: { ratePerSec:
   const dir = mkdtempSync(join(tmpdir(), 'vessel-api-'));
   const store = new SqliteStore(join(dir, 'vessel.db'));
   const driver = opts.driver ?? new FakeDriver();
-  const core = new Core({ store, driver, secretBox: new SecretBox(randomBytes(32)), log: silentLog });
+  const core = new Core({ store, driver, gateway: new FakeGateway(), secretBox: new SecretBox(randomBytes(32)), log: silentLog });
   const admin = 'vsl_test_admin_' + randomBytes(8).toString('hex');
   await core.tokens.installAdmin(admin);
   const app = await buildApi({ core, logger: false, rateLimit: opts.rate ?? { ratePerSec: 0, burst: 0 }, maxFileBytes: 1024 * 1024 });

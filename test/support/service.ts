@@ -37,6 +37,7 @@ export class Service {
   readonly dataDir: string;
   #child: ChildProcess | null = null;
   #port = 0;
+  ingressPort = 0;
   log = '';
 
   constructor(
@@ -52,6 +53,9 @@ export class Service {
 
   async start(): Promise<void> {
     this.#port = await freePort();
+    // Several services may share the host in one test: each gets its own gateway ports.
+    const [proxyPort, dnsPort, ingressPort] = [await freePort(), await freePort(), await freePort()];
+    this.ingressPort = ingressPort;
     const child = spawn(process.execPath, [CLI, 'serve'], {
       env: {
         ...process.env,
@@ -60,6 +64,9 @@ export class Service {
         VESSEL_PORT: String(this.#port),
         VESSEL_ADMIN_TOKEN: this.token,
         VESSEL_LOG_LEVEL: 'warn',
+        VESSEL_EGRESS_PROXY_PORT: String(proxyPort),
+        VESSEL_EGRESS_DNS_PORT: String(dnsPort),
+        VESSEL_INGRESS_PORT: String(ingressPort),
         ...this.env,
       },
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -103,7 +103,7 @@ test('system checkpoints are listed only with include_system and cannot be delet
   const all = (await svc.call('GET', '/v1/checkpoints?include_system=true')).body.data;
   const sys = all.find((c: any) => c.system);
   assert.ok(sys, 'a system checkpoint exists');
-  assert.match(sys.display_name, /^system-[0-9a-f]+-512m-1c$/);
+  assert.match(sys.display_name, /^system-[0-9a-f]+-[0-9a-f]+-512m-1c$/);
   const del = await svc.call('DELETE', `/v1/checkpoints/${sys.id}`);
   assert.equal(del.status, 409);
   assert.equal(del.body.error.code, 'failed_precondition');

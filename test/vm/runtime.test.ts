@@ -167,7 +167,11 @@ test('two runtimes are isolated from each other', TIMEOUT, async () => {
   assert.equal((await exec('vm-b', { command: 'cat /root/mine' })).body.data.exit_code, 1);
   assert.equal((await out('vm-b', 'hostname')).trim(), 'vm-b');
   const ps = await exec('vm-b', { command: 'ls /dev/vd* && ip -o link | wc -l' });
-  assert.equal(ps.body.data.stdout, '/dev/vda\n1\n', 'one disk of its own, no network but loopback');
+  assert.equal(ps.body.data.stdout, '/dev/vda\n2\n', 'one disk of its own; loopback and its own NIC');
+  // Every VM has the same address on a link of its own: the other one is not even addressable,
+  // and whatever vm-b sends goes to the gateway, which denies it (no egress allowed by default).
+  const probe = await exec('vm-b', { command: "curl -s -m 5 -o /dev/null -w '%{http_code}' http://10.222.0.1:8000/" });
+  assert.equal(probe.body.data.stdout, '403', 'the gateway answered, not another VM');
 });
 
 test('capacity: a create beyond host memory is unavailable and leaves nothing', TIMEOUT, async () => {

@@ -26,6 +26,8 @@ export function runCommand(cmd: string, args: string[], opts: RunOptions = {}): 
     };
     child.stdout.on('data', onData);
     child.stderr.on('data', onData);
+    // A command that exits before reading its input closes the pipe; its exit status tells why.
+    child.stdin.on('error', () => undefined);
     child.stdin.end(opts.input ?? '');
     child.on('error', reject);
     child.on('close', (code, signal) => {

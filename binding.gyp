@@ -1,0 +1,8 @@
+{
+  "targets": [
+    {
+      "target_name": "socket_ops",
+      "sources": ["src/net/native/socket_ops.c"]
+    }
+  ]
+}

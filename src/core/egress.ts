@@ -1,0 +1,87 @@
+/**
+ * The core's side of the network gateway: what it enforces per runtime (policy plus rules), the
+ * hooks it calls back (secret values, audits, activity), and batching of its audits.
+ */
+import { randomUUID } from 'node:crypto';
+import type { AuditService } from './audits.js';
+import type { EgressSubject, GatewayHooks, NetworkGateway, Store } from './ports.js';
+import type { SecretService } from './secrets.js';
+import type { Audit, EgressAuditDetail, EgressAuditKind, Runtime } from './types.js';
+
+/** Audits are written in batches: one transaction per interval, not one per connection. */
+const AUDIT_FLUSH_MS = 250;
+
+export class EgressService implements GatewayHooks {
+  #pending: Audit[] = [];
+  #flushTimer: NodeJS.Timeout | null = null;
+  #flushing: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly store: Store,
+    private readonly gateway: NetworkGateway,
+    private readonly secrets: SecretService,
+    private readonly audits: AuditService,
+    private readonly onActivity: (runtimeId: string) => void,
+  ) {}
+
+  async subject(rt: Runtime): Promise<EgressSubject> {
+    return { runtimeId: rt.id, tenantId: rt.tenantId, policy: rt.egressPolicy, rules: await this.store.rules.listForRuntime(rt.id) };
+  }
+
+  /** The runtime's TAP, made if needed, with its policy in force. */
+  async attach(rt: Runtime): Promise<string> {
+    return this.gateway.attach(await this.subject(rt));
+  }
+
+  detach = (runtimeId: string): Promise<void> => this.gateway.detach(runtimeId);
+
+  /** Policy or rules changed: the gateway applies them to the next connection. */
+  async refresh(runtimeId: string): Promise<void> {
+    const rt = await this.store.runtimes.findById(runtimeId);
+    if (rt !== undefined) this.gateway.update(await this.subject(rt));
+  }
+
+  async restore(): Promise<void> {
+    const runtimes = (await this.store.runtimes.listAll()).filter((rt) => rt.status !== 'deleting');
+    await this.gateway.restore(await Promise.all(runtimes.map((rt) => this.subject(rt))));
+  }
+
+  async revealSecret(tenantId: string, secretId: string): Promise<{ value: string; cacheTtlSecs: number } | null> {
+    const secret = await this.store.secrets.find(tenantId, secretId);
+    return secret === undefined ? null : { value: this.secrets.reveal(secret), cacheTtlSecs: secret.cacheTtlSecs };
+  }
+
+  audit(runtimeId: string, tenantId: string, kind: EgressAuditKind, detail: EgressAuditDetail): void {
+    this.#pending.push({ id: randomUUID(), tenantId, runtimeId, category: 'egress', payload: { egress: { kind, [kind]: detail } }, createdAt: new Date().toISOString() });
+    this.#flushTimer ??= setTimeout(() => void this.flush(), AUDIT_FLUSH_MS);
+  }
+
+  activity(runtimeId: string): void {
+    this.onActivity(runtimeId);
+  }
+
+  async ingressTarget(runtimeRef: string, port: number): Promise<{ runtimeId: string; protocol: 'http' | 'https' } | null> {
+    // Host names are case-insensitive and names are unique only per tenant: an ambiguous name
+    // routes nowhere (the id always works).
+    const ref = runtimeRef.toLowerCase();
+    const matches = (await this.store.runtimes.listAll()).filter((rt) => rt.id === ref || rt.displayName.toLowerCase() === ref);
+    const rt = matches.length === 1 ? matches[0]! : undefined;
+    if (rt === undefined || rt.status !== 'running') return null;
+    const spec = rt.ingressSpecs.find((s) => s.runtime_port === port);
+    return spec === undefined ? null : { runtimeId: rt.id, protocol: spec.protocol };
+  }
+
+  /** Writes pending audits; resolves once everything recorded so far is stored. */
+  flush(): Promise<void> {
+    if (this.#flushTimer !== null) clearTimeout(this.#flushTimer);
+    this.#flushTimer = null;
+    const batch = this.#pending;
+    this.#pending = [];
+    this.#flushing = this.#flushing.then(async () => {
+      if (batch.length === 0) return;
+      await this.audits.record(batch);
+      await this.audits.prune();
+    });
+    return this.#flushing;
+  }
+}

@@ -1,0 +1,65 @@
+/**
+ * Addresses the gateway never dials on a guest's behalf: private, loopback, link-local,
+ * multicast, metadata and other special-purpose ranges, in IPv4 and IPv6 (with IPv4-mapped and
+ * NAT64 forms unwrapped). The operator can open chosen ranges with VESSEL_EGRESS_ALLOW_CIDRS.
+ */
+import { BlockList, isIP } from 'node:net';
+
+const SPECIAL_V4 = [
+  '0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12',
+  '192.0.0.0/24', '192.0.2.0/24', '192.88.99.0/24', '192.168.0.0/16', '198.18.0.0/15',
+  '198.51.100.0/24', '203.0.113.0/24', '224.0.0.0/4', '240.0.0.0/4',
+];
+const SPECIAL_V6 = ['::/127', '100::/64', '2001:db8::/32', 'fc00::/7', 'fe80::/10', 'ff00::/8', '2001::/32', '2002::/16'];
+
+function addCidr(list: BlockList, cidr: string): void {
+  const [net, bits] = cidr.split('/');
+  const family = isIP(net ?? '');
+  const prefix = Number(bits);
+  if (family === 0 || !Number.isInteger(prefix) || prefix < 0 || prefix > (family === 4 ? 32 : 128)) {
+    throw new Error(`'${cidr}' is not a CIDR range`);
+  }
+  list.addSubnet(net!, prefix, family === 4 ? 'ipv4' : 'ipv6');
+}
+
+/** The IPv4 address inside an IPv4-mapped (::ffff:a.b.c.d) or NAT64 (64:ff9b::a.b.c.d) address. */
+function embeddedV4(ip: string): string | null {
+  const m = /^(?:::ffff:|64:ff9b::)(?:(\d+\.\d+\.\d+\.\d+)|([0-9a-f]{1,4}):([0-9a-f]{1,4}))$/i.exec(ip);
+  if (m === null) return null;
+  if (m[1] !== undefined) return m[1];
+  const hi = parseInt(m[2]!, 16);
+  const lo = parseInt(m[3]!, 16);
+  return `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`;
+}
+
+export class DialPolicy {
+  readonly #special = new BlockList();
+  readonly #allowed = new BlockList();
+
+  constructor(allowCidrs: readonly string[] = []) {
+    for (const c of SPECIAL_V4) addCidr(this.#special, c);
+    for (const c of SPECIAL_V6) addCidr(this.#special, c);
+    for (const c of allowCidrs) addCidr(this.#allowed, c);
+  }
+
+  /** Whether the gateway may open a connection to `ip`. Anything that is not an IP is refused. */
+  mayDial(ip: string): boolean {
+    const family = isIP(ip);
+    if (family === 0) return false;
+    const v4 = family === 6 ? embeddedV4(ip) : ip;
+    const [addr, type] = v4 !== null ? [v4, 'ipv4' as const] : [ip, 'ipv6' as const];
+    if (this.#allowed.check(addr, type)) return true;
+    return !this.#special.check(addr, type);
+  }
+
+  /** Addresses a guest cannot route to the gateway itself (its own loopback, link-local, ...). */
+  static guestLocal(ip: string): boolean {
+    return /^(127\.|0\.|169\.254\.|10\.127\.0\.|22[4-9]\.|23\d\.)/.test(ip);
+  }
+}
+
+export function parseCidrList(raw: string | undefined): string[] {
+  const list = (raw ?? '').split(/[\s,]+/).filter((s) => s !== '');
+  for (const c of list) addCidr(new BlockList(), c);
+  return list;
+}

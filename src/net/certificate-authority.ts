@@ -1,0 +1,121 @@
+/**
+ * The service's own CA, made at first start in the data directory (key 0600), and the leaf
+ * certificates it issues for intercepted hosts and HTTPS ingress, cached per host. ECDSA P-256
+ * keys: a leaf costs well under a millisecond to sign, so interception adds no visible delay.
+ */
+import 'reflect-metadata';
+import * as x509 from '@peculiar/x509';
+import { createHash, randomBytes, webcrypto } from 'node:crypto';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createSecureContext, type SecureContext } from 'node:tls';
+
+x509.cryptoProvider.set(webcrypto as unknown as Crypto);
+
+const ALG = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' } as const;
+const DAY = 86_400_000;
+const LEAF_DAYS = 30;
+/** Leaves are reissued well before they expire. */
+const LEAF_REFRESH_DAYS = 20;
+const MAX_CACHED_LEAVES = 5000;
+
+function pem(label: string, der: ArrayBuffer): string {
+  const b64 = Buffer.from(der).toString('base64').replace(/.{64}/g, '$&\n');
+  return `-----BEGIN ${label}-----\n${b64}${b64.endsWith('\n') ? '' : '\n'}-----END ${label}-----\n`;
+}
+
+function derOf(pemText: string): Buffer {
+  return Buffer.from(pemText.replace(/-----[^-]+-----/g, '').replace(/\s+/g, ''), 'base64');
+}
+
+const serial = () => {
+  const b = randomBytes(16);
+  b[0] = b[0]! & 0x7f;
+  return b.toString('hex');
+};
+
+export class CertificateAuthority {
+  readonly #leaves = new Map<string, { context: SecureContext; certPem: string; keyPem: string; issued: number }>();
+  #leafKeys: CryptoKeyPair | null = null;
+  #leafKeyPem = '';
+
+  private constructor(
+    readonly certPem: string,
+    private readonly cert: x509.X509Certificate,
+    private readonly key: CryptoKey,
+  ) {}
+
+  /** Short fingerprint, for naming things that depend on this CA (the guest templates). */
+  get fingerprint(): string {
+    return createHash('sha256').update(derOf(this.certPem)).digest('hex').slice(0, 12);
+  }
+
+  static async loadOrCreate(dataDir: string): Promise<CertificateAuthority> {
+    const certFile = join(dataDir, 'ca.crt');
+    const keyFile = join(dataDir, 'ca.key');
+    const subtle = webcrypto.subtle;
+    if (existsSync(certFile) && existsSync(keyFile)) {
+      const certPem = readFileSync(certFile, 'utf8');
+      const key = await subtle.importKey('pkcs8', derOf(readFileSync(keyFile, 'utf8')), ALG, false, ['sign']);
+      return new CertificateAuthority(certPem, new x509.X509Certificate(certPem), key as CryptoKey);
+    }
+    const keys = (await subtle.generateKey(ALG, true, ['sign', 'verify'])) as CryptoKeyPair;
+    const now = Date.now();
+    const cert = await x509.X509CertificateGenerator.createSelfSigned({
+      serialNumber: serial(),
+      name: `CN=Vessel egress CA ${randomBytes(4).toString('hex')}, O=Vessel`,
+      notBefore: new Date(now - DAY),
+      notAfter: new Date(now + 3650 * DAY),
+      keys,
+      signingAlgorithm: ALG,
+      extensions: [
+        new x509.BasicConstraintsExtension(true, 0, true),
+        new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign, true),
+        await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
+      ],
+    });
+    writeFileSync(keyFile, pem('PRIVATE KEY', await subtle.exportKey('pkcs8', keys.privateKey)), { mode: 0o600 });
+    const certPem = cert.toString('pem') + '\n';
+    writeFileSync(certFile, certPem, { mode: 0o644 });
+    return new CertificateAuthority(certPem, cert, keys.privateKey);
+  }
+
+  /** A TLS context presenting a leaf for `host` (a DNS name) signed by this CA. */
+  async contextFor(host: string): Promise<SecureContext> {
+    return (await this.#leaf(host)).context;
+  }
+
+  async #leaf(host: string) {
+    const cached = this.#leaves.get(host);
+    if (cached !== undefined && Date.now() - cached.issued < LEAF_REFRESH_DAYS * DAY) return cached;
+    if (this.#leafKeys === null) {
+      // One key for every leaf: the CA signature binds each name, and a key pair per host would
+      // only cost time. It lives in memory alone.
+      this.#leafKeys = (await webcrypto.subtle.generateKey(ALG, true, ['sign', 'verify'])) as CryptoKeyPair;
+      this.#leafKeyPem = pem('PRIVATE KEY', await webcrypto.subtle.exportKey('pkcs8', this.#leafKeys.privateKey));
+    }
+    const now = Date.now();
+    const cert = await x509.X509CertificateGenerator.create({
+      serialNumber: serial(),
+      subject: `CN=${host}`,
+      issuer: this.cert.subject,
+      notBefore: new Date(now - DAY),
+      notAfter: new Date(now + LEAF_DAYS * DAY),
+      signingKey: this.key,
+      publicKey: this.#leafKeys.publicKey,
+      signingAlgorithm: ALG,
+      extensions: [
+        new x509.BasicConstraintsExtension(false, undefined, true),
+        new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
+        new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth]),
+        new x509.SubjectAlternativeNameExtension([{ type: 'dns', value: host }]),
+        await x509.AuthorityKeyIdentifierExtension.create(this.cert),
+      ],
+    });
+    const certPem = cert.toString('pem');
+    const leaf = { context: createSecureContext({ cert: certPem, key: this.#leafKeyPem }), certPem, keyPem: this.#leafKeyPem, issued: now };
+    if (this.#leaves.size >= MAX_CACHED_LEAVES) this.#leaves.delete(this.#leaves.keys().next().value!);
+    this.#leaves.set(host, leaf);
+    return leaf;
+  }
+}

@@ -1,0 +1,157 @@
+/**
+ * The transparent proxy every guest TCP connection is redirected to. It learns the real
+ * destination (SO_ORIGINAL_DST), peeks at the first bytes without consuming them, decides, and
+ * then either splices the untouched socket to the address the gateway chose, terminates TLS to
+ * inject secrets, or serves plain HTTP request by request. Refusals are prompt: a TCP reset, or
+ * a 403 for HTTP.
+ */
+import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { TLSSocket } from 'node:tls';
+import type { EgressAuditDetail } from '../core/types.js';
+import { hostMatches, normalizeHostName } from '../core/host-pattern.js';
+import type { CertificateAuthority } from './certificate-authority.js';
+import type { DenyReason, EgressDecisions } from './egress-decisions.js';
+import { HttpForwarder, type HttpContext } from './http-forwarder.js';
+import type { RuntimeNet, RuntimeRegistry } from './runtime-registry.js';
+import { originalDst, sniffSocket } from './socket-ops.js';
+
+/** A client that says nothing this long is taken to speak a server-first protocol (raw TCP). */
+const SILENT_MS = 300;
+const CONNECT_TIMEOUT_MS = 10_000;
+
+export interface ProxyAudit {
+  (net: RuntimeNet, kind: 'tcp_connection' | 'http_request', detail: EgressAuditDetail): void;
+}
+
+export interface EgressProxyOptions {
+  registry: RuntimeRegistry;
+  decisions: EgressDecisions;
+  ca: CertificateAuthority;
+  forwarder: HttpForwarder;
+  audit: ProxyAudit;
+  activity(net: RuntimeNet): void;
+  log: { warn(o: object, m: string): void };
+}
+
+export class EgressProxy {
+  readonly #server: Server;
+  readonly #http = createHttpServer({ requireHostHeader: true, keepAliveTimeout: 60_000 });
+  readonly #contexts = new WeakMap<Socket, HttpContext>();
+
+  constructor(private readonly opts: EgressProxyOptions) {
+    // Paused until the decision: peeking leaves the bytes in the kernel for whoever takes over.
+    this.#server = createServer({ pauseOnConnect: true, noDelay: true }, (s) => void this.#accept(s));
+    this.#http.on('request', (req: IncomingMessage, res: ServerResponse) => {
+      const ctx = this.#contexts.get(req.socket);
+      if (ctx === undefined) return void res.destroy();
+      void opts.forwarder.handle(ctx, req, res);
+    });
+    // Malformed requests (smuggling attempts with both Content-Length and Transfer-Encoding
+    // included) are answered 400 by Node's strict parser; they are audited as denied.
+    this.#http.on('clientError', (err: Error & { code?: string }, socket: Socket) => {
+      const ctx = this.#contexts.get(socket);
+      if (ctx !== undefined && err.code !== 'ECONNRESET' && err.code !== 'HPE_HEADER_OVERFLOW_EOF') {
+        opts.audit(ctx.net, 'http_request', { action: 'deny', host: ctx.tls?.sni ?? null, ip: null, port: ctx.port, reason: 'bad_request', status: 400 });
+      }
+      if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+      else socket.destroy();
+    });
+  }
+
+  listen(host: string, port: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.#server.once('error', reject);
+      this.#server.listen({ host, port }, () => resolve());
+    });
+  }
+
+  close(): Promise<void> {
+    this.#http.closeAllConnections();
+    return new Promise((r) => this.#server.close(() => r()));
+  }
+
+  async #accept(socket: Socket): Promise<void> {
+    socket.on('error', () => undefined);
+    const net = this.opts.registry.byIdentity(socket.remoteAddress);
+    let dst: { address: string; port: number };
+    try {
+      if (net === undefined) throw new Error('unknown source');
+      dst = originalDst(socket);
+    } catch {
+      socket.resetAndDestroy();
+      return;
+    }
+    this.opts.activity(net);
+    try {
+      if (!net.subject.policy.enabled) return this.#passThrough(socket, net, dst);
+      const first = await sniffSocket(socket, SILENT_MS);
+      if (socket.destroyed) return;
+      if (first.kind === 'tls' && first.sni !== null) return await this.#tls(socket, net, dst, first.sni);
+      if (first.kind === 'http') return this.#serveHttp(socket, { net, port: dst.port, shownIp: dst.address, tls: null });
+      return this.#raw(socket, net, dst);
+    } catch (err) {
+      this.opts.log.warn({ err: (err as Error).message, runtimeId: net.id }, 'egress connection failed');
+      socket.resetAndDestroy();
+    }
+  }
+
+  /** `enabled: false`: no inspection, no audit, but still never a private address. */
+  #passThrough(socket: Socket, net: RuntimeNet, dst: { address: string; port: number }): void {
+    const ip = net.pinned(dst.address)?.realIp ?? dst.address;
+    if (!this.opts.decisions.mayDial(ip)) return void socket.resetAndDestroy();
+    this.#splice(socket, ip, dst.port);
+  }
+
+  async #tls(socket: Socket, net: RuntimeNet, dst: { address: string; port: number }, sni: string): Promise<void> {
+    const host = normalizeHostName(sni);
+    if (host === null) return this.#deny(socket, net, { host: sni, ip: null, port: dst.port }, 'no_host');
+    const target = await this.opts.decisions.target(net, host, dst.address);
+    if (!target.ok) return this.#deny(socket, net, { host, ip: null, port: dst.port }, target.reason);
+    const intercept = net.subject.rules.some((r) => hostMatches(r.hostPattern, host));
+    this.opts.audit(net, 'tcp_connection', { action: 'allow', host, ip: target.ip, port: dst.port, reason: intercept ? 'intercepted_for_injection' : 'host_allowed' });
+    if (!intercept) return this.#splice(socket, target.ip, dst.port);
+    const tlsSocket = new TLSSocket(socket, {
+      isServer: true,
+      secureContext: await this.opts.ca.contextFor(host),
+      // HTTP/2 would need its own injection path; http/1.1 is what every client falls back to.
+      ALPNProtocols: ['http/1.1'],
+    });
+    tlsSocket.on('error', () => socket.destroy());
+    this.#serveHttp(tlsSocket, { net, port: dst.port, shownIp: dst.address, tls: { sni: host } });
+    socket.resume();
+  }
+
+  #raw(socket: Socket, net: RuntimeNet, dst: { address: string; port: number }): void {
+    const target = this.opts.decisions.pinnedTarget(net, dst.address);
+    if (!target.ok) return this.#deny(socket, net, { host: target.host ?? null, ip: dst.address, port: dst.port }, target.reason);
+    this.opts.audit(net, 'tcp_connection', { action: 'allow', host: target.host ?? null, ip: target.ip, port: dst.port, reason: 'address_pinned_by_dns' });
+    this.#splice(socket, target.ip, dst.port);
+  }
+
+  #serveHttp(socket: Socket, ctx: HttpContext): void {
+    this.#contexts.set(socket, ctx);
+    this.#http.emit('connection', socket);
+    socket.resume();
+  }
+
+  #deny(socket: Socket, net: RuntimeNet, where: { host: string | null; ip: string | null; port: number }, reason: DenyReason): void {
+    this.opts.audit(net, 'tcp_connection', { action: 'deny', ...where, reason });
+    socket.resetAndDestroy();
+  }
+
+  /** Joins the guest's socket, unread bytes and all, to a new connection to ip:port. */
+  #splice(socket: Socket, ip: string, port: number): void {
+    const upstream = connect({ host: ip, port, noDelay: true, timeout: CONNECT_TIMEOUT_MS });
+    upstream.once('timeout', () => upstream.destroy(new Error('connect timeout')));
+    upstream.once('connect', () => {
+      upstream.setTimeout(0);
+      socket.pipe(upstream);
+      upstream.pipe(socket);
+      socket.resume();
+    });
+    upstream.on('error', () => socket.resetAndDestroy());
+    socket.on('error', () => upstream.destroy());
+    socket.on('close', () => upstream.destroy());
+  }
+}

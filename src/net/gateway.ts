@@ -1,0 +1,187 @@
+/**
+ * The network gateway (the core's NetworkGateway port): per-runtime TAPs and the nftables table,
+ * the DNS responder, the transparent egress proxy, ICMP drop audits from the table's counters,
+ * and the ingress listener. Listeners bind the gateway address, which exists only on our own devices.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { rootCertificates } from 'node:tls';
+import { GUEST_NETWORK, type EgressSubject, type GatewayHooks, type NetworkGateway } from '../core/ports.js';
+import type { EgressAuditDetail, EgressAuditKind } from '../core/types.js';
+import { identityAddress, MAX_SLOT, slotOfTap, tapName } from './addressing.js';
+import { DialPolicy } from './blocked-ranges.js';
+import type { CertificateAuthority } from './certificate-authority.js';
+import { DnsResponder } from './dns-responder.js';
+import { EgressDecisions } from './egress-decisions.js';
+import { EgressProxy } from './egress-proxy.js';
+import { HttpForwarder } from './http-forwarder.js';
+import { Ingress } from './ingress.js';
+import { applyRuleset, takeIcmpCounts } from './nftables.js';
+import { NameResolver } from './resolver.js';
+import { RuntimeNet, RuntimeRegistry, StandInAddresses } from './runtime-registry.js';
+import { SecretCache } from './secret-cache.js';
+import { createTap, deleteTap, ensureGatewayDevice, listTaps } from './taps.js';
+
+export interface GatewayOptions {
+  /** Tells this service's TAPs and table from another instance's on the same host. */
+  instance: string;
+  ca: CertificateAuthority;
+  proxyPort: number;
+  dnsPort: number;
+  allowCidrs: string[];
+  dnsOverridesFile: string | undefined;
+  extraCaFile: string | undefined;
+  injectPlainHttp: boolean;
+  icmpAuditSecs: number;
+  ingress: { host: string; port: number; domain: string };
+  log: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void };
+}
+
+const SYSTEM_CA_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
+
+function upstreamCas(extraCaFile: string | undefined): string[] {
+  const system = existsSync(SYSTEM_CA_BUNDLE) ? [readFileSync(SYSTEM_CA_BUNDLE, 'utf8')] : [...rootCertificates];
+  return extraCaFile === undefined ? system : [...system, readFileSync(extraCaFile, 'utf8')];
+}
+
+export class Gateway implements NetworkGateway {
+  readonly #registry = new RuntimeRegistry();
+  /** TAPs that exist for runtimes not (yet) enforced, e.g. stopped ones after a restart. */
+  readonly #taps = new Map<string, string>();
+  readonly #proxy: EgressProxy;
+  readonly #dns: DnsResponder;
+  readonly #ingress: Ingress;
+  readonly #secrets: SecretCache;
+  #icmpTimer: NodeJS.Timeout | null = null;
+  #hooks: GatewayHooks | null = null;
+  /** Rule set loads are serialized: each one writes the whole table from the current state. */
+  #ruleset: Promise<void> = Promise.resolve();
+
+  constructor(private readonly opts: GatewayOptions) {
+    const decisions = new EgressDecisions(new NameResolver(opts.dnsOverridesFile), new DialPolicy(opts.allowCidrs));
+    this.#secrets = new SecretCache((tenantId, secretId) => this.#requireHooks().revealSecret(tenantId, secretId));
+    const audit = (net: RuntimeNet, kind: EgressAuditKind, detail: EgressAuditDetail) => this.#hooks?.audit(net.id, net.subject.tenantId, kind, detail);
+    const activity = (net: RuntimeNet) => this.#hooks?.activity(net.id);
+    const forwarder = new HttpForwarder({
+      decisions,
+      secrets: this.#secrets,
+      upstreamCa: upstreamCas(opts.extraCaFile),
+      injectPlainHttp: opts.injectPlainHttp,
+      audit: (net, detail) => audit(net, 'http_request', detail),
+    });
+    this.#proxy = new EgressProxy({ registry: this.#registry, decisions, ca: opts.ca, forwarder, audit, activity, log: opts.log });
+    this.#dns = new DnsResponder({ registry: this.#registry, decisions, standIns: new StandInAddresses(), activity });
+    this.#ingress = new Ingress({ domain: opts.ingress.domain, registry: this.#registry, ca: opts.ca, hooks: () => this.#hooks });
+  }
+
+  /** The core, once it exists: secrets, audits and activity go there. */
+  connect(hooks: GatewayHooks): void {
+    this.#hooks = hooks;
+  }
+
+  async start(): Promise<void> {
+    await ensureGatewayDevice();
+    await this.#proxy.listen(GUEST_NETWORK.gateway, this.opts.proxyPort);
+    await this.#dns.listen(GUEST_NETWORK.gateway, this.opts.dnsPort);
+    await this.#ingress.listen(this.opts.ingress.host, this.opts.ingress.port);
+    if (this.opts.icmpAuditSecs > 0) {
+      this.#icmpTimer = setInterval(() => void this.#auditIcmp(), this.opts.icmpAuditSecs * 1000);
+      this.#icmpTimer.unref();
+    }
+  }
+
+  async attach(subject: EgressSubject): Promise<string> {
+    const existing = this.#registry.get(subject.runtimeId);
+    if (existing !== undefined) {
+      existing.subject = subject;
+      return existing.tap;
+    }
+    let tap = this.#taps.get(subject.runtimeId);
+    if (tap === undefined) {
+      tap = await this.#freeTap();
+      await createTap(tap, { instance: this.opts.instance, runtimeId: subject.runtimeId }, identityAddress(slotOfTap(tap)!));
+      this.#taps.set(subject.runtimeId, tap);
+    }
+    this.#registry.add(new RuntimeNet(subject, tap, identityAddress(slotOfTap(tap)!)));
+    await this.#writeRuleset();
+    return tap;
+  }
+
+  update(subject: EgressSubject): void {
+    const net = this.#registry.get(subject.runtimeId);
+    if (net !== undefined) net.subject = subject;
+  }
+
+  async detach(runtimeId: string): Promise<void> {
+    this.#registry.remove(runtimeId);
+    const tap = this.#taps.get(runtimeId);
+    this.#taps.delete(runtimeId);
+    await this.#writeRuleset();
+    if (tap !== undefined) await deleteTap(tap);
+  }
+
+  async restore(subjects: EgressSubject[]): Promise<void> {
+    const wanted = new Map(subjects.map((s) => [s.runtimeId, s]));
+    for (const { tap, owner } of await listTaps()) {
+      if (owner?.instance !== this.opts.instance) continue;
+      const subject = wanted.get(owner.runtimeId);
+      if (subject === undefined || slotOfTap(tap) === null || this.#taps.has(owner.runtimeId)) {
+        await deleteTap(tap);
+        continue;
+      }
+      const runtimeId = owner.runtimeId;
+      this.#taps.set(runtimeId, tap);
+      this.#registry.add(new RuntimeNet(subject, tap, identityAddress(slotOfTap(tap)!)));
+    }
+    await this.#writeRuleset();
+  }
+
+  async close(): Promise<void> {
+    if (this.#icmpTimer !== null) clearInterval(this.#icmpTimer);
+    this.#dns.close();
+    await this.#proxy.close();
+    await this.#ingress.close();
+    this.#secrets.clear();
+    for (const net of this.#registry.all()) net.close();
+  }
+
+  /** The lowest slot whose TAP exists nowhere on the host (other instances' included). */
+  async #freeTap(): Promise<string> {
+    const used = new Set([...this.#taps.values(), ...(await listTaps()).map((t) => t.tap)]);
+    for (let slot = 1; slot <= MAX_SLOT; slot++) if (!used.has(tapName(slot))) return tapName(slot);
+    throw new Error('no free network slot');
+  }
+
+  get #table(): string {
+    return `vessel_${this.opts.instance}`;
+  }
+
+  #writeRuleset(): Promise<void> {
+    const next = this.#ruleset.then(() =>
+      applyRuleset({
+        table: this.#table,
+        proxyPort: this.opts.proxyPort,
+        dnsPort: this.opts.dnsPort,
+        attachments: [...this.#taps.values()].map((tap) => ({ tap, identity: identityAddress(slotOfTap(tap)!) })),
+      }),
+    );
+    this.#ruleset = next.catch(() => undefined);
+    return next;
+  }
+
+  async #auditIcmp(): Promise<void> {
+    try {
+      const counts = await takeIcmpCounts(this.#table);
+      for (const net of this.#registry.all()) {
+        const count = counts.get(net.tap);
+        if (count !== undefined) this.#hooks?.audit(net.id, net.subject.tenantId, 'icmp_drop', { action: 'deny', host: null, ip: null, port: null, reason: 'icmp_dropped', count });
+      }
+    } catch (err) {
+      this.opts.log.warn({ err: (err as Error).message }, 'could not read ICMP counters');
+    }
+  }
+
+  #requireHooks(): GatewayHooks {
+    if (this.#hooks === null) throw new Error('gateway not connected to the core');
+    return this.#hooks;
+  }
+}

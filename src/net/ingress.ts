@@ -1,0 +1,103 @@
+/**
+ * Ingress: the one listener through which the outside reaches guest ports, routed by Host
+ * `<runtime_port>-<runtime name or id>.<domain>` to ports that the runtime's ingress_specs list.
+ * One port serves both protocols: a TLS ClientHello is terminated with a leaf from the service
+ * CA (for `https` specs), anything else is plain HTTP (for `http` specs). Requests go to the
+ * guest over its TAP as plain HTTP, and nothing else of the guest is reachable.
+ */
+import { createServer as createHttpServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer, type Server, type Socket } from 'node:net';
+import { TLSSocket } from 'node:tls';
+import type { GatewayHooks } from '../core/ports.js';
+import type { CertificateAuthority } from './certificate-authority.js';
+import type { RuntimeRegistry } from './runtime-registry.js';
+import { sniffSocket } from './socket-ops.js';
+
+const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade'];
+
+export interface IngressOptions {
+  domain: string;
+  registry: RuntimeRegistry;
+  ca: CertificateAuthority;
+  hooks: () => GatewayHooks | null;
+}
+
+/** `8000-web.example.test` with domain `example.test` → { port: 8000, runtime: 'web' }. */
+export function parseIngressHost(hostHeader: string, domain: string): { port: number; runtime: string } | null {
+  const host = hostHeader.replace(/:\d{1,5}$/, '').replace(/\.$/, '').toLowerCase();
+  const suffix = `.${domain.toLowerCase()}`;
+  if (!host.endsWith(suffix)) return null;
+  const m = /^(\d{1,5})-(.+)$/.exec(host.slice(0, -suffix.length));
+  if (m === null) return null;
+  const port = Number(m[1]);
+  return port >= 1 && port <= 65535 ? { port, runtime: m[2]! } : null;
+}
+
+export class Ingress {
+  readonly #server: Server;
+  readonly #http = createHttpServer({ requireHostHeader: true });
+  readonly #overTls = new WeakSet<Socket>();
+
+  constructor(private readonly opts: IngressOptions) {
+    this.#server = createServer({ pauseOnConnect: true }, (s) => void this.#accept(s));
+    this.#http.on('request', (req: IncomingMessage, res: ServerResponse) => void this.#route(req, res));
+    this.#http.on('clientError', (_err, socket: Socket) => socket.destroy());
+  }
+
+  listen(host: string, port: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.#server.once('error', reject);
+      this.#server.listen({ host, port }, () => resolve());
+    });
+  }
+
+  close(): Promise<void> {
+    this.#http.closeAllConnections();
+    return new Promise((r) => this.#server.close(() => r()));
+  }
+
+  async #accept(socket: Socket): Promise<void> {
+    socket.on('error', () => undefined);
+    const first = await sniffSocket(socket, 10_000);
+    if (socket.destroyed) return;
+    if (first.kind === 'tls') {
+      const host = first.sni === null ? null : parseIngressHost(first.sni, this.opts.domain);
+      if (host === null) return void socket.destroy();
+      const tls = new TLSSocket(socket, { isServer: true, secureContext: await this.opts.ca.contextFor(first.sni!.toLowerCase()), ALPNProtocols: ['http/1.1'] });
+      tls.on('error', () => socket.destroy());
+      this.#overTls.add(tls);
+      this.#http.emit('connection', tls);
+    } else {
+      this.#http.emit('connection', socket);
+    }
+    socket.resume();
+  }
+
+  async #route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const fail = (status: number, message: string) => {
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: { code: status === 404 ? 'not_found' : 'unavailable', message } }));
+    };
+    const target = parseIngressHost(req.headers.host ?? '', this.opts.domain);
+    if (target === null) return fail(404, `no runtime is named by host '${req.headers.host ?? ''}'`);
+    const hooks = this.opts.hooks();
+    const found = hooks === null ? null : await hooks.ingressTarget(target.runtime, target.port);
+    const protocol = this.#overTls.has(req.socket) ? 'https' : 'http';
+    if (found === null || found.protocol !== protocol) return fail(404, `runtime '${target.runtime}' exposes no ${protocol} port ${target.port}`);
+    const net = this.opts.registry.get(found.runtimeId);
+    if (net === undefined) return fail(503, `runtime '${target.runtime}' has no network`);
+    hooks!.activity(found.runtimeId);
+    const headers: Record<string, string | string[]> = {};
+    for (const [k, v] of Object.entries(req.headers)) if (v !== undefined && !HOP_BY_HOP.includes(k)) headers[k] = v;
+    headers['x-forwarded-proto'] = protocol;
+    headers['x-forwarded-for'] = req.socket.remoteAddress ?? '';
+    const upstream = request({ host: net.identity, port: target.port, method: req.method, path: req.url, headers, setHost: false }, (up) => {
+      const out: Record<string, string | string[]> = {};
+      for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !HOP_BY_HOP.includes(k)) out[k] = v;
+      res.writeHead(up.statusCode ?? 502, up.statusMessage, out);
+      up.pipe(res);
+    });
+    upstream.on('error', () => (res.headersSent ? res.destroy() : fail(503, `runtime '${target.runtime}' is not answering on port ${target.port}`)));
+    req.pipe(upstream);
+  }
+}

@@ -1,0 +1,75 @@
+/**
+ * The gateway's own name resolution: VESSEL_DNS_OVERRIDES first (a file of `name ip` lines, read
+ * again when it changes), then the host's resolvers. Answers are cached for their TTL, within
+ * bounds, so a guest cannot make the gateway query upstream at will.
+ */
+import { readFileSync, statSync } from 'node:fs';
+import { Resolver } from 'node:dns/promises';
+import { isIP } from 'node:net';
+import { normalizeHostName } from '../core/host-pattern.js';
+
+export interface Resolution {
+  addresses: string[];
+  ttlSecs: number;
+}
+
+const MIN_TTL = 5;
+const MAX_TTL = 300;
+const NEGATIVE_TTL = 5;
+const OVERRIDE_TTL = 5;
+
+export class NameResolver {
+  readonly #resolver = new Resolver({ timeout: 3000, tries: 2 });
+  readonly #cache = new Map<string, { value: Resolution; expires: number }>();
+  #overrides = new Map<string, string[]>();
+  #overridesStamp = '';
+
+  constructor(private readonly overridesFile: string | undefined) {}
+
+  /** IPv4 addresses of a normalized name; an empty list when it does not resolve. */
+  async resolve(name: string): Promise<Resolution> {
+    const override = this.#override(name);
+    if (override !== undefined) return { addresses: override, ttlSecs: OVERRIDE_TTL };
+    const cached = this.#cache.get(name);
+    if (cached !== undefined && cached.expires > Date.now()) return cached.value;
+    let value: Resolution;
+    try {
+      const records = await this.#resolver.resolve4(name, { ttl: true });
+      const ttl = Math.min(MAX_TTL, Math.max(MIN_TTL, Math.min(...records.map((r) => r.ttl))));
+      value = { addresses: records.map((r) => r.address), ttlSecs: ttl };
+    } catch {
+      value = { addresses: [], ttlSecs: NEGATIVE_TTL };
+    }
+    this.#cache.set(name, { value, expires: Date.now() + value.ttlSecs * 1000 });
+    if (this.#cache.size > 10_000) this.#cache.delete(this.#cache.keys().next().value!);
+    return value;
+  }
+
+  #override(name: string): string[] | undefined {
+    if (this.overridesFile === undefined) return undefined;
+    let stamp = '';
+    try {
+      const st = statSync(this.overridesFile);
+      stamp = `${st.mtimeMs}:${st.size}`;
+    } catch {
+      stamp = 'missing';
+    }
+    if (stamp !== this.#overridesStamp) {
+      this.#overridesStamp = stamp;
+      this.#overrides = stamp === 'missing' ? new Map() : parseOverrides(readFileSync(this.overridesFile, 'utf8'));
+    }
+    return this.#overrides.get(name);
+  }
+}
+
+export function parseOverrides(text: string): Map<string, string[]> {
+  const map = new Map<string, string[]>();
+  for (const line of text.split('\n')) {
+    const [rawName, ip] = line.replace(/#.*/, '').trim().split(/\s+/);
+    if (rawName === undefined || ip === undefined || isIP(ip) !== 4) continue;
+    const name = normalizeHostName(rawName);
+    if (name === null) continue;
+    map.set(name, [...(map.get(name) ?? []), ip]);
+  }
+  return map;
+}

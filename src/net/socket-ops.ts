@@ -1,0 +1,50 @@
+/** The native socket calls of src/net/native/socket_ops.c, typed. */
+import { createRequire } from 'node:module';
+import type { Socket } from 'node:net';
+import { MAX_SNIFF_BYTES, sniff, type Sniffed } from './traffic-sniff.js';
+
+interface SocketOps {
+  originalDst(fd: number): { address: string; port: number };
+  peek(fd: number, max: number): Buffer | null;
+}
+
+// Built by `npm ci` (node-gyp, binding.gyp at the repository root); dist/src/net → build/Release.
+const ops = createRequire(import.meta.url)('../../../build/Release/socket_ops.node') as SocketOps;
+
+/** The file descriptor behind a TCP socket (Node keeps it on the libuv handle). */
+export function socketFd(socket: Socket): number {
+  const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
+  if (typeof fd !== 'number' || fd < 0) throw new Error('socket has no file descriptor');
+  return fd;
+}
+
+export const originalDst = (socket: Socket): { address: string; port: number } => ops.originalDst(socketFd(socket));
+
+/** Bytes waiting on the socket, not consumed: null when none yet, empty when the peer closed. */
+export const peekBytes = (socket: Socket, max: number): Buffer | null => ops.peek(socketFd(socket), max);
+
+/** A ClientHello or request line that has not arrived whole by then is taken as something else. */
+const SNIFF_DEADLINE_MS = 5000;
+const sleep = (ms: number) => new Promise<void>((r) => (ms === 0 ? setImmediate(r) : setTimeout(r, ms)));
+
+/**
+ * What a paused socket's client sent first, read without consuming it: polled at once, then
+ * with a short backoff. `silent` when the client has said nothing for `silentMs`.
+ */
+export async function sniffSocket(socket: Socket, silentMs: number): Promise<Sniffed | { kind: 'silent' }> {
+  const start = Date.now();
+  for (let i = 0; ; i++) {
+    if (socket.destroyed) return { kind: 'other' };
+    const buf = peekBytes(socket, MAX_SNIFF_BYTES);
+    const waited = Date.now() - start;
+    if (buf !== null) {
+      if (buf.length === 0) return { kind: 'other' };
+      const s = sniff(buf);
+      if (s.kind !== 'incomplete') return s;
+      if (waited > SNIFF_DEADLINE_MS) return { kind: 'other' };
+    } else if (waited > silentMs) {
+      return { kind: 'silent' };
+    }
+    await sleep(i < 3 ? 0 : Math.min(16, 1 << (i - 3)));
+  }
+}

@@ -1,0 +1,364 @@
+/**
+ * The network gateway with real VMs: curl and python inside guests against upstream servers on
+ * the host's loopback, through the TAP, nftables, the DNS responder and the egress proxy.
+ */
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { createSocket } from 'node:dgram';
+import { readFileSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import { join } from 'node:path';
+import { Service } from '../support/service.js';
+import { Upstreams } from '../support/upstream.js';
+
+const up = new Upstreams();
+let svc: Service;
+const SECRET = `sk-live-${randomBytes(12).toString('hex')}`;
+let HTTP = 0;
+let HTTPS = 0;
+let TCP = 0;
+
+const LOOPBACK_NAMES = ['api.test', 'other.test', 'wild.test', 'deep.a.wild.test', 'raw.test', 'rebind.test', 'open.test'];
+
+before(async () => {
+  await up.start();
+  HTTP = up.port(up.http);
+  HTTPS = up.port(up.https);
+  TCP = up.port(up.tcp);
+  up.setNames({ ...Object.fromEntries(LOOPBACK_NAMES.map((n) => [n, '127.0.0.1'])), 'private.test': '10.9.9.9' });
+  svc = new Service({
+    VESSEL_EGRESS_ALLOW_CIDRS: '127.0.0.0/8',
+    VESSEL_DNS_OVERRIDES: up.overridesFile,
+    VESSEL_EGRESS_EXTRA_CA: up.caFile,
+    VESSEL_ICMP_AUDIT_SECS: '1',
+    VESSEL_LOG_LEVEL: 'debug',
+  });
+  await svc.start();
+}, { timeout: 900_000 });
+after(async () => {
+  await svc?.destroy();
+  up.close();
+});
+
+interface Run {
+  exit_code: number;
+  stdout: string;
+  stderr: string;
+}
+
+async function sh(rt: string, command: string): Promise<Run> {
+  const r = await svc.call('POST', `/v1/runtimes/${rt}/exec`, { command, timeout_secs: 30 });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  return r.body.data;
+}
+
+async function runtime(name: string, allowed: string[], enabled = true): Promise<string> {
+  const r = await svc.call('POST', '/v1/runtimes', { display_name: name, egress_policy: { enabled, allowed_hosts: allowed } });
+  assert.equal(r.status, 201, JSON.stringify(r.body));
+  return name;
+}
+
+async function audits(rt: string, settleMs = 600): Promise<any[]> {
+  await new Promise((r) => setTimeout(r, settleMs));
+  const r = await svc.call('GET', `/v1/audits?category=egress&runtime=${rt}&limit=1000`);
+  assert.equal(r.status, 200);
+  return r.body.data.map((a: any) => ({ kind: a.payload.egress.kind, ...a.payload.egress[a.payload.egress.kind] }));
+}
+
+const curl = (args: string) => `curl -sS -m 8 ${args}`;
+
+test('an allowed host answers over HTTP, and the request is audited', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-allow', ['api.test']);
+  const r = await sh(rt, curl(`http://api.test:${HTTP}/allowed?q=1`));
+  assert.equal(r.exit_code, 0, r.stderr);
+  assert.equal(JSON.parse(r.stdout).url, '/allowed?q=1');
+  const a = (await audits(rt)).find((x) => x.kind === 'http_request' && x.path === '/allowed');
+  assert.ok(a, 'http_request audit');
+  assert.equal(a.action, 'allow');
+  assert.equal(a.host, 'api.test');
+  assert.equal(a.ip, '127.0.0.1');
+  assert.equal(a.port, HTTP);
+  assert.equal(a.method, 'GET');
+  assert.equal(a.status, 200);
+  assert.deepEqual(a.rule_ids, []);
+});
+
+test('a host not on the list: NXDOMAIN, and 403 when named in Host', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-deny', ['api.test']);
+  const dns = await sh(rt, curl(`http://other.test:${HTTP}/denied`));
+  assert.equal(dns.exit_code, 6, 'could not resolve');
+  const spoofed = await sh(rt, curl(`-o /dev/null -w '%{http_code}' -H 'Host: other.test' http://api.test:${HTTP}/denied`));
+  assert.equal(spoofed.stdout, '403');
+  assert.equal(up.hits('/denied').length, 0, 'nothing reached the upstream');
+  const a = (await audits(rt)).find((x) => x.kind === 'http_request' && x.path === '/denied');
+  assert.equal(a?.action, 'deny');
+  assert.equal(a?.reason, 'host_not_allowed');
+});
+
+test('a wildcard matches subdomains at any depth, never the apex', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-wild', ['*.wild.test']);
+  assert.equal((await sh(rt, curl(`http://deep.a.wild.test:${HTTP}/wild`))).exit_code, 0);
+  assert.equal((await sh(rt, curl(`http://wild.test:${HTTP}/apex`))).exit_code, 6);
+  assert.equal(up.hits('/apex').length, 0);
+});
+
+test('a PATCHed policy applies to the next connection', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-patch', ['api.test']);
+  assert.equal((await sh(rt, curl(`http://other.test:${HTTP}/patch`))).exit_code, 6);
+  const p = await svc.call('PATCH', `/v1/runtimes/${rt}`, { egress_policy: { enabled: true, allowed_hosts: ['api.test', 'other.test'] } });
+  assert.equal(p.status, 200, JSON.stringify(p.body));
+  assert.equal((await sh(rt, curl(`http://other.test:${HTTP}/patch`))).exit_code, 0);
+  await svc.call('PATCH', `/v1/runtimes/${rt}`, { egress_policy: { enabled: true, allowed_hosts: ['other.test'] } });
+  const r = await sh(rt, curl(`-o /dev/null -w '%{http_code}' http://api.test:${HTTP}/patch-removed`));
+  assert.notEqual(r.stdout, '200');
+  assert.equal(up.hits('/patch-removed').length, 0);
+});
+
+const PY_TCP = (target: string, port: number) => `python3 -c "
+import socket,sys
+try:
+    s=socket.create_connection(('${target}',${port}),timeout=5); s.sendall(b'ping'); d=s.recv(100)
+    print('got:'+d.decode() if d else 'closed')
+except Exception as e:
+    print('error:'+type(e).__name__)
+"`;
+
+test('raw TCP reaches an address DNS pinned to an allowed name, and nothing else', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-raw', ['raw.test']);
+  assert.equal((await sh(rt, PY_TCP('raw.test', TCP))).stdout.trim(), 'got:echo:ping');
+  const unpinned = (await sh(rt, PY_TCP('198.18.200.200', TCP))).stdout.trim();
+  assert.match(unpinned, /^(closed|error:ConnectionResetError|error:BrokenPipeError)$/);
+  const a = await audits(rt);
+  assert.ok(a.some((x) => x.kind === 'tcp_connection' && x.action === 'allow' && x.host === 'raw.test' && x.port === TCP));
+  assert.ok(a.some((x) => x.kind === 'tcp_connection' && x.action === 'deny' && x.ip === '198.18.200.200' && x.reason === 'not_resolved_by_gateway'));
+});
+
+test('IP literals, loopback, metadata and their disguised forms never reach the host', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-literal', ['*']);
+  const before = up.seen.length;
+  for (const target of ['127.0.0.1', '169.254.169.254', '2852039166', '0xa9fea9fe', '0251.0376.0251.0376', '[::1]', '[::ffff:127.0.0.1]', '2130706433']) {
+    const r = await sh(rt, curl(`-g -o /dev/null -w '%{http_code}' http://${target}:${HTTP}/literal`));
+    assert.ok(r.exit_code !== 0 || r.stdout === '403', `${target}: exit ${r.exit_code}, status ${r.stdout}`);
+  }
+  assert.equal(up.seen.length, before, 'the upstream on the host loopback saw nothing');
+  const a = await audits(rt);
+  assert.ok(a.some((x) => x.action === 'deny' && x.port === HTTP), 'the metadata address attempts are audited as denied');
+});
+
+test('DNS rebinding: a name whose answer turns private is refused', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-rebind', ['rebind.test']);
+  const first = await sh(rt, `getent hosts rebind.test | cut -d' ' -f1`);
+  const shown = first.stdout.trim();
+  assert.ok(shown !== '', 'resolved first');
+  assert.equal((await sh(rt, curl(`http://rebind.test:${HTTP}/rebind-1`))).exit_code, 0);
+  up.setNames({ ...Object.fromEntries(LOOPBACK_NAMES.map((n) => [n, '127.0.0.1'])), 'rebind.test': '192.168.77.77' });
+  try {
+    const again = await sh(rt, curl(`--resolve rebind.test:${HTTP}:${shown} -o /dev/null -w '%{http_code}' http://rebind.test:${HTTP}/rebind-2`));
+    assert.equal(again.stdout, '403');
+    assert.equal(up.hits('/rebind-2').length, 0);
+    const a = (await audits(rt)).find((x) => x.path === '/rebind-2');
+    assert.equal(a?.reason, 'private_address');
+  } finally {
+    up.setNames({ ...Object.fromEntries(LOOPBACK_NAMES.map((n) => [n, '127.0.0.1'])), 'private.test': '10.9.9.9' });
+  }
+});
+
+test('uppercase and trailing-dot names are the same host', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-case', ['api.test']);
+  assert.equal((await sh(rt, curl(`http://API.Test.:${HTTP}/case`))).exit_code, 0);
+  const a = (await audits(rt)).find((x) => x.path === '/case');
+  assert.equal(a?.host, 'api.test');
+});
+
+test('a CL+TE smuggling attempt is refused with 400 and reaches nothing', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-smuggle', ['api.test']);
+  const payload = 'POST /smuggle HTTP/1.1\\r\\nHost: api.test\\r\\nContent-Length: 4\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n0\\r\\n\\r\\nGET /smuggled HTTP/1.1\\r\\nHost: api.test\\r\\n\\r\\n';
+  const r = await sh(rt, `python3 -c "
+import socket
+s=socket.create_connection(('api.test',${HTTP}),timeout=5); s.sendall(b'${payload}')
+print(s.recv(200).decode().split('\\r\\n')[0])"`);
+  assert.match(r.stdout, /^HTTP\/1\.1 400/, r.stdout + r.stderr);
+  assert.equal(up.hits('/smuggle').length, 0);
+});
+
+test('UDP other than DNS is dropped; ICMP is dropped and audited with a count', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-udp', ['*']);
+  const udp = createSocket('udp4');
+  let received = 0;
+  udp.on('message', () => received++);
+  await new Promise<void>((r) => udp.bind(0, '0.0.0.0', () => r()));
+  const port = udp.address().port;
+  try {
+    await sh(rt, `python3 -c "
+import socket
+s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)
+for ip in ('10.127.0.1','8.8.8.8','127.0.0.53'): s.sendto(b'x',(ip,${port}))"`);
+    const ping = await sh(rt, 'ping -c 3 -i 0.2 -W 1 1.1.1.1');
+    assert.notEqual(ping.exit_code, 0);
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal(received, 0);
+  } finally {
+    udp.close();
+  }
+  // Aggregated per interval: the three pings may straddle two intervals.
+  const deadline = Date.now() + 10_000;
+  let counted = 0;
+  while (Date.now() < deadline && counted < 3) {
+    const icmp = (await audits(rt, 500)).filter((x) => x.kind === 'icmp_drop');
+    assert.ok(icmp.every((x) => x.action === 'deny' && x.count >= 1));
+    counted = icmp.reduce((n, x) => n + x.count, 0);
+  }
+  assert.equal(counted, 3);
+});
+
+test('enabled: false passes traffic without audits, and still never to private ranges', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-open', [], false);
+  assert.equal((await sh(rt, curl(`http://open.test:${HTTP}/open`))).exit_code, 0);
+  const priv = await sh(rt, curl(`-o /dev/null -w '%{http_code}' http://192.168.1.1:80/`));
+  assert.notEqual(priv.exit_code, 0, 'refused');
+  assert.deepEqual(await audits(rt), []);
+});
+
+/** Puts the upstreams' test CA in the guest: alone in /root/upstream-ca.crt, with the gateway's in /root/both.crt. */
+async function trustUpstream(rt: string): Promise<void> {
+  const put = await fetch(`${svc.url}/v1/runtimes/${rt}/files?path=/root/upstream-ca.crt`, {
+    method: 'PUT',
+    headers: { authorization: `Bearer ${svc.token}`, 'content-type': 'application/octet-stream' },
+    body: readFileSync(up.caFile),
+  });
+  assert.equal(put.status, 200);
+  await sh(rt, 'cat /etc/ssl/certs/ca-certificates.crt /root/upstream-ca.crt > /root/both.crt');
+}
+
+test('TLS to an allowed host without rules is spliced: the guest sees the upstream certificate', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-splice', ['api.test']);
+  await trustUpstream(rt);
+  const r = await sh(rt, curl(`--cacert /root/upstream-ca.crt https://api.test:${HTTPS}/spliced`));
+  assert.equal(r.exit_code, 0, r.stderr);
+  const a = (await audits(rt)).find((x) => x.kind === 'tcp_connection' && x.port === HTTPS);
+  assert.equal(a?.reason, 'host_allowed');
+});
+
+async function secretRule(rt: string, injection: Record<string, string>, path?: string): Promise<string> {
+  const name = `key-${rt}-${randomBytes(3).toString('hex')}`;
+  const s = await svc.call('POST', '/v1/secrets', { name, value: SECRET });
+  assert.equal(s.status, 201, JSON.stringify(s.body));
+  const r = await svc.call('POST', `/v1/runtimes/${rt}/secret-injection-rules`, { host: 'api.test', secret: name, injection, ...(path ? { path } : {}) });
+  assert.equal(r.status, 201, JSON.stringify(r.body));
+  return r.body.data.id;
+}
+
+test('injection over intercepted TLS: header replaced not duplicated, query parameter, every keep-alive request', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-inject', ['api.test']);
+  const ruleId = await secretRule(rt, { headerName: 'X-Api-Key', valueFormat: 'Bearer ${credential}', paramName: 'key' });
+  const r = await sh(rt, curl(`-H 'x-api-key: guest-value' https://api.test:${HTTPS}/inject-1?a=1 https://api.test:${HTTPS}/inject-2 -w '\\n%{num_connects}\\n'`));
+  assert.equal(r.exit_code, 0, r.stderr);
+  for (const path of ['/inject-1', '/inject-2']) {
+    const seen = up.hits(path)[0];
+    assert.ok(seen, `${path} reached the upstream`);
+    assert.equal(seen.scheme, 'https');
+    const keys = [];
+    for (let i = 0; i < seen.rawHeaders.length; i += 2) if (seen.rawHeaders[i]!.toLowerCase() === 'x-api-key') keys.push(seen.rawHeaders[i + 1]);
+    assert.deepEqual(keys, [`Bearer ${SECRET}`], 'one header, the injected one');
+    assert.equal(new URL(seen.url, 'http://x').searchParams.get('key'), SECRET);
+  }
+  assert.equal(new URL(up.hits('/inject-1')[0]!.url, 'http://x').searchParams.get('a'), '1');
+  const a = (await audits(rt)).filter((x) => x.kind === 'http_request' && x.path.startsWith('/inject-'));
+  assert.equal(a.length, 2);
+  for (const x of a) assert.deepEqual(x.rule_ids, [ruleId]);
+});
+
+test('a path pattern holds against dot segments and encoded dots', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-path', ['api.test']);
+  await secretRule(rt, { headerName: 'X-Api-Key' }, '/api/**');
+  await sh(rt, curl(`--path-as-is https://api.test:${HTTPS}/api/ok https://api.test:${HTTPS}/api/../admin-dot https://api.test:${HTTPS}/api/%2e%2e/admin-enc`));
+  const injected = (p: string) => up.hits(p).some((s) => s.rawHeaders.some((h) => h === SECRET));
+  assert.equal(injected('/api/ok'), true);
+  const dot = up.seen.filter((s) => s.url.includes('admin-dot'));
+  const enc = up.seen.filter((s) => s.url.includes('admin-enc'));
+  assert.ok(dot.length + enc.length > 0, 'the requests went through');
+  for (const s of [...dot, ...enc]) assert.ok(!s.rawHeaders.includes(SECRET), `${s.url} got no secret`);
+});
+
+test('SNI must equal Host on intercepted connections', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-sni', ['api.test', 'other.test']);
+  await secretRule(rt, { headerName: 'X-Api-Key' });
+  const r = await sh(rt, curl(`-o /dev/null -w '%{http_code}' -H 'Host: other.test' https://api.test:${HTTPS}/sni-mismatch`));
+  assert.equal(r.stdout, '403');
+  assert.equal(up.hits('/sni-mismatch').length, 0);
+  const a = (await audits(rt)).find((x) => x.path === '/sni-mismatch');
+  assert.equal(a?.reason, 'sni_host_mismatch');
+});
+
+test('a redirect to another host is passed back, not followed, and the secret does not go there', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-redirect', ['api.test', 'other.test']);
+  await secretRule(rt, { headerName: 'X-Api-Key' });
+  // other.test has no rule, so its TLS is spliced and the guest sees the upstream's own certificate.
+  await trustUpstream(rt);
+  const r = await sh(rt, curl(`--cacert /root/both.crt -L -o /dev/null -w '%{http_code} %{num_redirects}' 'https://api.test:${HTTPS}/redirect?to=https://other.test:${HTTPS}/landing'`));
+  assert.equal(r.exit_code, 0, r.stderr);
+  assert.equal(r.stdout, '200 1');
+  const landing = up.hits('/landing');
+  assert.equal(landing.length, 1, 'the guest followed it itself');
+  assert.ok(!landing[0]!.rawHeaders.includes(SECRET));
+});
+
+test('the secret is nowhere the guest, a response, an audit or a log line could show it', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-leak', ['api.test']);
+  await secretRule(rt, { headerName: 'X-Api-Key' });
+  await sh(rt, curl(`https://api.test:${HTTPS}/leak-check -o /root/out.json`));
+  assert.ok(up.hits('/leak-check')[0]?.rawHeaders.includes(SECRET), 'it was injected');
+  // The upstream echo includes the header, so the guest's copy of the response has it; remove
+  // that file and search everything else the guest has.
+  await sh(rt, 'rm /root/out.json');
+  const grep = await sh(rt, `grep -rlsF '${SECRET}' /root /tmp /etc /var /run /home /usr/local; echo done`);
+  assert.equal(grep.stdout.trim(), 'done');
+  const everything = JSON.stringify([
+    (await svc.call('GET', '/v1/audits?limit=1000')).body,
+    (await svc.call('GET', '/v1/secrets?limit=1000')).body,
+    (await svc.call('GET', `/v1/runtimes/${rt}/secret-injection-rules`)).body,
+  ]);
+  assert.ok(!everything.includes(SECRET));
+  assert.ok(!svc.log.includes(SECRET), 'not in the service log (debug level)');
+});
+
+function ingressGet(host: string, tls: boolean): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const opts = { host: '127.0.0.1', port: svc.ingressPort, path: '/', headers: { host } };
+    const onResponse = (res: import('node:http').IncomingMessage) => {
+      let body = '';
+      res.on('data', (d) => (body += d));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    };
+    const req = tls
+      ? httpsRequest({ ...opts, servername: host, ca: readFileSync(join(svc.dataDir, 'ca.crt')) }, onResponse)
+      : httpRequest(opts, onResponse);
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+test('ingress: http and https specs reach their guest ports, and nothing else does', { timeout: 300_000 }, async () => {
+  const r = await svc.call('POST', '/v1/runtimes', {
+    display_name: 'web',
+    ingress_specs: [{ protocol: 'http', runtime_port: 8000 }, { protocol: 'https', runtime_port: 8443 }],
+  });
+  assert.equal(r.status, 201, JSON.stringify(r.body));
+  await sh('web', 'for p in 8000 8443 9000; do nohup python3 -m http.server $p --directory /etc >/dev/null 2>&1 & done; true');
+  const deadline = Date.now() + 60_000;
+  let plain = await ingressGet('8000-web.localhost', false);
+  while (plain.status !== 200 && Date.now() < deadline) {
+    await new Promise((res) => setTimeout(res, 500));
+    plain = await ingressGet('8000-web.localhost', false);
+  }
+  assert.equal(plain.status, 200);
+  assert.match(plain.body, /hostname/, 'the guest directory listing of /etc');
+  const secure = await ingressGet(`8443-${r.body.data.id}.localhost`, true);
+  assert.equal(secure.status, 200, 'TLS terminated with a certificate the service CA signed; the id works as well as the name');
+  assert.equal((await ingressGet('9000-web.localhost', false)).status, 404, 'a port not in ingress_specs');
+  assert.equal((await ingressGet('8443-web.localhost', false)).status, 404, 'an https port over plain HTTP');
+  assert.equal((await ingressGet('8000-nosuch.localhost', false)).status, 404);
+  assert.equal((await ingressGet('web.localhost', false)).status, 404);
+});
