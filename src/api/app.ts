@@ -55,7 +55,7 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
     ...(options.logger === false ? { logger: false } : { loggerInstance: options.logger }),
     bodyLimit: JSON_BODY_LIMIT,
     // Display names run to 128 characters and share the path segment with IDs.
-    maxParamLength: 256,
+    routerOptions: { maxParamLength: 256 },
     genReqId: (req) => {
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && /^[\w.-]{1,64}$/.test(given) ? given : randomUUID();

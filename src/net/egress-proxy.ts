@@ -14,7 +14,7 @@ import type { CertificateAuthority } from './certificate-authority.js';
 import type { DenyReason, EgressDecisions } from './egress-decisions.js';
 import { HttpForwarder, type HttpContext } from './http-forwarder.js';
 import type { RuntimeNet, RuntimeRegistry } from './runtime-registry.js';
-import { originalDst, sniffSocket } from './socket-ops.js';
+import { originalDst, relaySockets, sniffSocket } from './socket-ops.js';
 
 /** A client that says nothing this long is taken to speak a server-first protocol (raw TCP). */
 const SILENT_MS = 300;
@@ -140,18 +140,21 @@ export class EgressProxy {
     socket.resetAndDestroy();
   }
 
-  /** Joins the guest's socket, unread bytes and all, to a new connection to ip:port. */
+  /**
+   * Joins the guest's socket, unread bytes and all, to a new connection to ip:port, in the kernel
+   * (splice), so a spliced connection costs the event loop nothing after this.
+   */
   #splice(socket: Socket, ip: string, port: number): void {
     const upstream = connect({ host: ip, port, noDelay: true, timeout: CONNECT_TIMEOUT_MS });
+    // Not a byte may be read into Node's buffers before the kernel relay takes over.
+    upstream.pause();
     upstream.once('timeout', () => upstream.destroy(new Error('connect timeout')));
     upstream.once('connect', () => {
-      upstream.setTimeout(0);
-      socket.pipe(upstream);
-      upstream.pipe(socket);
-      socket.resume();
+      if (socket.destroyed) return void upstream.destroy();
+      relaySockets(socket, upstream);
     });
     upstream.on('error', () => socket.resetAndDestroy());
     socket.on('error', () => upstream.destroy());
-    socket.on('close', () => upstream.destroy());
   }
+
 }

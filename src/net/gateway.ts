@@ -4,7 +4,7 @@
  * and the ingress listener. Listeners bind the gateway address, which exists only on our own devices.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { rootCertificates } from 'node:tls';
+import { createSecureContext, rootCertificates } from 'node:tls';
 import { GUEST_NETWORK, type EgressSubject, type GatewayHooks, type NetworkGateway } from '../core/ports.js';
 import type { EgressAuditDetail, EgressAuditKind } from '../core/types.js';
 import { identityAddress, MAX_SLOT, slotOfTap, tapName } from './addressing.js';
@@ -64,7 +64,7 @@ export class Gateway implements NetworkGateway {
     const forwarder = new HttpForwarder({
       decisions,
       secrets: this.#secrets,
-      upstreamCa: upstreamCas(opts.extraCaFile),
+      upstreamTls: createSecureContext({ ca: upstreamCas(opts.extraCaFile) }),
       injectPlainHttp: opts.injectPlainHttp,
       audit: (net, detail) => audit(net, 'http_request', detail),
     });

@@ -6,6 +6,7 @@
  */
 import { request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import { request as httpsRequest } from 'node:https';
+import type { SecureContext } from 'node:tls';
 import type { EgressAuditDetail, InjectionRule } from '../core/types.js';
 import { hostMatches, normalizeHostName } from '../core/host-pattern.js';
 import { headerValue, paramValue } from '../core/injection.js';
@@ -29,8 +30,8 @@ const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te'
 export interface HttpForwarderOptions {
   decisions: EgressDecisions;
   secrets: SecretCache;
-  /** CAs that upstream TLS is verified against: the system's plus VESSEL_EGRESS_EXTRA_CA. */
-  upstreamCa: string[];
+  /** What upstream TLS is verified against: the system's CAs plus VESSEL_EGRESS_EXTRA_CA. */
+  upstreamTls: SecureContext;
   /** Inject over plain HTTP too (off by default: the secret would cross the network in clear). */
   injectPlainHttp: boolean;
   audit(net: RuntimeNet, detail: EgressAuditDetail): void;
@@ -84,7 +85,9 @@ export class HttpForwarder {
       headers: injected.headers,
       setHost: false,
       agent: ctx.tls !== null ? net.agents.https : net.agents.http,
-      ...(ctx.tls !== null ? { servername: host, ca: this.opts.upstreamCa } : {}),
+      // One context made once: passing `ca` per request would make Node rebuild it and key the
+      // connection pool on the whole bundle's text.
+      ...(ctx.tls !== null ? { servername: host, secureContext: this.opts.upstreamTls } : {}),
     });
     const done = (status: number, reason: string) => this.opts.audit(net, { action: 'allow', ...base, ip: target.ip, reason, status, rule_ids: ruleIds });
     upstream.on('response', (up) => {

@@ -6,6 +6,7 @@ import { MAX_SNIFF_BYTES, sniff, type Sniffed } from './traffic-sniff.js';
 interface SocketOps {
   originalDst(fd: number): { address: string; port: number };
   peek(fd: number, max: number): Buffer | null;
+  relay(a: number, b: number): void;
 }
 
 // Built by `npm ci` (node-gyp, binding.gyp at the repository root); dist/src/net → build/Release.
@@ -19,6 +20,16 @@ export function socketFd(socket: Socket): number {
 }
 
 export const originalDst = (socket: Socket): { address: string; port: number } => ops.originalDst(socketFd(socket));
+
+/**
+ * Joins two connected sockets in the kernel (splice_relay.c) and closes Node's handles on them:
+ * the bytes then never pass through JavaScript. Neither socket may have read anything yet.
+ */
+export function relaySockets(a: Socket, b: Socket): void {
+  ops.relay(socketFd(a), socketFd(b));
+  a.destroy();
+  b.destroy();
+}
 
 /** Bytes waiting on the socket, not consumed: null when none yet, empty when the peer closed. */
 export const peekBytes = (socket: Socket, max: number): Buffer | null => ops.peek(socketFd(socket), max);

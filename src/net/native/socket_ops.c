@@ -5,7 +5,8 @@
  * - peek(fd, max) -> Buffer | null: the bytes waiting on a socket without consuming them
  *   (recv with MSG_PEEK | MSG_DONTWAIT; null when none yet, empty at end of stream), so the
  *   gateway can read a ClientHello or request head and still hand the untouched socket to
- *   Node's native TLS or HTTP machinery.
+ *   Node's native TLS or HTTP machinery;
+ * - relay(fdA, fdB): see splice_relay.c.
  */
 #include <node_api.h>
 #include <arpa/inet.h>
@@ -79,7 +80,10 @@ static napi_value peek(napi_env env, napi_callback_info info) {
   return result;
 }
 
+void register_relay(napi_env env, napi_value exports);
+
 static napi_value init(napi_env env, napi_value exports) {
+  register_relay(env, exports);
   napi_value fn;
   napi_create_function(env, "originalDst", NAPI_AUTO_LENGTH, original_dst, NULL, &fn);
   napi_set_named_property(env, exports, "originalDst", fn);

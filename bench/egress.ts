@@ -1,0 +1,203 @@
+/**
+ * The egress gateway's throughput and added latency, in one invocation, against the usual tools:
+ * - TLS passthrough (no rule: spliced) against squid as a CONNECT proxy;
+ * - TLS interception with header injection against mitmproxy setting the same header.
+ *
+ * The clients run in network namespaces the bench creates. The gateway's client sits behind a
+ * veth whose host end is named and labelled like a runtime TAP, so the real gateway adopts it at
+ * restore() and its traffic takes the production path: nftables identity rewrite and redirect,
+ * DNS responder, SO_ORIGINAL_DST, sniffing, TLS termination, injection. The baselines' client
+ * sits in a second namespace that reaches squid, mitmproxy and the upstream directly.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { GUEST_NETWORK, type EgressSubject } from '../src/core/ports.js';
+import { identityAddress, slotOfTap } from '../src/net/addressing.js';
+import { CertificateAuthority } from '../src/net/certificate-authority.js';
+import { Gateway } from '../src/net/gateway.js';
+import { runCommand } from '../src/platform/run-command.js';
+import { REPO_ROOT, freePort } from '../test/support/service.js';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const WORKERS = Number(process.env.BENCH_WORKERS ?? 8);
+const NS_GATEWAY = 'vbench-gw';
+const NS_BASELINE = 'vbench-px';
+const BASELINE_HOST = '10.199.0.1';
+const TAP = 'vsl65000';
+const INSTANCE = 'bench';
+
+const dir = mkdtempSync(join(tmpdir(), 'vessel-bench-egress-'));
+const children: ChildProcess[] = [];
+const ip = (lines: string[], ns?: string) => runCommand('ip', [...(ns === undefined ? [] : ['-n', ns]), '-batch', '-'], { input: lines.join('\n') + '\n' });
+
+/** The client's side of a namespace link: eth0 with an address and a default route. */
+const clientSide = (ns: string, address: string, gateway: string) =>
+  ip(['link set lo up', 'link set eth0 up', `addr add ${address} dev eth0`, `route add default via ${gateway}`], ns);
+
+function start(cmd: string, args: string[], ready: RegExp | null): Promise<ChildProcess> {
+  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  children.push(child);
+  if (ready === null) return Promise.resolve(child);
+  return new Promise((resolve, reject) => {
+    let out = '';
+    const onData = (d: Buffer) => {
+      out += d;
+      if (ready.test(out)) resolve(child);
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', onData);
+    child.once('exit', (code) => reject(new Error(`${cmd} exited (${code}):\n${out}`)));
+  });
+}
+
+async function waitForPort(ns: string | null, host: string, port: number): Promise<void> {
+  const probe = `require('net').connect(${port}, '${host}').on('connect', () => process.exit(0)).on('error', () => process.exit(1))`;
+  for (let i = 0; i < 100; i++) {
+    const ok = await runCommand(ns === null ? process.execPath : 'ip', ns === null ? ['-e', probe] : ['netns', 'exec', ns, process.execPath, '-e', probe]).then(() => true, () => false);
+    if (ok) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`nothing listens on ${host}:${port}`);
+}
+
+interface Result {
+  requests: number;
+  rps: number;
+  p50: number;
+  p99: number;
+}
+
+async function load(ns: string, endpoint: string, opts: { connect?: string; caFile: string; workers?: number }): Promise<Result> {
+  const args = { endpoint, connect: opts.connect, servername: 'bench.test', caFile: opts.caFile, workers: opts.workers ?? WORKERS, seconds: SECONDS };
+  const out = await runCommand('ip', ['netns', 'exec', ns, process.execPath, join(REPO_ROOT, 'dist/bench/egress-client.js'), JSON.stringify(args)]);
+  return JSON.parse(out.trim().split('\n').pop()!) as Result;
+}
+
+async function cleanupNetwork(): Promise<void> {
+  for (const ns of [NS_GATEWAY, NS_BASELINE]) await runCommand('ip', ['netns', 'del', ns]).catch(() => undefined);
+  for (const dev of [TAP, 'vbpx0']) await runCommand('ip', ['link', 'del', dev]).catch(() => undefined);
+  await runCommand('nft', ['delete', 'table', 'inet', `vessel_${INSTANCE}`]).catch(() => undefined);
+}
+
+await cleanupNetwork();
+let gateway: Gateway | null = null;
+try {
+  // Upstream, with its own CA, reachable on loopback (for the gateway) and the baseline link.
+  const upstreamCaDir = join(dir, 'upstream-ca');
+  mkdirSync(upstreamCaDir);
+  const upPort = await freePort();
+  const upstream = await start(process.execPath, [join(REPO_ROOT, 'dist/bench/egress-upstream.js'), upstreamCaDir, String(upPort)], /ready/);
+  const upstreamCa = join(upstreamCaDir, 'ca.crt');
+
+  // The gateway, in this process, over a veth that looks like a runtime TAP.
+  const runtimeId = randomUUID();
+  await ip([
+    `netns add ${NS_GATEWAY}`,
+    `link add ${TAP} type veth peer name eth0 netns ${NS_GATEWAY}`,
+    `link set dev ${TAP} alias ${INSTANCE}:${runtimeId}`,
+    `addr add ${GUEST_NETWORK.gateway}/32 dev ${TAP}`,
+    `link set ${TAP} up`,
+    `route replace ${identityAddress(slotOfTap(TAP)!)}/32 dev ${TAP} src ${GUEST_NETWORK.gateway}`,
+  ]);
+  await clientSide(NS_GATEWAY, `${GUEST_NETWORK.address}/${GUEST_NETWORK.prefixLength}`, GUEST_NETWORK.gateway);
+  mkdirSync(`/etc/netns/${NS_GATEWAY}`, { recursive: true });
+  writeFileSync(`/etc/netns/${NS_GATEWAY}/resolv.conf`, `nameserver ${GUEST_NETWORK.gateway}\n`);
+  const overrides = join(dir, 'overrides');
+  writeFileSync(overrides, 'bench.test 127.0.0.1\n');
+  const ca = await CertificateAuthority.loadOrCreate(dir);
+  const silent = { info() {}, warn() {}, error() {} };
+  gateway = new Gateway({
+    instance: INSTANCE, ca, proxyPort: await freePort(), dnsPort: await freePort(), allowCidrs: ['127.0.0.0/8'],
+    dnsOverridesFile: overrides, extraCaFile: upstreamCa, injectPlainHttp: false, icmpAuditSecs: 0,
+    ingress: { host: '127.0.0.1', port: await freePort(), domain: 'localhost' }, log: silent,
+  });
+  let audits = 0;
+  gateway.connect({
+    revealSecret: async () => ({ value: 'bench-secret', cacheTtlSecs: 300 }),
+    audit: () => void audits++,
+    activity: () => undefined,
+    ingressTarget: async () => null,
+  });
+  await gateway.start();
+  const subject: EgressSubject = { runtimeId, tenantId: 'bench', policy: { enabled: true, allowed_hosts: ['bench.test'] }, rules: [] };
+  await gateway.restore([subject]);
+  // The guest-side name: what the gateway's DNS shows the client for bench.test.
+  const shown = (await runCommand('ip', ['netns', 'exec', NS_GATEWAY, 'getent', 'hosts', 'bench.test'])).trim().split(/\s+/)[0]!;
+  const viaGateway = `${shown}:${upPort}`;
+
+  // The baselines' namespace, with squid and mitmproxy on the host end of its link.
+  await ip([`netns add ${NS_BASELINE}`, `link add vbpx0 type veth peer name eth0 netns ${NS_BASELINE}`, `addr add ${BASELINE_HOST}/30 dev vbpx0`, `link set vbpx0 up`]);
+  await clientSide(NS_BASELINE, '10.199.0.2/30', BASELINE_HOST);
+  const squidPort = await freePort();
+  writeFileSync(join(dir, 'squid.conf'), [
+    `http_port ${BASELINE_HOST}:${squidPort}`, 'http_access allow all', 'cache deny all', 'access_log none', 'cache_log /dev/null',
+    `pid_filename ${join(dir, 'squid.pid')}`, `coredump_dir ${dir}`, 'shutdown_lifetime 0 seconds', 'workers 1', '',
+  ].join('\n'));
+  await start('squid', ['-N', '-f', join(dir, 'squid.conf')], null);
+  const mitmPort = await freePort();
+  const mitmConf = join(dir, 'mitmproxy');
+  await start('mitmdump', [
+    '-q', '--listen-host', BASELINE_HOST, '-p', String(mitmPort), '--set', `confdir=${mitmConf}`,
+    '--set', `ssl_verify_upstream_trusted_ca=${upstreamCa}`, '--modify-headers', '/~q/X-Api-Key/bench-secret',
+  ], null);
+  await waitForPort(null, BASELINE_HOST, squidPort);
+  await waitForPort(null, BASELINE_HOST, mitmPort);
+  const mitmCa = join(mitmConf, 'mitmproxy-ca-cert.pem');
+  const bothCas = join(dir, 'upstream-and-vessel.pem');
+  writeFileSync(bothCas, readFileSync(upstreamCa, 'utf8') + ca.certPem);
+
+  // workers = 1 measures latency without queueing; the default measures throughput under load.
+  const direct = (workers?: number) => load(NS_BASELINE, `${BASELINE_HOST}:${upPort}`, { caFile: upstreamCa, workers });
+  const squid = (workers?: number) => load(NS_BASELINE, `127.0.0.1:${upPort}`, { connect: `${BASELINE_HOST}:${squidPort}`, caFile: upstreamCa, workers });
+  const mitm = (workers?: number) => load(NS_BASELINE, `127.0.0.1:${upPort}`, { connect: `${BASELINE_HOST}:${mitmPort}`, caFile: mitmCa, workers });
+  const vesselSplice = (workers?: number) => load(NS_GATEWAY, viaGateway, { caFile: upstreamCa, workers });
+  const vesselInject = (workers?: number) => load(NS_GATEWAY, viaGateway, { caFile: bothCas, workers });
+
+  // Warm-up, then the measured runs.
+  await direct();
+  await squid();
+  await vesselSplice();
+  const d = await direct();
+  const s = await squid();
+  const vs = await vesselSplice();
+  const d1 = await direct(1);
+  const s1 = await squid(1);
+  const vs1 = await vesselSplice(1);
+  gateway.update({
+    ...subject,
+    rules: [{ id: 'bench-rule', tenantId: 'bench', runtimeId, secretId: 'bench-secret', hostPattern: 'bench.test', pathPattern: '/**', injection: { headerName: 'X-Api-Key' }, createdAt: '' }],
+  });
+  await mitm();
+  await vesselInject();
+  const m = await mitm();
+  const vi = await vesselInject();
+  const m1 = await mitm(1);
+  const vi1 = await vesselInject(1);
+
+  const row = (name: string, r: Result, base?: Result) =>
+    `${name.padEnd(34)} ${r.rps.toFixed(0).padStart(7)} req/s   p50 ${r.p50.toFixed(2).padStart(6)} ms   p99 ${r.p99.toFixed(2).padStart(6)} ms` +
+    (base === undefined ? '' : `   ${(r.rps / base.rps).toFixed(2)}× throughput`);
+  const added = (r: Result, base = d) => `added p50 ${(r.p50 - base.p50).toFixed(2)} ms, p99 ${(r.p99 - base.p99).toFixed(2)} ms over direct`;
+  console.log(`HTTPS keep-alive GETs, ${WORKERS} connections (latency also with 1), ${SECONDS} s per run, clients in network namespaces`);
+  console.log(row('direct (no proxy)', d));
+  console.log(row('squid CONNECT passthrough', s));
+  console.log(row('vessel passthrough (spliced)', vs, s) + ' vs squid');
+  console.log(`  under load: squid ${added(s)}; vessel ${added(vs)}`);
+  console.log(`  one connection: squid ${added(s1, d1)}; vessel ${added(vs1, d1)}`);
+  console.log(row('mitmproxy intercept + header', m));
+  console.log(row('vessel intercept + injection', vi, m) + ' vs mitmproxy');
+  console.log(`  under load: mitmproxy ${added(m)}; vessel ${added(vi)}`);
+  console.log(`  one connection: mitmproxy ${added(m1, d1)}; vessel ${added(vi1, d1)}`);
+  upstream.kill('SIGTERM');
+  const seen = await new Promise<string>((r) => upstream.stdout!.on('data', (x) => r(String(x))));
+  console.log(`upstream saw ${seen.trim()}; gateway wrote ${audits} audits`);
+} finally {
+  await gateway?.close();
+  for (const c of children) c.kill('SIGKILL');
+  await cleanupNetwork();
+  rmSync(`/etc/netns/${NS_GATEWAY}`, { recursive: true, force: true });
+  rmSync(dir, { recursive: true, force: true });
+}

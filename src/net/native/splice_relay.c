@@ -1,0 +1,193 @@
+/*
+ * relay(fdA, fdB): joins two connected TCP sockets in the kernel. Both descriptors are
+ * duplicated, so the caller closes its own copies at once; from then on one background thread
+ * moves bytes with splice(2) through a pipe per direction, never through user space or the
+ * JavaScript event loop. End of stream is passed on as a half-close (shutdown SHUT_WR) once the
+ * pipe is drained; an error on either side, or both directions finished, closes everything.
+ *
+ * Epoll is level-triggered and each socket is watched for what it can do next: readable when
+ * its outgoing pipe is empty and open, writable when its incoming pipe holds bytes.
+ */
+#define _GNU_SOURCE /* splice, pipe2 */
+#include <node_api.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define CHUNK (256 * 1024)
+
+struct relay;
+
+struct direction {
+  int pipe_r, pipe_w;
+  size_t pending; /* bytes in the pipe, not yet written to the destination */
+  int eof;        /* the source reached end of stream */
+  int done;       /* eof seen and everything written: the destination was shut for writing */
+};
+
+struct endpoint {
+  struct relay *relay;
+  int fd;
+  int index; /* 0 or 1: this endpoint is the source of dir[index] */
+  uint32_t watching; /* the epoll events registered now, so unchanged interest costs no syscall */
+};
+
+struct relay {
+  struct endpoint end[2];
+  struct direction dir[2]; /* dir[i]: end[i] -> end[1 - i] */
+  int closed;
+};
+
+static int epfd = -1;
+static pthread_once_t started = PTHREAD_ONCE_INIT;
+
+static void watch(struct relay *r, int i) {
+  struct endpoint *e = &r->end[i];
+  struct epoll_event ev = {0};
+  if (!r->dir[i].eof && r->dir[i].pending == 0) ev.events |= EPOLLIN;
+  if (r->dir[1 - i].pending > 0) ev.events |= EPOLLOUT;
+  if (ev.events == e->watching) return;
+  ev.data.ptr = e;
+  e->watching = ev.events;
+  epoll_ctl(epfd, EPOLL_CTL_MOD, e->fd, &ev);
+}
+
+static void finish(struct relay *r) {
+  for (int i = 0; i < 2; i++) {
+    epoll_ctl(epfd, EPOLL_CTL_DEL, r->end[i].fd, NULL);
+    close(r->end[i].fd);
+    close(r->dir[i].pipe_r);
+    close(r->dir[i].pipe_w);
+  }
+  r->closed = 1;
+}
+
+/* Writes what the pipe of dir[i] holds to its destination; returns -1 on a fatal error. */
+static int drain(struct relay *r, int i) {
+  struct direction *d = &r->dir[i];
+  int dst = r->end[1 - i].fd;
+  while (d->pending > 0) {
+    ssize_t n = splice(d->pipe_r, NULL, dst, NULL, d->pending, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n > 0) {
+      d->pending -= (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return 0;
+    return -1;
+  }
+  if (d->eof && !d->done) {
+    d->done = 1;
+    shutdown(dst, SHUT_WR);
+  }
+  return 0;
+}
+
+/* Reads from the source of dir[i] into its pipe, then drains; returns -1 on a fatal error. */
+static int fill(struct relay *r, int i) {
+  struct direction *d = &r->dir[i];
+  for (;;) {
+    ssize_t n = splice(r->end[i].fd, NULL, d->pipe_w, NULL, CHUNK, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n > 0) {
+      d->pending += (size_t)n;
+      return drain(r, i);
+    }
+    if (n == 0) {
+      d->eof = 1;
+      return drain(r, i);
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN) return 0;
+    return -1;
+  }
+}
+
+static void *loop(void *unused) {
+  (void)unused;
+  struct epoll_event events[64];
+  for (;;) {
+    int n = epoll_wait(epfd, events, 64, -1);
+    if (n < 0) continue;
+    /* A relay finished while handling this batch may still appear later in it. */
+    struct relay *finished[64];
+    int nfinished = 0;
+    for (int k = 0; k < n; k++) {
+      struct endpoint *e = events[k].data.ptr;
+      struct relay *r = e->relay;
+      if (r->closed) continue;
+      int i = e->index;
+      int failed = 0;
+      if (events[k].events & EPOLLOUT) failed |= drain(r, 1 - i) < 0;
+      if (!failed && (events[k].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) failed |= fill(r, i) < 0;
+      if (failed || (r->dir[0].done && r->dir[1].done)) {
+        finish(r);
+        finished[nfinished++] = r;
+        continue;
+      }
+      watch(r, 0);
+      watch(r, 1);
+    }
+    for (int k = 0; k < nfinished; k++) free(finished[k]);
+  }
+  return NULL;
+}
+
+static void start_thread(void) {
+  epfd = epoll_create1(EPOLL_CLOEXEC);
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_create(&t, &attr, loop, NULL);
+  pthread_attr_destroy(&attr);
+}
+
+static napi_value relay(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  int32_t a, b;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 2 ||
+      napi_get_value_int32(env, argv[0], &a) != napi_ok || napi_get_value_int32(env, argv[1], &b) != napi_ok) {
+    napi_throw_type_error(env, NULL, "relay(fdA, fdB): two file descriptors");
+    return NULL;
+  }
+  pthread_once(&started, start_thread);
+  struct relay *r = calloc(1, sizeof(*r));
+  int fds[2] = {fcntl(a, F_DUPFD_CLOEXEC, 0), fcntl(b, F_DUPFD_CLOEXEC, 0)};
+  int pipes[2][2] = {{-1, -1}, {-1, -1}};
+  int ok = r != NULL && fds[0] >= 0 && fds[1] >= 0 && pipe2(pipes[0], O_NONBLOCK | O_CLOEXEC) == 0 &&
+           pipe2(pipes[1], O_NONBLOCK | O_CLOEXEC) == 0;
+  if (!ok) {
+    int err = errno;
+    for (int i = 0; i < 2; i++) {
+      if (fds[i] >= 0) close(fds[i]);
+      if (pipes[i][0] >= 0) close(pipes[i][0]);
+      if (pipes[i][1] >= 0) close(pipes[i][1]);
+    }
+    free(r);
+    napi_throw_error(env, "ERELAY", strerror(err));
+    return NULL;
+  }
+  for (int i = 0; i < 2; i++) {
+    fcntl(fds[i], F_SETFL, fcntl(fds[i], F_GETFL) | O_NONBLOCK);
+    r->end[i] = (struct endpoint){.relay = r, .fd = fds[i], .index = i, .watching = EPOLLIN};
+    r->dir[i] = (struct direction){.pipe_r = pipes[i][0], .pipe_w = pipes[i][1]};
+  }
+  for (int i = 0; i < 2; i++) {
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &r->end[i]};
+    epoll_ctl(epfd, EPOLL_CTL_ADD, fds[i], &ev);
+  }
+  return NULL;
+}
+
+void register_relay(napi_env env, napi_value exports) {
+  napi_value fn;
+  napi_create_function(env, "relay", NAPI_AUTO_LENGTH, relay, NULL, &fn);
+  napi_set_named_property(env, exports, "relay", fn);
+}
