@@ -4,12 +4,13 @@
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { createSocket } from 'node:dgram';
 import { readFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
+import { runCommand } from '../../src/platform/run-command.js';
 import { Service } from '../support/service.js';
 import { Upstreams } from '../support/upstream.js';
 
@@ -165,6 +166,38 @@ test('DNS rebinding: a name whose answer turns private is refused', { timeout: 3
   }
 });
 
+test('DNS over TCP answers like UDP', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-dnstcp', ['api.test']);
+  const query = (name: string) => `python3 -c "
+import socket, struct
+q = struct.pack('>HHHHHH', 0x1234, 0x0100, 1, 0, 0, 0) + b''.join(bytes([len(l)]) + l.encode() for l in '${name}'.split('.')) + b'\\x00' + struct.pack('>HH', 1, 1)
+s = socket.create_connection(('10.127.0.1', 53), timeout=5); s.sendall(struct.pack('>H', len(q)) + q)
+n = struct.unpack('>H', s.recv(2))[0]; r = b''
+while len(r) < n: r += s.recv(n - len(r))
+print(r[3] & 15, struct.unpack('>H', r[6:8])[0])"`;
+  assert.equal((await sh(rt, query('api.test'))).stdout, '0 1\n', 'NOERROR with one answer');
+  assert.equal((await sh(rt, query('other.test'))).stdout, '3 0\n', 'NXDOMAIN');
+});
+
+test('after kill -9 and a restart the rules are rebuilt, and a stale TAP of ours is removed', { timeout: 300_000 }, async () => {
+  const created = await svc.call('POST', '/v1/runtimes', { display_name: 'eg-restart', egress_policy: { enabled: true, allowed_hosts: ['api.test'] } });
+  assert.equal(created.status, 201);
+  const links = JSON.parse(await runCommand('ip', ['-j', 'link', 'show'])) as Array<{ ifname: string; ifalias?: string }>;
+  const own = links.find((l) => l.ifalias?.endsWith(`:${created.body.data.id}`));
+  assert.ok(own, 'the runtime has a TAP labelled with it');
+  const instance = own.ifalias!.split(':')[0];
+  await runCommand('ip', ['tuntap', 'add', 'dev', 'vsl64999', 'mode', 'tap']);
+  await runCommand('ip', ['link', 'set', 'dev', 'vsl64999', 'alias', `${instance}:${randomUUID()}`]);
+  await svc.kill9();
+  await svc.start();
+  assert.equal((await sh('eg-restart', curl(`http://api.test:${HTTP}/after-restart`))).exit_code, 0);
+  assert.equal((await sh('eg-restart', curl(`http://other.test:${HTTP}/after-restart`))).exit_code, 6);
+  const spoofed = await sh('eg-restart', curl(`-o /dev/null -w '%{http_code}' -H 'Host: other.test' http://api.test:${HTTP}/after-restart-denied`));
+  assert.equal(spoofed.stdout, '403');
+  const gone = await runCommand('ip', ['link', 'show', 'vsl64999']).then(() => false, () => true);
+  assert.ok(gone, 'the stale TAP was removed');
+});
+
 test('uppercase and trailing-dot names are the same host', { timeout: 300_000 }, async () => {
   const rt = await runtime('eg-case', ['api.test']);
   assert.equal((await sh(rt, curl(`http://API.Test.:${HTTP}/case`))).exit_code, 0);
@@ -282,9 +315,16 @@ test('a path pattern holds against dot segments and encoded dots', { timeout: 30
   for (const s of [...dot, ...enc]) assert.ok(!s.rawHeaders.includes(SECRET), `${s.url} got no secret`);
 });
 
-test('SNI must equal Host on intercepted connections', { timeout: 300_000 }, async () => {
+test('SNI must equal Host on intercepted connections; the CA variables let any client trust interception', { timeout: 300_000 }, async () => {
   const rt = await runtime('eg-sni', ['api.test', 'other.test']);
   await secretRule(rt, { headerName: 'X-Api-Key' });
+  const py = await sh(rt, `python3 -c "
+import os, urllib.request
+print(os.environ['SSL_CERT_FILE'], os.environ['REQUESTS_CA_BUNDLE'], os.environ['NODE_EXTRA_CA_CERTS'])
+print(urllib.request.urlopen('https://api.test:${HTTPS}/py-env').status)"`);
+  assert.equal(py.exit_code, 0, py.stderr);
+  assert.equal(py.stdout, '/etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt /usr/local/share/ca-certificates/vessel-egress-ca.crt\n200\n');
+  assert.ok(up.hits('/py-env')[0]?.rawHeaders.includes(SECRET), 'python went through interception and got the header');
   const r = await sh(rt, curl(`-o /dev/null -w '%{http_code}' -H 'Host: other.test' https://api.test:${HTTPS}/sni-mismatch`));
   assert.equal(r.stdout, '403');
   assert.equal(up.hits('/sni-mismatch').length, 0);
