@@ -6,6 +6,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { createSocket } from 'node:dgram';
+import { connect } from 'node:net';
 import { readFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
@@ -254,14 +255,18 @@ test('enabled: false passes traffic without audits, and still never to private r
   assert.deepEqual(await audits(rt), []);
 });
 
-/** Puts the upstreams' test CA in the guest: alone in /root/upstream-ca.crt, with the gateway's in /root/both.crt. */
-async function trustUpstream(rt: string): Promise<void> {
-  const put = await fetch(`${svc.url}/v1/runtimes/${rt}/files?path=/root/upstream-ca.crt`, {
+async function putFile(rt: string, path: string, body: string | Buffer): Promise<void> {
+  const put = await fetch(`${svc.url}/v1/runtimes/${rt}/files?path=${path}`, {
     method: 'PUT',
     headers: { authorization: `Bearer ${svc.token}`, 'content-type': 'application/octet-stream' },
-    body: readFileSync(up.caFile),
+    body: typeof body === 'string' ? body : new Uint8Array(body),
   });
   assert.equal(put.status, 200);
+}
+
+/** Puts the upstreams' test CA in the guest: alone in /root/upstream-ca.crt, with the gateway's in /root/both.crt. */
+async function trustUpstream(rt: string): Promise<void> {
+  await putFile(rt, '/root/upstream-ca.crt', readFileSync(up.caFile));
   await sh(rt, 'cat /etc/ssl/certs/ca-certificates.crt /root/upstream-ca.crt > /root/both.crt');
 }
 
@@ -364,6 +369,22 @@ test('the secret is nowhere the guest, a response, an audit or a log line could 
   assert.ok(!svc.log.includes(SECRET), 'not in the service log (debug level)');
 });
 
+/** An upgrade-only server for the guest: answers 101 to `Upgrade: echo`, then echoes. */
+const UPGRADE_SERVER = [
+  'import socket',
+  's = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 8001)); s.listen()',
+  'while True:',
+  '    c, _ = s.accept(); head = b""',
+  '    while b"\\r\\n\\r\\n" not in head: head += c.recv(1024)',
+  '    c.sendall(b"HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: echo\\r\\nConnection: Upgrade\\r\\n\\r\\n")',
+  '    while True:',
+  '        d = c.recv(1024)',
+  '        if not d: break',
+  '        c.sendall(d)',
+  '    c.close()',
+  '',
+].join('\n');
+
 function ingressGet(host: string, tls: boolean): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const opts = { host: '127.0.0.1', port: svc.ingressPort, path: '/', headers: { host } };
@@ -383,10 +404,12 @@ function ingressGet(host: string, tls: boolean): Promise<{ status: number; body:
 test('ingress: http and https specs reach their guest ports, and nothing else does', { timeout: 300_000 }, async () => {
   const r = await svc.call('POST', '/v1/runtimes', {
     display_name: 'web',
-    ingress_specs: [{ protocol: 'http', runtime_port: 8000 }, { protocol: 'https', runtime_port: 8443 }],
+    ingress_specs: [{ protocol: 'http', runtime_port: 8000 }, { protocol: 'https', runtime_port: 8443 }, { protocol: 'http', runtime_port: 8001 }],
   });
   assert.equal(r.status, 201, JSON.stringify(r.body));
   await sh('web', 'for p in 8000 8443 9000; do nohup python3 -m http.server $p --directory /etc >/dev/null 2>&1 & done; true');
+  await putFile('web', '/root/upgrade.py', UPGRADE_SERVER);
+  await sh('web', 'nohup python3 /root/upgrade.py >/dev/null 2>&1 & true');
   const deadline = Date.now() + 60_000;
   let plain = await ingressGet('8000-web.localhost', false);
   while (plain.status !== 200 && Date.now() < deadline) {
@@ -401,4 +424,22 @@ test('ingress: http and https specs reach their guest ports, and nothing else do
   assert.equal((await ingressGet('8443-web.localhost', false)).status, 404, 'an https port over plain HTTP');
   assert.equal((await ingressGet('8000-nosuch.localhost', false)).status, 404);
   assert.equal((await ingressGet('web.localhost', false)).status, 404);
+
+  // An upgrade (what WebSockets use) passes through to the guest, then bytes flow both ways.
+  const echoed = await new Promise<string>((resolve, reject) => {
+    const sock = connect(svc.ingressPort, '127.0.0.1');
+    let got = '';
+    sock.setTimeout(20_000, () => reject(new Error(`no echo: ${got}`)));
+    sock.on('data', (d) => {
+      got += d;
+      if (got.endsWith('\r\n\r\n')) sock.write('ping');
+      if (got.endsWith('ping')) {
+        sock.destroy();
+        resolve(got);
+      }
+    });
+    sock.on('error', reject);
+    sock.write('GET /ws HTTP/1.1\r\nHost: 8001-web.localhost\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n');
+  });
+  assert.match(echoed, /^HTTP\/1\.1 101/);
 });
