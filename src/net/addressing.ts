@@ -8,6 +8,7 @@ export const TAP_PREFIX = 'vsl';
 /** A device that holds the gateway address while no runtime TAP exists, so listeners can bind it. */
 export const GATEWAY_DEVICE = 'vessel0';
 /** Identity addresses: 10.222.0.0/16, slot n is 10.222.(n >> 8).(n & 255). */
+export const IDENTITY_POOL = '10.222.0.0/16';
 const IDENTITY_BASE = (10 << 24) | (222 << 16);
 export const MAX_SLOT = 0xfffe;
 

@@ -4,12 +4,16 @@
  * NAT64 forms unwrapped). The operator can open chosen ranges with VESSEL_EGRESS_ALLOW_CIDRS.
  */
 import { BlockList, isIP } from 'node:net';
+import { GUEST_NETWORK } from '../core/ports.js';
+import { IDENTITY_POOL } from './addressing.js';
 
 const SPECIAL_V4 = [
   '0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12',
   '192.0.0.0/24', '192.0.2.0/24', '192.88.99.0/24', '192.168.0.0/16', '198.18.0.0/15',
   '198.51.100.0/24', '203.0.113.0/24', '224.0.0.0/4', '240.0.0.0/4',
 ];
+/** The gateway's own networks: never dialed, whatever VESSEL_EGRESS_ALLOW_CIDRS says. */
+const GATEWAY_V4 = [`${GUEST_NETWORK.gateway}/${GUEST_NETWORK.prefixLength}`, IDENTITY_POOL];
 const SPECIAL_V6 = ['::/127', '100::/64', '2001:db8::/32', 'fc00::/7', 'fe80::/10', 'ff00::/8', '2001::/32', '2002::/16'];
 
 function addCidr(list: BlockList, cidr: string): void {
@@ -35,8 +39,10 @@ function embeddedV4(ip: string): string | null {
 export class DialPolicy {
   readonly #special = new BlockList();
   readonly #allowed = new BlockList();
+  readonly #never = new BlockList();
 
   constructor(allowCidrs: readonly string[] = []) {
+    for (const c of GATEWAY_V4) addCidr(this.#never, c);
     for (const c of SPECIAL_V4) addCidr(this.#special, c);
     for (const c of SPECIAL_V6) addCidr(this.#special, c);
     for (const c of allowCidrs) addCidr(this.#allowed, c);
@@ -48,6 +54,7 @@ export class DialPolicy {
     if (family === 0) return false;
     const v4 = family === 6 ? embeddedV4(ip) : ip;
     const [addr, type] = v4 !== null ? [v4, 'ipv4' as const] : [ip, 'ipv6' as const];
+    if (this.#never.check(addr, type)) return false;
     if (this.#allowed.check(addr, type)) return true;
     return !this.#special.check(addr, type);
   }

@@ -19,6 +19,7 @@ import { originalDst, relaySockets, sniffSocket } from './socket-ops.js';
 /** A client that says nothing this long is taken to speak a server-first protocol (raw TCP). */
 const SILENT_MS = 300;
 const CONNECT_TIMEOUT_MS = 10_000;
+const KEEPALIVE_MS = 30_000;
 
 export interface ProxyAudit {
   (net: RuntimeNet, kind: 'tcp_connection' | 'http_request', detail: EgressAuditDetail): void;
@@ -151,6 +152,9 @@ export class EgressProxy {
     upstream.once('timeout', () => upstream.destroy(new Error('connect timeout')));
     upstream.once('connect', () => {
       if (socket.destroyed) return void upstream.destroy();
+      // A peer that vanishes (a deleted VM's TAP is gone) must not pin the relay forever.
+      socket.setKeepAlive(true, KEEPALIVE_MS);
+      upstream.setKeepAlive(true, KEEPALIVE_MS);
       relaySockets(socket, upstream);
     });
     upstream.on('error', () => socket.resetAndDestroy());

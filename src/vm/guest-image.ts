@@ -4,13 +4,13 @@
  * the hash of the recipe, so a changed recipe builds a new image and an unchanged one is reused.
  */
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync, copyFileSync, chmodSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync, copyFileSync, chmodSync, statSync, symlinkSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { runCommand } from '../platform/run-command.js';
 
 /** Bumped when the build steps change in a way the recipe files do not show. */
-const BUILDER_VERSION = 2;
+const BUILDER_VERSION = 3;
 const RECIPE_FILES = ['recipe.json', 'initramfs-init', 'vessel-init', 'shutdown'];
 
 export const GUEST_RECIPE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '../../../guest');
@@ -99,6 +99,9 @@ export async function buildImage(opts: { imagesDir: string; progress: BuildProgr
     // cache is cold, and util-linux's dynamically linked hwclock costs most of a second there;
     // busybox's static applet does the same job without the dynamic loader.
     install(hostBusybox(), join(rootfs, 'usr/sbin/hwclock'));
+    // The kernel's hostname is the only copy: a fork sets it once and /etc/hostname follows.
+    rmSync(join(rootfs, 'etc/hostname'), { force: true });
+    symlinkSync('/proc/sys/kernel/hostname', join(rootfs, 'etc/hostname'));
     for (const d of ['var/cache/apt/archives', 'var/lib/apt/lists']) {
       for (const f of readdirSync(join(rootfs, d))) if (f.endsWith('.deb') || f.includes('_dists_')) rmSync(join(rootfs, d, f), { force: true });
     }
@@ -163,3 +166,4 @@ async function buildInitramfs(recipe: Recipe, recipeDir: string, kernelDir: stri
   writeFileSync(join(dir, 'modules.order'), recipe.initramfsModules.join('\n') + '\n');
   await runCommand('sh', ['-c', `cd "${dir}" && find . | cpio -o -H newc --quiet | gzip -1 > "${target}"`]);
 }
+

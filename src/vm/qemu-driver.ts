@@ -402,8 +402,8 @@ export class QemuDriver implements VmDriver {
     // Issued together: the agent still runs them one by one, but without a round trip between.
     await Promise.all([
       agent.call('guest-set-time', { time: Date.now() * 1_000_000 }),
+      // /etc/hostname is a link to it (guest-image.ts).
       writeFile('/proc/sys/kernel/hostname', hostname),
-      writeFile('/etc/hostname', `${hostname}\n`),
       writeFile('/etc/hosts', `127.0.0.1 localhost\n127.0.1.1 ${hostname}\n::1 localhost ip6-localhost ip6-loopback\n`),
       writeFile('/dev/urandom', randomBytes(64)),
     ]);

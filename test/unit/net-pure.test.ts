@@ -74,6 +74,10 @@ test('dial policy: special ranges refused in every spelling, allow-list opens ch
   assert.equal(open.mayDial('127.0.0.1'), true);
   assert.equal(open.mayDial('::ffff:127.0.0.1'), true);
   assert.equal(open.mayDial('169.254.169.254'), false);
+  const wide = new DialPolicy(['10.0.0.0/8']);
+  assert.equal(wide.mayDial('10.1.1.1'), true);
+  assert.equal(wide.mayDial('10.127.0.1'), false, 'the gateway address, whatever the allow list');
+  assert.equal(wide.mayDial('10.222.0.5'), false, 'another runtime, whatever the allow list');
   assert.throws(() => parseCidrList('10.0.0.0/33'));
   assert.deepEqual(parseCidrList(' 127.0.0.0/8, 10.0.0.0/8 '), ['127.0.0.0/8', '10.0.0.0/8']);
 });
