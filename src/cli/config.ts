@@ -15,6 +15,8 @@ export interface Config {
   logLevel: string;
   /** Suspend runtimes idle this long (no exec, file or egress activity); 0 = never. */
   idleSuspendSecs: number;
+  /** Spare VMs kept forked and ready for creates without a checkpoint; 0 = none. */
+  warmPoolSize: number;
   egress: {
     allowCidrs: string[];
     extraCaFile: string | undefined;
@@ -51,6 +53,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     memoryOvercommit: int(env, 'VESSEL_MEMORY_OVERCOMMIT', 8),
     logLevel: env.VESSEL_LOG_LEVEL ?? 'info',
     idleSuspendSecs: int(env, 'VESSEL_IDLE_SUSPEND_SECS', 0),
+    warmPoolSize: int(env, 'VESSEL_WARM_POOL', 2),
     egress: {
       allowCidrs: parseCidrList(env.VESSEL_EGRESS_ALLOW_CIDRS),
       extraCaFile: env.VESSEL_EGRESS_EXTRA_CA || undefined,

@@ -8,6 +8,7 @@ import { RuntimeService, type Logger } from './runtimes.js';
 import type { SecretBox } from './secret-box.js';
 import { SecretService } from './secrets.js';
 import { TokenService } from './tokens.js';
+import { WarmPool } from './warm-pool.js';
 
 export interface CorePorts {
   store: Store;
@@ -15,6 +16,8 @@ export interface CorePorts {
   gateway: NetworkGateway;
   secretBox: SecretBox;
   log: Logger;
+  /** Spare VMs kept ready for creates without a checkpoint (0 or absent: none). */
+  warmPoolSize?: number;
 }
 
 export class Core {
@@ -26,6 +29,7 @@ export class Core {
   readonly audits: AuditService;
   /** What the gateway calls back: secret values, audits, activity. */
   readonly egress: EgressService;
+  readonly #pool: WarmPool;
 
   constructor(private readonly ports: CorePorts) {
     const { store, driver, gateway, secretBox, log } = ports;
@@ -33,7 +37,8 @@ export class Core {
     this.secrets = new SecretService(store, secretBox);
     this.audits = new AuditService(store);
     this.egress = new EgressService(store, gateway, this.secrets, this.audits, (id) => this.runtimes.touch(id));
-    this.runtimes = new RuntimeService(store, driver, this.egress, log);
+    this.#pool = new WarmPool(driver, gateway, ports.warmPoolSize ?? 0, log);
+    this.runtimes = new RuntimeService(store, driver, this.egress, log, this.#pool);
     this.rules = new RuleService(store, this.runtimes, this.secrets);
     this.checkpoints = new CheckpointService(store, this.runtimes, driver, log);
     // A PATCHed policy or a rule change applies to the gateway's next connection.
@@ -52,6 +57,7 @@ export class Core {
 
   async close(): Promise<void> {
     this.runtimes.stopIdleSuspension();
+    await this.#pool.close();
     await this.checkpoints.settled();
     await this.egress.flush();
     await this.ports.gateway.close();

@@ -162,6 +162,11 @@ export interface VmDriver {
    * unavailable, having started nothing, when the host lacks the memory for it.
    */
   create(spec: VmSpec): Promise<void>;
+  /**
+   * Like create, for a spare the warm pool keeps: the VM waits, clock set, until a create with
+   * its runtime id claims it and only names it and reseeds its entropy.
+   */
+  createSpare(spec: VmSpec): Promise<void>;
   /** Boots an existing runtime's disk again after a stop or crash, or restores a suspended one. */
   start(spec: VmSpec): Promise<void>;
   pause(runtimeId: string): Promise<void>;

@@ -89,6 +89,7 @@ export class RuntimeService {
     private readonly driver: VmDriver,
     private readonly network: RuntimeNetwork,
     private readonly log: Logger,
+    private readonly pool: { take(checkpointId: string, resources: Resources): string | null } | null = null,
   ) {
     driver.onUnexpectedExit((id) => void this.#markCrashed(id));
   }
@@ -120,6 +121,7 @@ export class RuntimeService {
     const ingressSpecs = checkIngress(input.ingress_specs ?? []);
     let resources = this.#resourcesFromInput(input.resources);
     let baseCheckpointId: string | null = null;
+    let spareId: string | null = null;
     if (input.checkpoint !== undefined) {
       const cp = await this.store.checkpoints.find(tenantId, input.checkpoint, true);
       if (cp === undefined) throw notFound('checkpoint', input.checkpoint);
@@ -138,6 +140,7 @@ export class RuntimeService {
     } else if (this.#systemCheckpoints !== null) {
       try {
         baseCheckpointId = (await this.#systemCheckpoints(resources)).id;
+        spareId = this.pool?.take(baseCheckpointId, resources) ?? null;
       } catch (err) {
         if (err instanceof VesselError) throw err;
         this.log.error({ err }, 'could not make the system checkpoint');
@@ -146,7 +149,8 @@ export class RuntimeService {
     }
     const now = new Date().toISOString();
     const runtime: Runtime = {
-      id: randomUUID(),
+      // A spare from the warm pool already runs under the id it was made for.
+      id: spareId ?? randomUUID(),
       tenantId,
       displayName: name,
       status: 'creating',
@@ -159,7 +163,16 @@ export class RuntimeService {
       createdAt: now,
       updatedAt: now,
     };
-    await this.store.runtimes.insert(runtime);
+    try {
+      await this.store.runtimes.insert(runtime);
+    } catch (err) {
+      // A duplicate name, say: the spare taken for it goes, rather than run unowned.
+      if (spareId !== null) {
+        await this.driver.destroy(spareId).catch(() => undefined);
+        await this.network.detach(spareId).catch(() => undefined);
+      }
+      throw err;
+    }
     return this.#lock.run(runtime.id, async () => {
       try {
         await this.driver.create(this.#spec(runtime, await this.network.attach(runtime)));

@@ -15,7 +15,7 @@ import { EgressDecisions } from './egress-decisions.js';
 import { EgressProxy } from './egress-proxy.js';
 import { HttpForwarder } from './http-forwarder.js';
 import { Ingress } from './ingress.js';
-import { applyRuleset, takeIcmpCounts } from './nftables.js';
+import { applyRuleset, removeRuleset, takeIcmpCounts } from './nftables.js';
 import { NameResolver } from './resolver.js';
 import { RuntimeNet, RuntimeRegistry, StandInAddresses } from './runtime-registry.js';
 import { SecretCache } from './secret-cache.js';
@@ -53,8 +53,8 @@ export class Gateway implements NetworkGateway {
   readonly #secrets: SecretCache;
   #icmpTimer: NodeJS.Timeout | null = null;
   #hooks: GatewayHooks | null = null;
-  /** Rule set loads are serialized: each one writes the whole table from the current state. */
-  #ruleset: Promise<void> = Promise.resolve();
+  /** TAP and rule set changes run one at a time: slots are picked from what exists, and each load writes the whole table. */
+  #queue: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly opts: GatewayOptions) {
     const decisions = new EgressDecisions(new NameResolver(opts.dnsOverridesFile), new DialPolicy(opts.allowCidrs));
@@ -89,7 +89,11 @@ export class Gateway implements NetworkGateway {
     }
   }
 
-  async attach(subject: EgressSubject): Promise<string> {
+  attach(subject: EgressSubject): Promise<string> {
+    return this.#exclusive(() => this.#attach(subject));
+  }
+
+  async #attach(subject: EgressSubject): Promise<string> {
     const existing = this.#registry.get(subject.runtimeId);
     if (existing !== undefined) {
       existing.subject = subject;
@@ -111,7 +115,11 @@ export class Gateway implements NetworkGateway {
     if (net !== undefined) net.subject = subject;
   }
 
-  async detach(runtimeId: string): Promise<void> {
+  detach(runtimeId: string): Promise<void> {
+    return this.#exclusive(() => this.#detach(runtimeId));
+  }
+
+  async #detach(runtimeId: string): Promise<void> {
     this.#registry.remove(runtimeId);
     const tap = this.#taps.get(runtimeId);
     this.#taps.delete(runtimeId);
@@ -119,7 +127,11 @@ export class Gateway implements NetworkGateway {
     if (tap !== undefined) await deleteTap(tap);
   }
 
-  async restore(subjects: EgressSubject[]): Promise<void> {
+  restore(subjects: EgressSubject[]): Promise<void> {
+    return this.#exclusive(() => this.#restore(subjects));
+  }
+
+  async #restore(subjects: EgressSubject[]): Promise<void> {
     const wanted = new Map(subjects.map((s) => [s.runtimeId, s]));
     for (const { tap, owner } of await listTaps()) {
       if (owner?.instance !== this.opts.instance) continue;
@@ -135,8 +147,12 @@ export class Gateway implements NetworkGateway {
     await this.#writeRuleset();
   }
 
+  /** Stops listening. The TAPs and the table stay for the VMs that keep running; a table with no TAP left goes. */
   async close(): Promise<void> {
     if (this.#icmpTimer !== null) clearInterval(this.#icmpTimer);
+    await this.#exclusive(async () => {
+      if (this.#taps.size === 0) await removeRuleset(this.#table).catch(() => undefined);
+    });
     this.#dns.close();
     await this.#proxy.close();
     await this.#ingress.close();
@@ -155,17 +171,19 @@ export class Gateway implements NetworkGateway {
     return `vessel_${this.opts.instance}`;
   }
 
-  #writeRuleset(): Promise<void> {
-    const next = this.#ruleset.then(() =>
-      applyRuleset({
-        table: this.#table,
-        proxyPort: this.opts.proxyPort,
-        dnsPort: this.opts.dnsPort,
-        attachments: [...this.#taps.values()].map((tap) => ({ tap, identity: identityAddress(slotOfTap(tap)!) })),
-      }),
-    );
-    this.#ruleset = next.catch(() => undefined);
+  #exclusive<T>(work: () => Promise<T>): Promise<T> {
+    const next = this.#queue.then(work);
+    this.#queue = next.catch(() => undefined);
     return next;
+  }
+
+  #writeRuleset(): Promise<void> {
+    return applyRuleset({
+      table: this.#table,
+      proxyPort: this.opts.proxyPort,
+      dnsPort: this.opts.dnsPort,
+      attachments: [...this.#taps.values()].map((tap) => ({ tap, identity: identityAddress(slotOfTap(tap)!) })),
+    });
   }
 
   async #auditIcmp(): Promise<void> {

@@ -88,6 +88,10 @@ export async function applyRuleset(plan: RulesetPlan): Promise<void> {
   await runCommand('nft', ['-f', '-'], { input: renderRuleset(plan) });
 }
 
+export async function removeRuleset(table: string): Promise<void> {
+  await runCommand('nft', ['-f', '-'], { input: `table inet ${table} {}\ndelete table inet ${table}\n` });
+}
+
 /** Reads and zeroes every runtime's ICMP drop counter in one step: TAP name → packets since last read. */
 export async function takeIcmpCounts(table: string): Promise<Map<string, number>> {
   const out = await runCommand('nft', ['-j', 'reset', 'counters', 'table', 'inet', table]);

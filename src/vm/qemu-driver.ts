@@ -4,7 +4,7 @@
  * machine and the guest agent for everything inside it. Checkpoints are a QMP migration of the
  * device state plus the RAM file; forks restore them with `-incoming`.
  */
-import { chownSync, closeSync, existsSync, linkSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { chownSync, closeSync, existsSync, linkSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
 import { totalmem } from 'node:os';
 import { join } from 'node:path';
@@ -42,6 +42,8 @@ const HOST_RESERVE_MIB = 1024;
 const UID_BASE = 200_000;
 const UID_RANGE = 100_000;
 const TEMPLATE_PREFIX = 'template-';
+/** Marks a warm-pool spare's directory until a create claims it; the sweep removes unclaimed ones. */
+const SPARE_MARKER = 'spare';
 /** What an idle fork of a 512 MiB system checkpoint holds privately under TCG (bench/checkpoint: ~51 MiB). */
 const FORK_FOOTPRINT_MIB = 96;
 
@@ -58,6 +60,8 @@ interface LiveVm {
 
 export class QemuDriver implements VmDriver {
   readonly #live = new Map<string, LiveVm>();
+  /** Warm-pool spares not claimed yet. */
+  readonly #spares = new Set<string>();
   readonly #tscKhz = hostTscKhz();
   readonly #layers: DiskLayers;
   readonly #baseSize: number;
@@ -82,11 +86,22 @@ export class QemuDriver implements VmDriver {
   }
 
   async create(spec: VmSpec): Promise<void> {
+    const spare = this.#live.get(spec.runtimeId);
+    if (spare !== undefined && this.#spares.delete(spec.runtimeId)) {
+      if (!spare.vm.exited) return this.#claim(spec, spare);
+      await this.destroy(spec.runtimeId);
+    }
+    await this.#create(spec, false);
+  }
+
+  async #create(spec: VmSpec, spare: boolean): Promise<void> {
     this.#admit(spec.resources, spec.fromCheckpointId !== null);
     const dir = this.runtimeDir(spec.runtimeId);
     await this.#undoOnFailure(async (undo) => {
       mkdirSync(dir, { recursive: true, mode: 0o700 });
       undo.push(() => rmSync(dir, { recursive: true, force: true }));
+      // Before anything runs, so that a crash at any point leaves a spare the sweep recognizes.
+      if (spare) writeFileSync(join(dir, SPARE_MARKER), '');
       if (spec.fromCheckpointId === null) {
         const state: VmState = { diskFile: 'disk-0.qcow2', node: 'disk-0', chain: [], ram: 'shared', diskSizeBytes: this.#baseSize };
         await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', this.opts.image.rootfs, '-F', 'raw', join(dir, state.diskFile)]);
@@ -96,6 +111,25 @@ export class QemuDriver implements VmDriver {
         await this.#fork(spec, spec.fromCheckpointId, undo);
       }
     });
+  }
+
+  async createSpare(spec: VmSpec): Promise<void> {
+    await this.#create(spec, true);
+    this.#spares.add(spec.runtimeId);
+  }
+
+  /**
+   * A spare becomes the runtime: its clock has run since it was set, so it only gets its name and
+   * fresh entropy (the writes it made when it was prepared warmed these paths in QEMU's cache).
+   */
+  async #claim(spec: VmSpec, live: LiveVm): Promise<void> {
+    rmSync(join(this.runtimeDir(spec.runtimeId), SPARE_MARKER), { force: true });
+    const t0 = performance.now();
+    await this.#personalize(live.vm, spec.hostname, false);
+    if (spec.resources.requests.memory_mib < live.memoryMib) {
+      await live.vm.qmp.execute('balloon', { value: spec.resources.requests.memory_mib * MiB });
+    }
+    this.opts.log.info({ runtimeId: spec.runtimeId, how: 'spare', personalizeMs: Math.round(performance.now() - t0) }, 'VM ready');
   }
 
   async start(spec: VmSpec): Promise<void> {
@@ -158,6 +192,7 @@ export class QemuDriver implements VmDriver {
   }
 
   async destroy(runtimeId: string): Promise<void> {
+    this.#spares.delete(runtimeId);
     const dir = this.runtimeDir(runtimeId);
     const vm = this.#live.get(runtimeId)?.vm ?? (await QemuVm.adopt(dir));
     if (vm !== null) await vm.kill();
@@ -274,10 +309,10 @@ export class QemuDriver implements VmDriver {
     return vm.status();
   }
 
-  /** Template VMs left by a crash mid-template are of no use to anyone. */
+  /** Template VMs left by a crash mid-template, and spares a previous run kept, are of no use to anyone. */
   async sweep(): Promise<void> {
     for (const id of readdirSync(this.#layers.runtimesDir)) {
-      if (id.startsWith(TEMPLATE_PREFIX)) await this.destroy(id);
+      if (id.startsWith(TEMPLATE_PREFIX) || existsSync(join(this.runtimeDir(id), SPARE_MARKER))) await this.destroy(id);
     }
     this.#layers.collect();
   }
@@ -360,7 +395,7 @@ export class QemuDriver implements VmDriver {
     const t0 = performance.now();
     const vm = restoreFrom === undefined ? await this.#launchUntilAgent(dir, args, undo) : await this.#restore(dir, args, restoreFrom, undo);
     const t1 = performance.now();
-    await this.#personalize(vm, spec.hostname);
+    await this.#personalize(vm, spec.hostname, true);
     if (spec.resources.requests.memory_mib < spec.resources.limits.memory_mib) {
       await vm.qmp.execute('balloon', { value: spec.resources.requests.memory_mib * MiB });
     }
@@ -389,7 +424,7 @@ export class QemuDriver implements VmDriver {
    * Only agent file writes, no process in the guest: a fork's first exec runs on QEMU's cold
    * translation cache and costs most of a second under TCG.
    */
-  async #personalize(vm: QemuVm, hostname: string): Promise<void> {
+  async #personalize(vm: QemuVm, hostname: string, setClock: boolean): Promise<void> {
     const agent = await vm.agent();
     const writeFile = async (path: string, content: string | Buffer) => {
       const handle = await agent.call<number>('guest-file-open', { path, mode: 'w' });
@@ -401,7 +436,7 @@ export class QemuDriver implements VmDriver {
     };
     // Issued together: the agent still runs them one by one, but without a round trip between.
     await Promise.all([
-      agent.call('guest-set-time', { time: Date.now() * 1_000_000 }),
+      setClock ? agent.call('guest-set-time', { time: Date.now() * 1_000_000 }) : undefined,
       // /etc/hostname is a link to it (guest-image.ts).
       writeFile('/proc/sys/kernel/hostname', hostname),
       writeFile('/etc/hosts', `127.0.0.1 localhost\n127.0.1.1 ${hostname}\n::1 localhost ip6-localhost ip6-loopback\n`),

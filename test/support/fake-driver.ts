@@ -24,7 +24,16 @@ export class FakeDriver implements VmDriver {
     this.checkpoints.add(checkpointId);
   }
   async sweep() {}
+  /** Spares made for the warm pool and not claimed yet. */
+  readonly spares = new Set<string>();
+
+  async createSpare(spec: VmSpec): Promise<void> {
+    await this.create(spec);
+    this.spares.add(spec.runtimeId);
+  }
+
   async create(spec: VmSpec): Promise<void> {
+    if (this.spares.delete(spec.runtimeId) && this.vms.has(spec.runtimeId)) return;
     if (this.#used() + spec.resources.limits.memory_mib > this.capacityMib) throw unavailable('not enough host memory');
     this.vms.set(spec.runtimeId, { state: 'running', files: new Map(), memoryTarget: spec.resources.requests.memory_mib });
   }
@@ -47,6 +56,7 @@ export class FakeDriver implements VmDriver {
   }
   async destroy(id: string) {
     this.vms.delete(id);
+    this.spares.delete(id);
   }
   async exec(_id: string, req: ExecRequest): Promise<ExecResult> {
     return { exit_code: 0, duration_ms: 1, stdout: req.command, stdout_truncated: false, stderr: '', stderr_truncated: false };

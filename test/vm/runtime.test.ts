@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { Service } from '../support/service.js';
 
@@ -183,8 +183,15 @@ test('capacity: a create beyond host memory is unavailable and leaves nothing', 
 
 test('kill -9 of the service: both runtimes are adopted and still run', TIMEOUT, async () => {
   await svc.call('POST', '/v1/secrets', { name: 'survivor', value: 'v-123' });
+  const runtimesDir = join(svc.dataDir, 'runtimes');
+  const spares = () => readdirSync(runtimesDir).filter((d) => existsSync(join(runtimesDir, d, 'spare')));
+  const sparesBefore = spares();
+  assert.ok(sparesBefore.length > 0, 'the warm pool holds spares');
+  const sparePids = sparesBefore.map((d) => Number(readFileSync(join(runtimesDir, d, 'qemu.pid'), 'utf8')));
   await svc.kill9();
   await svc.start();
+  for (const d of sparesBefore) assert.ok(!existsSync(join(runtimesDir, d)), 'a spare of the dead service is swept');
+  for (const pid of sparePids) assert.throws(() => process.kill(pid, 0), 'and its QEMU is gone');
   for (const rt of ['vm-a', 'vm-b']) {
     const r = await svc.call('GET', `/v1/runtimes/${rt}`);
     assert.equal(r.body.data.status, 'running');
