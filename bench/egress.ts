@@ -21,7 +21,8 @@ import { Gateway } from '../src/net/gateway.js';
 import { runCommand } from '../src/platform/run-command.js';
 import { REPO_ROOT, freePort } from '../test/support/service.js';
 
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const WORKERS = Number(process.env.BENCH_WORKERS ?? 8);
 const NS_GATEWAY = 'vbench-gw';
 const NS_BASELINE = 'vbench-px';
@@ -156,32 +157,33 @@ try {
   const vesselSplice = (workers?: number) => load(NS_GATEWAY, viaGateway, { caFile: upstreamCa, workers });
   const vesselInject = (workers?: number) => load(NS_GATEWAY, viaGateway, { caFile: bothCas, workers });
 
-  // Warm-up, then the measured runs.
+  // Warm-up, then ROUNDS rounds that alternate the paths compared, so that drift on a busy
+  // 2-core machine (client, upstream and proxy share it) hits each alike; medians are reported.
   await direct();
   await squid();
   await vesselSplice();
-  const d = await direct();
-  const s = await squid();
-  const vs = await vesselSplice();
-  const d1 = await direct(1);
-  const s1 = await squid(1);
-  const vs1 = await vesselSplice(1);
+  const rounds = async (runs: Record<string, () => Promise<Result>>): Promise<Record<string, Result>> => {
+    const seen: Record<string, Result[]> = {};
+    for (let i = 0; i < ROUNDS; i++) for (const [name, run] of Object.entries(runs)) (seen[name] ??= []).push(await run());
+    const median = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+    return Object.fromEntries(Object.entries(seen).map(([name, rs]) => [name, { requests: median(rs.map((r) => r.requests)), rps: median(rs.map((r) => r.rps)), p50: median(rs.map((r) => r.p50)), p99: median(rs.map((r) => r.p99)) }]));
+  };
+  const passthrough = await rounds({ d: () => direct(), s: () => squid(), vs: () => vesselSplice(), d1: () => direct(1), s1: () => squid(1), vs1: () => vesselSplice(1) });
+  const { d, s, vs, d1, s1, vs1 } = passthrough as Record<'d' | 's' | 'vs' | 'd1' | 's1' | 'vs1', Result>;
   gateway.update({
     ...subject,
     rules: [{ id: 'bench-rule', tenantId: 'bench', runtimeId, secretId: 'bench-secret', hostPattern: 'bench.test', pathPattern: '/**', injection: { headerName: 'X-Api-Key' }, createdAt: '' }],
   });
   await mitm();
   await vesselInject();
-  const m = await mitm();
-  const vi = await vesselInject();
-  const m1 = await mitm(1);
-  const vi1 = await vesselInject(1);
+  const interception = await rounds({ m: () => mitm(), vi: () => vesselInject(), m1: () => mitm(1), vi1: () => vesselInject(1) });
+  const { m, vi, m1, vi1 } = interception as Record<'m' | 'vi' | 'm1' | 'vi1', Result>;
 
   const row = (name: string, r: Result, base?: Result) =>
     `${name.padEnd(34)} ${r.rps.toFixed(0).padStart(7)} req/s   p50 ${r.p50.toFixed(2).padStart(6)} ms   p99 ${r.p99.toFixed(2).padStart(6)} ms` +
     (base === undefined ? '' : `   ${(r.rps / base.rps).toFixed(2)}× throughput`);
   const added = (r: Result, base = d) => `added p50 ${(r.p50 - base.p50).toFixed(2)} ms, p99 ${(r.p99 - base.p99).toFixed(2)} ms over direct`;
-  console.log(`HTTPS keep-alive GETs, ${WORKERS} connections (latency also with 1), ${SECONDS} s per run, clients in network namespaces`);
+  console.log(`HTTPS keep-alive GETs, ${WORKERS} connections (latency also with 1), ${SECONDS} s per run, median of ${ROUNDS} alternating rounds, clients in network namespaces`);
   console.log(row('direct (no proxy)', d));
   console.log(row('squid CONNECT passthrough', s));
   console.log(row('vessel passthrough (spliced)', vs, s) + ' vs squid');

@@ -142,12 +142,12 @@ export class EgressProxy {
   }
 
   /**
-   * Joins the guest's socket, unread bytes and all, to a new connection to ip:port, in the kernel
-   * (splice), so a spliced connection costs the event loop nothing after this.
+   * Joins the guest's socket, unread bytes and all, to a new connection to ip:port on the native
+   * relay thread, so a spliced connection costs the event loop nothing after this.
    */
   #splice(socket: Socket, ip: string, port: number): void {
     const upstream = connect({ host: ip, port, noDelay: true, timeout: CONNECT_TIMEOUT_MS });
-    // Not a byte may be read into Node's buffers before the kernel relay takes over.
+    // Not a byte may be read into Node's buffers before the native relay takes over.
     upstream.pause();
     upstream.once('timeout', () => upstream.destroy(new Error('connect timeout')));
     upstream.once('connect', () => {

@@ -22,8 +22,9 @@ export function socketFd(socket: Socket): number {
 export const originalDst = (socket: Socket): { address: string; port: number } => ops.originalDst(socketFd(socket));
 
 /**
- * Joins two connected sockets in the kernel (splice_relay.c) and closes Node's handles on them:
- * the bytes then never pass through JavaScript. Neither socket may have read anything yet.
+ * Joins two connected sockets on the native relay thread (relay_thread.c) and closes Node's
+ * handles on them: the bytes then never pass through JavaScript. Neither socket may have read
+ * anything yet.
  */
 export function relaySockets(a: Socket, b: Socket): void {
   ops.relay(socketFd(a), socketFd(b));
