@@ -10,6 +10,7 @@ import * as dns from 'dns-packet';
 import { normalizeHostName } from '../core/host-pattern.js';
 import { DialPolicy } from './blocked-ranges.js';
 import type { EgressDecisions } from './egress-decisions.js';
+import { listenOn } from './listeners.js';
 import type { RuntimeNet, RuntimeRegistry, StandInAddresses } from './runtime-registry.js';
 
 const RCODE = { NOERROR: 0, FORMERR: 1, SERVFAIL: 2, NXDOMAIN: 3, REFUSED: 5 } as const;
@@ -43,10 +44,7 @@ export class DnsResponder {
       this.#udp.once('error', reject);
       this.#udp.bind(port, host, () => resolve());
     });
-    await new Promise<void>((resolve, reject) => {
-      this.#tcp.once('error', reject);
-      this.#tcp.listen({ host, port }, () => resolve());
-    });
+    await listenOn(this.#tcp, host, port);
   }
 
   close(): void {

@@ -11,6 +11,7 @@ import { TLSSocket } from 'node:tls';
 import type { EgressAuditDetail } from '../core/types.js';
 import { hostMatches, normalizeHostName } from '../core/host-pattern.js';
 import type { CertificateAuthority } from './certificate-authority.js';
+import { closeListener, listenOn } from './listeners.js';
 import type { DenyReason, EgressDecisions } from './egress-decisions.js';
 import { HttpForwarder, type HttpContext } from './http-forwarder.js';
 import type { RuntimeNet, RuntimeRegistry } from './runtime-registry.js';
@@ -60,17 +61,8 @@ export class EgressProxy {
     });
   }
 
-  listen(host: string, port: number): Promise<void> {
-    return new Promise((resolve, reject) => {
-      this.#server.once('error', reject);
-      this.#server.listen({ host, port }, () => resolve());
-    });
-  }
-
-  close(): Promise<void> {
-    this.#http.closeAllConnections();
-    return new Promise((r) => this.#server.close(() => r()));
-  }
+  listen = (host: string, port: number): Promise<void> => listenOn(this.#server, host, port);
+  close = (): Promise<void> => closeListener(this.#server, this.#http);
 
   async #accept(socket: Socket): Promise<void> {
     socket.on('error', () => undefined);

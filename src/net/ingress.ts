@@ -10,6 +10,7 @@ import { createConnection, createServer, type Server, type Socket } from 'node:n
 import { TLSSocket } from 'node:tls';
 import type { GatewayHooks } from '../core/ports.js';
 import type { CertificateAuthority } from './certificate-authority.js';
+import { closeListener, listenOn } from './listeners.js';
 import type { RuntimeRegistry } from './runtime-registry.js';
 import { sniffSocket } from './socket-ops.js';
 
@@ -45,17 +46,8 @@ export class Ingress {
     this.#http.on('clientError', (_err, socket: Socket) => socket.destroy());
   }
 
-  listen(host: string, port: number): Promise<void> {
-    return new Promise((resolve, reject) => {
-      this.#server.once('error', reject);
-      this.#server.listen({ host, port }, () => resolve());
-    });
-  }
-
-  close(): Promise<void> {
-    this.#http.closeAllConnections();
-    return new Promise((r) => this.#server.close(() => r()));
-  }
+  listen = (host: string, port: number): Promise<void> => listenOn(this.#server, host, port);
+  close = (): Promise<void> => closeListener(this.#server, this.#http);
 
   async #accept(socket: Socket): Promise<void> {
     socket.on('error', () => undefined);
