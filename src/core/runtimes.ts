@@ -8,6 +8,7 @@ import { LIVE_STATUSES, RESULT_OF, requireState, type LifecycleOp } from './life
 import { checkDisplayName } from './names.js';
 import type { Store, VmDriver, VmSpec } from './ports.js';
 import type { EgressPolicy, ExecRequest, ExecResult, IngressSpec, Page, PageRequest, Resources, Runtime } from './types.js';
+import type { WarmPool } from './warm-pool.js';
 
 export const DEFAULT_MEMORY_MIB = 512;
 export const MAX_ALLOWED_HOSTS = 128;
@@ -89,7 +90,7 @@ export class RuntimeService {
     private readonly driver: VmDriver,
     private readonly network: RuntimeNetwork,
     private readonly log: Logger,
-    private readonly pool: { take(checkpointId: string, resources: Resources): string | null } | null = null,
+    private readonly pool: Pick<WarmPool, 'take' | 'discard'> | null = null,
   ) {
     driver.onUnexpectedExit((id) => void this.#markCrashed(id));
   }
@@ -167,10 +168,7 @@ export class RuntimeService {
       await this.store.runtimes.insert(runtime);
     } catch (err) {
       // A duplicate name, say: the spare taken for it goes, rather than run unowned.
-      if (spareId !== null) {
-        await this.driver.destroy(spareId).catch(() => undefined);
-        await this.network.detach(spareId).catch(() => undefined);
-      }
+      if (spareId !== null) await this.pool?.discard(spareId);
       throw err;
     }
     return this.#lock.run(runtime.id, async () => {

@@ -40,7 +40,7 @@ export class WarmPool {
       const stale = this.#spares;
       this.#spares = [];
       this.#target = { checkpointId, resources: { ...resources, requests: resources.limits } };
-      void this.#discard(stale);
+      void this.discard(...stale);
       this.#refill();
       return null;
     }
@@ -55,7 +55,7 @@ export class WarmPool {
     await this.#filling;
     const spares = this.#spares;
     this.#spares = [];
-    await this.#discard(spares);
+    await this.discard(...spares);
   }
 
   #refill(): void {
@@ -69,18 +69,19 @@ export class WarmPool {
           const tap = await this.gateway.attach({ runtimeId: id, tenantId: '', policy: { enabled: true, allowed_hosts: [] }, rules: [] });
           await this.driver.createSpare({ runtimeId: id, resources: target.resources, fromCheckpointId: target.checkpointId, hostname: 'vessel', tap });
         } catch (err) {
-          await this.#discard([id]);
+          await this.discard(id);
           // Capacity and other refusals: try again at the next take, not in a loop.
           this.log.warn({ err: err instanceof Error ? err.message : String(err) }, 'could not prepare a spare VM');
           return;
         }
         if (this.#target === target) this.#spares.push(id);
-        else await this.#discard([id]);
+        else await this.discard(id);
       }
     })().finally(() => (this.#filling = null));
   }
 
-  async #discard(ids: string[]): Promise<void> {
+  /** Removes spares' VMs and TAPs; also for a spare taken by a create that then failed. */
+  async discard(...ids: string[]): Promise<void> {
     for (const id of ids) {
       await this.driver.destroy(id).catch(() => undefined);
       await this.gateway.detach(id).catch(() => undefined);

@@ -10,11 +10,11 @@ import { createConnection, createServer, type Server, type Socket } from 'node:n
 import { TLSSocket } from 'node:tls';
 import type { GatewayHooks } from '../core/ports.js';
 import type { CertificateAuthority } from './certificate-authority.js';
+import { HOP_BY_HOP } from './http-forwarder.js';
 import { closeListener, listenOn } from './listeners.js';
 import type { RuntimeRegistry } from './runtime-registry.js';
 import { sniffSocket } from './socket-ops.js';
 
-const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade'];
 
 export interface IngressOptions {
   domain: string;
@@ -82,7 +82,7 @@ export class Ingress {
 
   #forwardedHeaders(req: IncomingMessage, keep: string[] = []): Record<string, string | string[]> {
     const headers: Record<string, string | string[]> = {};
-    for (const [k, v] of Object.entries(req.headers)) if (v !== undefined && (keep.includes(k) || !HOP_BY_HOP.includes(k))) headers[k] = v;
+    for (const [k, v] of Object.entries(req.headers)) if (v !== undefined && (keep.includes(k) || !HOP_BY_HOP.has(k))) headers[k] = v;
     headers['x-forwarded-proto'] = this.#overTls.has(req.socket) ? 'https' : 'http';
     headers['x-forwarded-for'] = req.socket.remoteAddress ?? '';
     return headers;
@@ -97,7 +97,7 @@ export class Ingress {
     if ('status' in to) return fail(to.status, to.message);
     const upstream = request({ host: to.ip, port: to.port, method: req.method, path: req.url, headers: this.#forwardedHeaders(req), setHost: false }, (up) => {
       const out: Record<string, string | string[]> = {};
-      for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !HOP_BY_HOP.includes(k)) out[k] = v;
+      for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !HOP_BY_HOP.has(k)) out[k] = v;
       res.writeHead(up.statusCode ?? 502, up.statusMessage, out);
       up.pipe(res);
     });
