@@ -19,7 +19,7 @@ import { execInGuest, GUEST_CA_ENV, GUEST_CA_FILE } from './guest-exec.js';
 import { readGuestFile, writeGuestFile } from './guest-files.js';
 import type { GuestImage } from './guest-image.js';
 import { migrateFromFd, migrateToFile } from './migration.js';
-import { qemuArgs } from './qemu-args.js';
+import { BOOT_PROFILE, qemuArgs } from './qemu-args.js';
 import { QemuVm, vmPaths } from './qemu-vm.js';
 import { runCommand } from '../platform/run-command.js';
 import { Teardown } from './teardown.js';
@@ -76,9 +76,10 @@ export class QemuDriver implements VmDriver {
     return null;
   }
 
-  /** The image and the CA baked into its template: a new CA makes new templates. */
+  /** The image, the CA and the boot profile baked into its template: a change to either makes new templates. */
   imageId(): string {
-    return `${this.opts.image.hash}-${createHash('sha256').update(this.opts.guestCaPem).digest('hex').slice(0, 8)}`;
+    const baked = createHash('sha256').update(this.opts.guestCaPem).update(JSON.stringify(BOOT_PROFILE)).digest('hex').slice(0, 8);
+    return `${this.opts.image.hash}-${baked}`;
   }
 
   runtimeDir(runtimeId: string): string {
