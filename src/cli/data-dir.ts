@@ -1,6 +1,6 @@
-/** Files the service keeps in its data directory: the master key and the bootstrap admin token. */
+/** Files the service keeps in its data directory: the lock, the master key and the bootstrap admin token. */
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync, chmodSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync, writeSync, chmodSync } from 'node:fs';
 import { join } from 'node:path';
 import { generateTokenValue } from '../core/tokens.js';
 
@@ -34,4 +34,38 @@ export function loadAdminToken(dataDir: string, fromEnv: string | undefined): { 
   if (fromEnv !== undefined) return { token: fromEnv, created: false };
   const { value, created } = readOrCreate(join(dataDir, 'admin-token'), generateTokenValue);
   return { token: value, created };
+}
+
+/**
+ * One service per data directory: two would adopt the same VMs, fight over one nftables table and
+ * break the store's in-process caches. DATA_DIR/service.pid names the owner; a file left by a
+ * process that is gone (kill -9) is taken over. Returns the release function for shutdown.
+ */
+export function lockDataDir(dataDir: string): () => void {
+  const path = join(dataDir, 'service.pid');
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const fd = openSync(path, 'wx', 0o600);
+      writeSync(fd, `${process.pid}\n`);
+      closeSync(fd);
+      return () => rmSync(path, { force: true });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 0) throw err;
+    }
+    const owner = Number(readFileSync(path, 'utf8').trim());
+    if (owner !== process.pid && isVesselService(owner)) {
+      throw new Error(`another Vessel service (pid ${owner}) is using ${dataDir}`);
+    }
+    rmSync(path, { force: true });
+  }
+}
+
+function isVesselService(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+    return argv.includes('serve') && argv.some((a) => a.endsWith('main.js') || a.endsWith('vessel'));
+  } catch {
+    return false; // no such process
+  }
 }

@@ -17,7 +17,7 @@ import { buildImage } from '../vm/guest-image.js';
 import { ensureHostPackages } from '../vm/host-packages.js';
 import { QemuDriver } from '../vm/qemu-driver.js';
 import type { Config } from './config.js';
-import { ensureDataDir, loadAdminToken, loadMasterKey } from './data-dir.js';
+import { ensureDataDir, loadAdminToken, loadMasterKey, lockDataDir } from './data-dir.js';
 import { progressDisplay } from './progress.js';
 
 export const imagesDir = (config: Config): string => process.env.VESSEL_IMAGE_DIR ?? join(config.dataDir, 'images');
@@ -37,6 +37,7 @@ export async function serve(config: Config): Promise<void> {
   // A stray rejection in background work must not take every tenant's API down with it.
   process.on('unhandledRejection', (err) => log.error({ err }, 'unhandled rejection'));
   ensureDataDir(config.dataDir);
+  const unlock = lockDataDir(config.dataDir);
   const { image, accel } = await prepareHost(config, log);
 
   const store = new SqliteStore(join(config.dataDir, 'vessel.db'));
@@ -68,6 +69,7 @@ export async function serve(config: Config): Promise<void> {
     log.info({ signal }, 'shutting down; VMs keep running');
     await app.close();
     await core.close();
+    unlock();
     process.exit(0);
   };
   process.once('SIGTERM', () => void shutdown('SIGTERM'));

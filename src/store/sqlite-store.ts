@@ -62,6 +62,9 @@ function page<T>(rows: Row[], limit: number, map: (r: Row) => T): Page<T> {
   return { items, nextPageToken: more ? encodePageToken(rows[limit - 1]!.seq as number) : undefined };
 }
 
+const ROW_CACHE_ENTRIES = 10_000;
+const cacheKey = (tenantId: string, ref: string): string => `${tenantId}\0${ref}`;
+
 /** Tenant-owned records named by display_name: insert, find by id-then-name, keyset pages newest first. */
 class TenantTable<T extends { id: string; tenantId: string; displayName: string }> implements TenantRepo<T> {
   readonly #insert: Database.Statement;
@@ -73,6 +76,15 @@ class TenantTable<T extends { id: string; tenantId: string; displayName: string 
   readonly #all: Database.Statement;
   readonly #delete: Database.Statement;
 
+  /**
+   * For tables whose rows are never updated (secrets): records found are kept, frozen, by id and
+   * by name, and dropped when deleted. Only this process writes these tables (the CLI writes
+   * tokens alone, and the data-directory lock admits one service), so the cache cannot go stale;
+   * it spares the hot GET of every request a read transaction, whose WAL locks cost more than the
+   * lookup. Misses are not cached, so an insert needs no invalidation.
+   */
+  readonly #cache: Map<string, T> | null;
+
   constructor(
     db: Db,
     private readonly kind: string,
@@ -80,7 +92,9 @@ class TenantTable<T extends { id: string; tenantId: string; displayName: string 
     columns: string[],
     private readonly toRow: (r: T) => Row,
     readonly fromRow: (r: Row) => T,
+    options: { immutableRows?: boolean } = {},
   ) {
+    this.#cache = options.immutableRows === true ? new Map() : null;
     this.#insert = db.prepare(`INSERT INTO ${table} (${columns.join(', ')}) VALUES (${columns.map((c) => '@' + c).join(', ')})`);
     this.#update = db.prepare(`UPDATE ${table} SET ${columns.filter((c) => c !== 'id').map((c) => `${c} = @${c}`).join(', ')} WHERE id = @id`);
     this.#findId = db.prepare(`SELECT * FROM ${table} WHERE id = ? AND tenant_id = ?`);
@@ -102,8 +116,19 @@ class TenantTable<T extends { id: string; tenantId: string; displayName: string 
 
   /** Names are never UUID-shaped, so the shape of `ref` says which index to use. */
   async find(tenantId: string, ref: string): Promise<T | undefined> {
-    const row = (isUuid(ref) ? this.#findId.get(ref.toLowerCase(), tenantId) : this.#findName.get(tenantId, ref)) as Row | undefined;
-    return row === undefined ? undefined : this.fromRow(row);
+    const byId = isUuid(ref);
+    const key = cacheKey(tenantId, byId ? ref.toLowerCase() : ref);
+    const cached = this.#cache?.get(key);
+    if (cached !== undefined) return cached;
+    const row = (byId ? this.#findId.get(ref.toLowerCase(), tenantId) : this.#findName.get(tenantId, ref)) as Row | undefined;
+    if (row === undefined) return undefined;
+    const record = this.fromRow(row);
+    if (this.#cache !== null) {
+      if (this.#cache.size >= ROW_CACHE_ENTRIES) this.#cache.clear();
+      Object.freeze(record);
+      this.#cache.set(cacheKey(tenantId, record.id), record).set(cacheKey(tenantId, record.displayName), record);
+    }
+    return record;
   }
 
   async findById(id: string): Promise<T | undefined> {
@@ -120,6 +145,7 @@ class TenantTable<T extends { id: string; tenantId: string; displayName: string 
   }
 
   async update(record: T): Promise<void> {
+    if (this.#cache !== null) throw new Error(`${this.kind} rows are immutable`);
     try {
       this.#update.run(this.toRow(record));
     } catch (err) {
@@ -129,6 +155,11 @@ class TenantTable<T extends { id: string; tenantId: string; displayName: string 
   }
 
   async delete(tenantId: string, id: string): Promise<boolean> {
+    const cached = this.#cache?.get(cacheKey(tenantId, id));
+    if (cached !== undefined) {
+      this.#cache!.delete(cacheKey(tenantId, cached.id));
+      this.#cache!.delete(cacheKey(tenantId, cached.displayName));
+    }
     return this.#delete.run(tenantId, id).changes > 0;
   }
 }
@@ -248,7 +279,7 @@ export class SqliteStore implements Store {
   constructor(file: string) {
     const db = (this.#db = openDatabase(file));
     this.runtimes = new TenantTable(db, 'runtime', 'runtimes', RUNTIME_COLUMNS, runtimeToRow, runtimeFromRow);
-    this.secrets = new TenantTable(db, 'secret', 'secrets', SECRET_COLUMNS, secretToRow, secretFromRow);
+    this.secrets = new TenantTable(db, 'secret', 'secrets', SECRET_COLUMNS, secretToRow, secretFromRow, { immutableRows: true });
     this.tokens = tokenRepo(db);
     this.rules = ruleRepo(db);
     this.checkpoints = checkpointRepo(db);

@@ -51,6 +51,13 @@ describe('health, openapi, metrics', () => {
     const r = await h.app.inject({ method: 'GET', url: '/metrics' });
     assert.equal(r.statusCode, 200);
     assert.match(r.body, /vessel_http_requests_total/);
+    await h.app.inject({ method: 'GET', url: '/healthz' });
+    const after = (await h.app.inject({ method: 'GET', url: '/metrics' })).body;
+    assert.match(after, /^vessel_http_requests_total\{method="GET",route="\/healthz",status="200"\} [1-9]\d*$/m);
+    const count = Number(/^vessel_http_request_duration_seconds_count\{method="GET",route="\/healthz"\} (\d+)$/m.exec(after)?.[1]);
+    const inf = Number(/^vessel_http_request_duration_seconds_bucket\{le="\+Inf",method="GET",route="\/healthz"\} (\d+)$/m.exec(after)?.[1]);
+    assert.ok(count >= 1 && inf === count, after);
+    assert.match(after, /^vessel_process_cpu_seconds_total /m);
   });
 });
 
@@ -285,8 +292,14 @@ describe('secrets and rules', () => {
       const bad = await h.call('POST', '/v1/secrets', body);
       assert.equal(bad.status, 400, JSON.stringify(body).slice(0, 80));
     }
+    const k2 = dflt.body.data.id;
+    assert.equal((await h.call('GET', `/v1/secrets/${k2}`)).status, 200);
     assert.equal((await h.call('DELETE', '/v1/secrets/k2')).status, 200);
+    // Read by id and by name before the delete: neither may outlive it.
     assert.equal((await h.call('GET', '/v1/secrets/k2')).status, 404);
+    assert.equal((await h.call('GET', `/v1/secrets/${k2}`)).status, 404);
+    const again = await h.call('POST', '/v1/secrets', { name: 'k2', value: 'v2' });
+    assert.equal((await h.call('GET', '/v1/secrets/k2')).body.data.id, again.body.data.id);
   });
   test('rules: create, get, list, delete both ways; secret in use', async () => {
     await h.call('POST', '/v1/runtimes', { display_name: 'rr' });
