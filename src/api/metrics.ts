@@ -33,9 +33,8 @@ export class Metrics {
     return this.#registry.contentType;
   }
 
-  observe(request: FastifyRequest, reply: FastifyReply): void {
-    // The route pattern, not the URL, keeps label cardinality bounded.
-    const route = request.routeOptions.url ?? 'unmatched';
+  /** `route` is the route's pattern, not the URL, which keeps label cardinality bounded. */
+  observe(route: string, request: FastifyRequest, reply: FastifyReply): void {
     const key = `${request.method} ${route}`;
     let s = this.#routes.get(key);
     if (s === undefined) {

@@ -8,7 +8,6 @@ import { SCOPES, type Principal, type Scope, type Token } from './types.js';
 export const ADMIN_TOKEN_ID = '00000000-0000-4000-8000-000000000001';
 export const DEFAULT_TENANT = 'default';
 
-// The one-shot hash: it runs on every authenticated request.
 export const hashToken = (token: string): string => hash('sha256', token, 'hex');
 export const generateTokenValue = (): string => `vsl_${randomBytes(32).toString('base64url')}`;
 
@@ -30,6 +29,10 @@ export const hasScope = (p: Principal, scope: Scope): boolean => p.scopes.has('a
 export const TOKEN_CACHE_MS = 2000;
 
 export class TokenService {
+  /**
+   * Keyed by the token as presented, so that a hit costs no hash: the value already passes
+   * through memory with every request, and only its hash is ever stored.
+   */
   readonly #cache = new Map<string, { principal: Principal; until: number }>();
 
   constructor(private readonly store: Store) {}
@@ -67,29 +70,28 @@ export class TokenService {
   list = (): Promise<Token[]> => this.store.tokens.list();
 
   async revoke(id: string): Promise<boolean> {
-    for (const [hash, entry] of this.#cache) if (entry.principal.tokenId === id) this.#cache.delete(hash);
+    for (const [token, entry] of this.#cache) if (entry.principal.tokenId === id) this.#cache.delete(token);
     return this.store.tokens.revoke(id, new Date().toISOString());
   }
 
   /** The principal of a token authenticated within TOKEN_CACHE_MS, without a store read; else undefined. */
   cachedPrincipal(token: string): Principal | undefined {
-    const cached = this.#cache.get(hashToken(token));
+    const cached = this.#cache.get(token);
     return cached !== undefined && cached.until > Date.now() ? cached.principal : undefined;
   }
 
   async authenticate(token: string): Promise<Principal | null> {
-    const hash = hashToken(token);
     const now = Date.now();
-    const cached = this.#cache.get(hash);
+    const cached = this.#cache.get(token);
     if (cached !== undefined && cached.until > now) return cached.principal;
-    const record = await this.store.tokens.findByHash(hash);
+    const record = await this.store.tokens.findByHash(hashToken(token));
     if (record === undefined || record.revokedAt !== null) {
-      this.#cache.delete(hash);
+      this.#cache.delete(token);
       return null;
     }
     const principal: Principal = { tokenId: record.id, tenantId: record.tenantId, scopes: new Set(record.scopes) };
     if (this.#cache.size > 10_000) this.#cache.clear();
-    this.#cache.set(hash, { principal, until: now + TOKEN_CACHE_MS });
+    this.#cache.set(token, { principal, until: now + TOKEN_CACHE_MS });
     return principal;
   }
 }
