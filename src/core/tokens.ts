@@ -1,5 +1,5 @@
 /** Bearer tokens: opaque random strings of which only the SHA-256 is stored. */
-import { hash, randomBytes, randomUUID } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { invalidArgument } from './errors.js';
 import { checkDisplayName } from './names.js';
 import type { Store } from './ports.js';
@@ -8,7 +8,7 @@ import { SCOPES, type Principal, type Scope, type Token } from './types.js';
 export const ADMIN_TOKEN_ID = '00000000-0000-4000-8000-000000000001';
 export const DEFAULT_TENANT = 'default';
 
-export const hashToken = (token: string): string => hash('sha256', token, 'hex');
+export const hashToken = (token: string): string => createHash('sha256').update(token).digest('hex');
 export const generateTokenValue = (): string => `vsl_${randomBytes(32).toString('base64url')}`;
 
 export function parseScopes(list: string): Scope[] {
