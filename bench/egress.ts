@@ -69,12 +69,29 @@ interface Result {
   rps: number;
   p50: number;
   p99: number;
+  /** CPU time the proxy spent per request, user plus system, in microseconds. */
+  cpuUs: number;
 }
 
-async function load(ns: string, endpoint: string, opts: { connect?: string; caFile: string; workers?: number }): Promise<Result> {
+/** CPU time of a process so far, in microseconds (utime + stime of /proc/PID/stat, in ticks of 10 ms). */
+function processCpuUs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10_000;
+}
+
+/** The gateway runs in this process, which does nothing else while a load client runs. */
+const ownCpuUs = () => {
+  const u = process.cpuUsage();
+  return u.user + u.system;
+};
+
+async function load(ns: string, endpoint: string, opts: { connect?: string; caFile: string; workers?: number; proxyCpuUs: () => number }): Promise<Result> {
   const args = { endpoint, connect: opts.connect, servername: 'bench.test', caFile: opts.caFile, workers: opts.workers ?? WORKERS, seconds: SECONDS };
+  const cpuBefore = opts.proxyCpuUs();
   const out = await runCommand('ip', ['netns', 'exec', ns, process.execPath, join(REPO_ROOT, 'dist/bench/egress-client.js'), JSON.stringify(args)]);
-  return JSON.parse(out.trim().split('\n').pop()!) as Result;
+  const r = JSON.parse(out.trim().split('\n').pop()!) as Omit<Result, 'cpuUs'>;
+  return { ...r, cpuUs: (opts.proxyCpuUs() - cpuBefore) / Math.max(1, r.requests) };
 }
 
 async function cleanupNetwork(): Promise<void> {
@@ -137,10 +154,10 @@ try {
     `http_port ${BASELINE_HOST}:${squidPort}`, 'http_access allow all', 'cache deny all', 'access_log none', 'cache_log /dev/null',
     `pid_filename ${join(dir, 'squid.pid')}`, `coredump_dir ${dir}`, 'shutdown_lifetime 0 seconds', 'workers 1', '',
   ].join('\n'));
-  await start('squid', ['-N', '-f', join(dir, 'squid.conf')], null);
+  const squidProcess = await start('squid', ['-N', '-f', join(dir, 'squid.conf')], null);
   const mitmPort = await freePort();
   const mitmConf = join(dir, 'mitmproxy');
-  await start('mitmdump', [
+  const mitmProcess = await start('mitmdump', [
     '-q', '--listen-host', BASELINE_HOST, '-p', String(mitmPort), '--set', `confdir=${mitmConf}`,
     '--set', `ssl_verify_upstream_trusted_ca=${upstreamCa}`, '--modify-headers', '/~q/X-Api-Key/bench-secret',
   ], null);
@@ -151,11 +168,13 @@ try {
   writeFileSync(bothCas, readFileSync(upstreamCa, 'utf8') + ca.certPem);
 
   // workers = 1 measures latency without queueing; the default measures throughput under load.
-  const direct = (workers?: number) => load(NS_BASELINE, `${BASELINE_HOST}:${upPort}`, { caFile: upstreamCa, workers });
-  const squid = (workers?: number) => load(NS_BASELINE, `127.0.0.1:${upPort}`, { connect: `${BASELINE_HOST}:${squidPort}`, caFile: upstreamCa, workers });
-  const mitm = (workers?: number) => load(NS_BASELINE, `127.0.0.1:${upPort}`, { connect: `${BASELINE_HOST}:${mitmPort}`, caFile: mitmCa, workers });
-  const vesselSplice = (workers?: number) => load(NS_GATEWAY, viaGateway, { caFile: upstreamCa, workers });
-  const vesselInject = (workers?: number) => load(NS_GATEWAY, viaGateway, { caFile: bothCas, workers });
+  const squidCpuUs = () => processCpuUs(squidProcess.pid!);
+  const mitmCpuUs = () => processCpuUs(mitmProcess.pid!);
+  const direct = (workers?: number) => load(NS_BASELINE, `${BASELINE_HOST}:${upPort}`, { caFile: upstreamCa, workers, proxyCpuUs: () => 0 });
+  const squid = (workers?: number) => load(NS_BASELINE, `127.0.0.1:${upPort}`, { connect: `${BASELINE_HOST}:${squidPort}`, caFile: upstreamCa, workers, proxyCpuUs: squidCpuUs });
+  const mitm = (workers?: number) => load(NS_BASELINE, `127.0.0.1:${upPort}`, { connect: `${BASELINE_HOST}:${mitmPort}`, caFile: mitmCa, workers, proxyCpuUs: mitmCpuUs });
+  const vesselSplice = (workers?: number) => load(NS_GATEWAY, viaGateway, { caFile: upstreamCa, workers, proxyCpuUs: ownCpuUs });
+  const vesselInject = (workers?: number) => load(NS_GATEWAY, viaGateway, { caFile: bothCas, workers, proxyCpuUs: ownCpuUs });
 
   // Warm-up, then ROUNDS rounds that alternate the paths compared, so that drift on a busy
   // 2-core machine (client, upstream and proxy share it) hits each alike; medians are reported.
@@ -166,7 +185,10 @@ try {
     const seen: Record<string, Result[]> = {};
     for (let i = 0; i < ROUNDS; i++) for (const [name, run] of Object.entries(runs)) (seen[name] ??= []).push(await run());
     const median = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-    return Object.fromEntries(Object.entries(seen).map(([name, rs]) => [name, { requests: median(rs.map((r) => r.requests)), rps: median(rs.map((r) => r.rps)), p50: median(rs.map((r) => r.p50)), p99: median(rs.map((r) => r.p99)) }]));
+    const medianOf = (rs: Result[]): Result => ({
+      requests: median(rs.map((r) => r.requests)), rps: median(rs.map((r) => r.rps)), p50: median(rs.map((r) => r.p50)), p99: median(rs.map((r) => r.p99)), cpuUs: median(rs.map((r) => r.cpuUs)),
+    });
+    return Object.fromEntries(Object.entries(seen).map(([name, rs]) => [name, medianOf(rs)]));
   };
   const passthrough = await rounds({ d: () => direct(), s: () => squid(), vs: () => vesselSplice(), d1: () => direct(1), s1: () => squid(1), vs1: () => vesselSplice(1) });
   const { d, s, vs, d1, s1, vs1 } = passthrough as Record<'d' | 's' | 'vs' | 'd1' | 's1' | 'vs1', Result>;
@@ -182,6 +204,8 @@ try {
   const row = (name: string, r: Result, base?: Result) =>
     `${name.padEnd(34)} ${r.rps.toFixed(0).padStart(7)} req/s   p50 ${r.p50.toFixed(2).padStart(6)} ms   p99 ${r.p99.toFixed(2).padStart(6)} ms` +
     (base === undefined ? '' : `   ${(r.rps / base.rps).toFixed(2)}× throughput`);
+  const cpu = (name: string, r: Result, base: Result) =>
+    `  proxy CPU per request: ${name} ${base.cpuUs.toFixed(1)} µs, vessel ${r.cpuUs.toFixed(1)} µs (${(r.cpuUs / base.cpuUs).toFixed(2)}×)`;
   const added = (r: Result, base = d) => `added p50 ${(r.p50 - base.p50).toFixed(2)} ms, p99 ${(r.p99 - base.p99).toFixed(2)} ms over direct`;
   console.log(`HTTPS keep-alive GETs, ${WORKERS} connections (latency also with 1), ${SECONDS} s per run, median of ${ROUNDS} alternating rounds, clients in network namespaces`);
   console.log(row('direct (no proxy)', d));
@@ -189,10 +213,12 @@ try {
   console.log(row('vessel passthrough (spliced)', vs, s) + ' vs squid');
   console.log(`  under load: squid ${added(s)}; vessel ${added(vs)}`);
   console.log(`  one connection: squid ${added(s1, d1)}; vessel ${added(vs1, d1)}`);
+  console.log(cpu('squid', vs, s));
   console.log(row('mitmproxy intercept + header', m));
   console.log(row('vessel intercept + injection', vi, m) + ' vs mitmproxy');
   console.log(`  under load: mitmproxy ${added(m)}; vessel ${added(vi)}`);
   console.log(`  one connection: mitmproxy ${added(m1, d1)}; vessel ${added(vi1, d1)}`);
+  console.log(cpu('mitmproxy', vi, m));
   upstream.kill('SIGTERM');
   const seen = await new Promise<string>((r) => upstream.stdout!.on('data', (x) => r(String(x))));
   console.log(`upstream saw ${seen.trim()}; gateway wrote ${audits} audits`);
