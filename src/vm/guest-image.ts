@@ -10,8 +10,8 @@ import { fileURLToPath } from 'node:url';
 import { runCommand } from '../platform/run-command.js';
 
 /** Bumped when the build steps change in a way the recipe files do not show. */
-const BUILDER_VERSION = 3;
-const RECIPE_FILES = ['recipe.json', 'initramfs-init', 'vessel-init', 'shutdown'];
+const BUILDER_VERSION = 4;
+const RECIPE_FILES = ['recipe.json', 'initramfs-init', 'vessel-init', 'shutdown', 'vessel-identity.c'];
 
 export const GUEST_RECIPE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '../../../guest');
 
@@ -95,13 +95,14 @@ export async function buildImage(opts: { imagesDir: string; progress: BuildProgr
     p.step('rootfs: vessel init and agent', 3, total);
     install(join(recipeDir, 'vessel-init'), join(rootfs, 'sbin/vessel-init'));
     install(join(recipeDir, 'shutdown'), join(rootfs, 'sbin/shutdown'));
-    // qemu-ga runs /sbin/hwclock after every guest-set-time. In a fresh fork QEMU's translation
-    // cache is cold, and util-linux's dynamically linked hwclock costs most of a second there;
-    // busybox's static applet does the same job without the dynamic loader.
-    install(hostBusybox(), join(rootfs, 'usr/sbin/hwclock'));
-    // The kernel's hostname is the only copy: a fork sets it once and /etc/hostname follows.
-    rmSync(join(rootfs, 'etc/hostname'), { force: true });
-    symlinkSync('/proc/sys/kernel/hostname', join(rootfs, 'etc/hostname'));
+    // Static: it is the guest's own program, whatever libc the host builds with.
+    await runCommand('gcc', ['-static', '-Os', '-s', '-Wall', '-Wextra', '-o', join(rootfs, 'sbin/vessel-identity'), join(recipeDir, 'vessel-identity.c')]);
+    // A fork's identity lives in memory: the kernel's hostname, and a hosts file on /run that
+    // vessel-identity rewrites. The fork's disk overlay is not written for either.
+    for (const [file, target] of [['etc/hostname', '/proc/sys/kernel/hostname'], ['etc/hosts', '/run/vessel/hosts']] as const) {
+      rmSync(join(rootfs, file), { force: true });
+      symlinkSync(target, join(rootfs, file));
+    }
     for (const d of ['var/cache/apt/archives', 'var/lib/apt/lists']) {
       for (const f of readdirSync(join(rootfs, d))) if (f.endsWith('.deb') || f.includes('_dists_')) rmSync(join(rootfs, d, f), { force: true });
     }
@@ -125,8 +126,6 @@ export async function buildImage(opts: { imagesDir: string; progress: BuildProgr
   }
 }
 
-/** busybox-static's binary on the host (checked by host-packages.ts). */
-const hostBusybox = (): string => (existsSync('/usr/bin/busybox') ? '/usr/bin/busybox' : '/bin/busybox');
 
 function install(from: string, to: string): void {
   copyFileSync(from, to);
@@ -167,3 +166,8 @@ async function buildInitramfs(recipe: Recipe, recipeDir: string, kernelDir: stri
   await runCommand('sh', ['-c', `cd "${dir}" && find . | cpio -o -H newc --quiet | gzip -1 > "${target}"`]);
 }
 
+
+/** busybox-static's binary on the host (checked by host-packages.ts). */
+function hostBusybox(): string {
+  return existsSync('/usr/bin/busybox') ? '/usr/bin/busybox' : '/bin/busybox';
+}

@@ -1,5 +1,6 @@
 /** The Debian packages the driver needs on the host, installed on first start when run as root. */
 import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { runCommand } from '../platform/run-command.js';
 
 /** binary → package that provides it */
@@ -13,7 +14,11 @@ export const HOST_REQUIREMENTS: Record<string, string> = {
   nft: 'nftables',
   'dpkg-deb': 'dpkg',
   ip: 'iproute2',
+  gcc: 'gcc',
 };
+
+/** The C library to link the guest's static helper against (guest/vessel-identity.c). */
+const STATIC_LIBC = '/usr/lib/x86_64-linux-gnu/libc.a';
 
 function has(binary: string): boolean {
   try {
@@ -31,6 +36,7 @@ export function missingHostPackages(): string[] {
     const info = execFileSync('sh', ['-c', 'ldd "$(command -v busybox)" 2>&1 || true']).toString();
     if (!/not a dynamic executable|statically linked/.test(info)) missing.push('busybox-static');
   }
+  if (!existsSync(STATIC_LIBC)) missing.push('libc6-dev');
   return [...new Set(missing)];
 }
 

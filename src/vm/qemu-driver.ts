@@ -5,7 +5,7 @@
  * device state plus the RAM file; forks restore them with `-incoming`.
  */
 import { chownSync, closeSync, existsSync, linkSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { totalmem } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
@@ -17,6 +17,7 @@ import { DiskLayers, readJson, writeJsonAtomic, type CheckpointManifest, type Vm
 import { GuestAgentError, type GuestAgentClient } from './guest-agent-client.js';
 import { execInGuest, GUEST_CA_ENV, GUEST_CA_FILE } from './guest-exec.js';
 import { readGuestFile, writeGuestFile } from './guest-files.js';
+import { giveIdentity } from './guest-identity.js';
 import type { GuestImage } from './guest-image.js';
 import { migrateFromFd, migrateToFile } from './migration.js';
 import { BOOT_PROFILE, qemuArgs } from './qemu-args.js';
@@ -126,7 +127,7 @@ export class QemuDriver implements VmDriver {
   async #claim(spec: VmSpec, live: LiveVm): Promise<void> {
     rmSync(join(this.runtimeDir(spec.runtimeId), SPARE_MARKER), { force: true });
     const t0 = performance.now();
-    await this.#personalize(live.vm, spec.hostname, false);
+    await giveIdentity(await live.vm.agent(), spec.hostname, false);
     if (spec.resources.requests.memory_mib < live.memoryMib) {
       await live.vm.qmp.execute('balloon', { value: spec.resources.requests.memory_mib * MiB });
     }
@@ -396,7 +397,9 @@ export class QemuDriver implements VmDriver {
     const t0 = performance.now();
     const vm = restoreFrom === undefined ? await this.#launchUntilAgent(dir, args, undo) : await this.#restore(dir, args, restoreFrom, undo);
     const t1 = performance.now();
-    await this.#personalize(vm, spec.hostname, true);
+    // Entropy (with the kernel's generator reseeded), clock and hostname: until then a fork is
+    // its checkpoint's twin.
+    await giveIdentity(await vm.agent(), spec.hostname, true);
     if (spec.resources.requests.memory_mib < spec.resources.limits.memory_mib) {
       await vm.qmp.execute('balloon', { value: spec.resources.requests.memory_mib * MiB });
     }
@@ -418,31 +421,6 @@ export class QemuDriver implements VmDriver {
     await vm.qmp.execute('cont');
     await vm.waitForAgent(30_000);
     return vm;
-  }
-
-  /**
-   * Gives the VM its own identity: clock, hostname, and fresh entropy mixed into the pool.
-   * Only agent file writes, no process in the guest: a fork's first exec runs on QEMU's cold
-   * translation cache and costs most of a second under TCG.
-   */
-  async #personalize(vm: QemuVm, hostname: string, setClock: boolean): Promise<void> {
-    const agent = await vm.agent();
-    const writeFile = async (path: string, content: string | Buffer) => {
-      const handle = await agent.call<number>('guest-file-open', { path, mode: 'w' });
-      try {
-        await agent.call('guest-file-write', { handle, 'buf-b64': Buffer.from(content).toString('base64') });
-      } finally {
-        await agent.call('guest-file-close', { handle });
-      }
-    };
-    // Issued together: the agent still runs them one by one, but without a round trip between.
-    await Promise.all([
-      setClock ? agent.call('guest-set-time', { time: Date.now() * 1_000_000 }) : undefined,
-      // /etc/hostname is a link to it (guest-image.ts).
-      writeFile('/proc/sys/kernel/hostname', hostname),
-      writeFile('/etc/hosts', `127.0.0.1 localhost\n127.0.1.1 ${hostname}\n::1 localhost ip6-localhost ip6-loopback\n`),
-      writeFile('/dev/urandom', randomBytes(64)),
-    ]);
   }
 
   /**

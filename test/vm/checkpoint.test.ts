@@ -49,6 +49,7 @@ test('a running process continues in two forks, whose files diverge', TIMEOUT, a
   }
   for (const name of ['fork-1', 'fork-2']) {
     assert.equal((await sh(svc, name, 'hostname')).trim(), name);
+    assert.match(await sh(svc, name, 'cat /etc/hosts'), new RegExp(`^127\\.0\\.1\\.1 ${name}$`, 'm'));
     const a = Number(await sh(svc, name, 'cat /root/counter'));
     const b = Number(await sh(svc, name, 'sleep 1; cat /root/counter'));
     assert.ok(a > 0 && b > a, `${name}: the counter goes on (${a} -> ${b})`);
@@ -61,6 +62,24 @@ test('a running process continues in two forks, whose files diverge', TIMEOUT, a
   // The guest clock was set on restore.
   const guestNow = Number(await sh(svc, 'fork-1', 'date +%s'));
   assert.ok(Math.abs(guestNow - Date.now() / 1000) < 30, 'fork clock is current');
+});
+
+test('forks of a quiet runtime draw their own random bytes', TIMEOUT, async () => {
+  // Nothing runs in this source, so its forks replay exactly what it would do next: only the
+  // kernel generator's reseed on restore tells their bytes apart. Reading it just before the
+  // checkpoint leaves it freshly keyed, and it would otherwise not rekey for a minute.
+  const RANDOM = 'head -c 16 /dev/urandom | od -An -tx1';
+  assert.equal((await svc.call('POST', '/v1/runtimes', { display_name: 'quiet' })).status, 201);
+  const seen = [await sh(svc, 'quiet', RANDOM)];
+  const cp = await settle(svc, (await svc.call('POST', '/v1/runtimes/quiet/checkpoints', {})).body.data.id);
+  assert.equal(cp.state, 'ready', cp.state_message);
+  for (const name of ['quiet-1', 'quiet-2']) {
+    assert.equal((await svc.call('POST', '/v1/runtimes', { display_name: name, checkpoint: cp.id })).status, 201);
+    seen.push(await sh(svc, name, RANDOM));
+  }
+  assert.equal(new Set(seen).size, 3, `the same bytes twice: ${seen.join(' | ')}`);
+  for (const name of ['quiet', 'quiet-1', 'quiet-2']) assert.equal((await svc.call('DELETE', `/v1/runtimes/${name}`)).status, 200);
+  assert.equal((await svc.call('DELETE', `/v1/checkpoints/${cp.id}`)).status, 200);
 });
 
 test('a paused runtime can be checkpointed and stays paused', TIMEOUT, async () => {
