@@ -15,7 +15,7 @@ const ACK_DEADLINE_MS = 5000;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-export const guestHostname = (displayName: string): string => displayName.slice(0, MAX_HOSTNAME);
+const guestHostname = (displayName: string): string => displayName.slice(0, MAX_HOSTNAME);
 
 async function writeSmallFile(agent: GuestAgentClient, path: string, text: string): Promise<void> {
   const handle = await agent.call<number>('guest-file-open', { path, mode: 'w' });

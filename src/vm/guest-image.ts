@@ -126,6 +126,8 @@ export async function buildImage(opts: { imagesDir: string; progress: BuildProgr
   }
 }
 
+/** busybox-static's binary on the host (checked by host-packages.ts). */
+const hostBusybox = (): string => (existsSync('/usr/bin/busybox') ? '/usr/bin/busybox' : '/bin/busybox');
 
 function install(from: string, to: string): void {
   copyFileSync(from, to);
@@ -164,10 +166,4 @@ async function buildInitramfs(recipe: Recipe, recipeDir: string, kernelDir: stri
   }
   writeFileSync(join(dir, 'modules.order'), recipe.initramfsModules.join('\n') + '\n');
   await runCommand('sh', ['-c', `cd "${dir}" && find . | cpio -o -H newc --quiet | gzip -1 > "${target}"`]);
-}
-
-
-/** busybox-static's binary on the host (checked by host-packages.ts). */
-function hostBusybox(): string {
-  return existsSync('/usr/bin/busybox') ? '/usr/bin/busybox' : '/bin/busybox';
 }
