@@ -11,11 +11,12 @@
  * So vessel-init starts this small static program at boot, and it waits on a FIFO, using no CPU,
  * in every checkpoint and every fork. The host writes one line to it through the guest agent:
  *
- *     <request id> <unix time in ns, or 0 to leave the clock> <hostname> <entropy in hex>
+ *     <request id> <unix time in ns, or 0 to leave the clock> <hostname, or - to leave it> <entropy in hex>
  *
  * and it credits the entropy, reseeds the CRNG, sets the clock and the hostname, rewrites
  * /run/vessel/hosts (/etc/hosts links there), then writes "<request id> ok" (or "failed") to
- * /run/vessel/identity.done, which the host reads back before the VM counts as running.
+ * /run/vessel/identity.done, which the host reads back before the VM counts as running. After a
+ * pause, which stops the guest's clock, the host sends the time alone.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -100,8 +101,9 @@ static void apply(char *line) {
     struct timespec ts = {.tv_sec = when / 1000000000LL, .tv_nsec = when % 1000000000LL};
     ok = clock_settime(CLOCK_REALTIME, &ts) == 0;
   }
-  if (ok) ok = valid_hostname(name) && sethostname(name, strlen(name)) == 0;
-  if (ok) {
+  int rename_host = strcmp(name, "-") != 0;
+  if (ok && rename_host) ok = valid_hostname(name) && sethostname(name, strlen(name)) == 0;
+  if (ok && rename_host) {
     char hosts[256];
     snprintf(hosts, sizeof hosts, "127.0.0.1 localhost\n127.0.1.1 %s\n::1 localhost ip6-localhost ip6-loopback\n", name);
     ok = replace_file(HOSTS, hosts) == 0;

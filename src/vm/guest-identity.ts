@@ -1,7 +1,8 @@
 /**
  * The host's side of guest/vessel-identity.c: one line through the guest agent gives a VM fresh
  * entropy (with the kernel CRNG reseeded), the clock and its hostname, and the guest's
- * acknowledgement is read back before the VM counts as ready.
+ * acknowledgement is read back before the VM counts as ready. After a pause only the clock is
+ * set again (with fresh entropy, which costs nothing more).
  */
 import { randomBytes } from 'node:crypto';
 import type { GuestAgentClient } from './guest-agent-client.js';
@@ -40,12 +41,21 @@ async function readSmallFile(agent: GuestAgentClient, path: string): Promise<str
  * Sets the VM's identity and waits until the guest has applied it. `setClock` is false only for
  * a warm spare being claimed, whose clock has been running since it was set.
  */
-export async function giveIdentity(agent: GuestAgentClient, hostname: string, setClock: boolean): Promise<void> {
+export function giveIdentity(agent: GuestAgentClient, hostname: string, setClock: boolean): Promise<void> {
+  return request(agent, setClock, guestHostname(hostname));
+}
+
+/** The guest's clock stands still while QEMU is stopped (a pause, a checkpoint's capture). */
+export function syncClock(agent: GuestAgentClient): Promise<void> {
+  return request(agent, true, '-');
+}
+
+async function request(agent: GuestAgentClient, setClock: boolean, hostname: string): Promise<void> {
   // A fork inherits its checkpoint's last acknowledgement, so every request needs a fresh id.
   const id = randomBytes(8).toString('hex');
   const clockNs = setClock ? BigInt(Date.now()) * 1_000_000n : 0n;
-  const request = `${id} ${clockNs} ${guestHostname(hostname)} ${randomBytes(ENTROPY_BYTES).toString('hex')}\n`;
-  await writeSmallFile(agent, REQUEST_FIFO, request).catch((err: Error) => {
+  const line = `${id} ${clockNs} ${hostname} ${randomBytes(ENTROPY_BYTES).toString('hex')}\n`;
+  await writeSmallFile(agent, REQUEST_FIFO, line).catch((err: Error) => {
     throw new Error(`the guest has no vessel-identity (an image older than it?): ${err.message}`);
   });
   const deadline = Date.now() + ACK_DEADLINE_MS;

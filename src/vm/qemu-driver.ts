@@ -17,7 +17,7 @@ import { DiskLayers, readJson, writeJsonAtomic, type CheckpointManifest, type Vm
 import { GuestAgentError, type GuestAgentClient } from './guest-agent-client.js';
 import { execInGuest, GUEST_CA_ENV, GUEST_CA_FILE } from './guest-exec.js';
 import { readGuestFile, writeGuestFile } from './guest-files.js';
-import { giveIdentity } from './guest-identity.js';
+import { giveIdentity, syncClock } from './guest-identity.js';
 import type { GuestImage } from './guest-image.js';
 import { migrateFromFd, migrateToFile } from './migration.js';
 import { BOOT_PROFILE, qemuArgs } from './qemu-args.js';
@@ -47,6 +47,8 @@ const TEMPLATE_PREFIX = 'template-';
 const SPARE_MARKER = 'spare';
 /** What an idle fork of a 512 MiB system checkpoint holds privately under TCG (bench/checkpoint: ~51 MiB). */
 const FORK_FOOTPRINT_MIB = 96;
+/** How long a resume waits for the guest agent before it leaves the clock as it is. */
+const CLOCK_SYNC_AGENT_MS = 2000;
 
 function availableMib(): number {
   const m = /^MemAvailable:\s+(\d+) kB/m.exec(readFileSafe('/proc/meminfo'));
@@ -183,7 +185,22 @@ export class QemuDriver implements VmDriver {
   }
 
   async resume(runtimeId: string): Promise<void> {
-    await this.#vm(runtimeId).qmp.execute('cont');
+    const vm = this.#vm(runtimeId);
+    await vm.qmp.execute('cont');
+    await this.#syncClock(runtimeId, vm);
+  }
+
+  /**
+   * A stopped QEMU stops the guest's clock too: after a pause of an hour the guest would be an
+   * hour behind, and TLS would find fresh certificates not yet valid. Best effort: a guest whose
+   * agent does not answer still runs.
+   */
+  async #syncClock(runtimeId: string, vm: QemuVm): Promise<void> {
+    try {
+      await syncClock(await vm.agent(CLOCK_SYNC_AGENT_MS));
+    } catch (err) {
+      this.opts.log.warn({ runtimeId, err: (err as Error).message }, 'could not set the guest clock after a pause');
+    }
   }
 
   async stop(runtimeId: string, deadlineMs: number): Promise<void> {
@@ -267,7 +284,10 @@ export class QemuDriver implements VmDriver {
       this.#layers.collect();
       throw err;
     } finally {
-      if (wasRunning) await vm.qmp.execute('cont');
+      if (wasRunning) {
+        await vm.qmp.execute('cont');
+        await this.#syncClock(runtimeId, vm);
+      }
     }
   }
 

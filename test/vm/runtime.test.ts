@@ -142,8 +142,13 @@ test('lifecycle: pause, resume, stop, start keeps the disk', TIMEOUT, async () =
   assert.equal(r.body.data.status, 'paused');
   r = await exec('vm-a', { command: 'true' });
   assert.equal(r.status, 409);
+  // A paused guest's clock stands still; resume sets it, or the guest would be this far behind.
+  const PAUSE_SECS = 8;
+  await new Promise((resolve) => setTimeout(resolve, PAUSE_SECS * 1000));
   assert.equal((await svc.call('POST', '/v1/runtimes/vm-a/resume')).body.data.status, 'running');
   assert.equal(await out('vm-a', 'echo back'), 'back\n');
+  const skew = Number(await out('vm-a', 'date +%s.%N')) - Date.now() / 1000;
+  assert.ok(Math.abs(skew) < PAUSE_SECS / 2, `guest clock off by ${skew.toFixed(2)} s after a ${PAUSE_SECS} s pause`);
   r = await svc.call('POST', '/v1/runtimes/vm-a/stop');
   assert.equal(r.status, 200, JSON.stringify(r.body));
   assert.equal(r.body.data.status, 'shutdown');
