@@ -45,7 +45,7 @@ const UID_RANGE = 100_000;
 const TEMPLATE_PREFIX = 'template-';
 /** Marks a warm-pool spare's directory until a create claims it; the sweep removes unclaimed ones. */
 const SPARE_MARKER = 'spare';
-/** What an idle fork of a 512 MiB system checkpoint holds privately under TCG (bench/checkpoint: ~51 MiB). */
+/** What an idle fork of a 512 MiB system checkpoint holds privately under TCG (bench/checkpoint: 45–51 MiB). */
 const FORK_FOOTPRINT_MIB = 96;
 /** How long a resume waits for the guest agent before it leaves the clock as it is. */
 const CLOCK_SYNC_AGENT_MS = 2000;
