@@ -13,7 +13,7 @@ import { Service } from '../test/support/service.js';
 import { readJson, type CheckpointManifest } from '../src/vm/disk-layers.js';
 import { findImage } from '../src/vm/guest-image.js';
 import { hostTscKhz } from '../src/vm/accel.js';
-import { migrateFromFd, migrateToFile } from '../src/vm/migration.js';
+import { migrateFromFdset, migrateToFile } from '../src/vm/migration.js';
 import { qemuArgs } from '../src/vm/qemu-args.js';
 import { QmpClient } from '../src/vm/qmp-client.js';
 import { GuestAgentClient } from '../src/vm/guest-agent-client.js';
@@ -75,7 +75,7 @@ try {
     const child = spawn('qemu-system-x86_64', args, { stdio: ['ignore', 'ignore', 'ignore', fd], detached: true });
     closeSync(fd);
     const qmp = await connectRetry(() => QmpClient.connect(join(dir, 'qmp.sock'), 1000));
-    await migrateFromFd(qmp);
+    await migrateFromFdset(qmp);
     await qmp.execute('cont');
     const agent = await connectRetry(() => GuestAgentClient.connect(join(dir, 'agent.sock'), 1000));
     rawRestore.push(performance.now() - t);

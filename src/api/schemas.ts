@@ -236,7 +236,7 @@ export const CheckpointCreateBody = Type.Object(
 
 export const ListQuery = Type.Object({
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
-  page_token: Type.Optional(Type.String({ maxLength: 256 })),
+  page_token: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,256}$', description: 'next_page_token of the previous page' })),
 });
 
 export const CheckpointListQuery = Type.Composite([ListQuery, Type.Object({ include_system: Type.Optional(Type.Boolean()) })]);

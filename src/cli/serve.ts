@@ -4,7 +4,6 @@
  */
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
-import { execFileSync } from 'node:child_process';
 import pino from 'pino';
 import { buildApi } from '../api/app.js';
 import { Core } from '../core/core.js';
@@ -14,7 +13,7 @@ import { Gateway } from '../net/gateway.js';
 import { SqliteStore } from '../store/sqlite-store.js';
 import { chooseAccel } from '../vm/accel.js';
 import { buildImage } from '../vm/guest-image.js';
-import { ensureHostPackages } from '../vm/host-packages.js';
+import { ensureHostPackages, qemuVersion as qemuVersionOf } from '../vm/host-packages.js';
 import { QemuDriver } from '../vm/qemu-driver.js';
 import type { Config } from './config.js';
 import { ensureDataDir, loadAdminToken, loadMasterKey, lockDataDir } from './data-dir.js';
@@ -26,10 +25,10 @@ export const imagesDir = (config: Config): string => process.env.VESSEL_IMAGE_DI
 export async function prepareHost(config: Config, log: pino.Logger) {
   await ensureHostPackages((line) => log.info(line));
   const image = await buildImage({ imagesDir: imagesDir(config), progress: progressDisplay() });
-  const qemuVersion = execFileSync('qemu-system-x86_64', ['--version']).toString().split('\n')[0] ?? '';
+  const qemuVersion = qemuVersionOf()?.text ?? 'unknown';
   const accel = await chooseAccel({ override: config.accel, kernel: image.kernel, cacheFile: join(config.dataDir, 'accel.json'), cacheKey: `${image.kernelVersion}|${qemuVersion}` });
   log.info({ accel: accel.accel, reason: accel.reason }, `accelerator: ${accel.accel}`);
-  return { image, accel: accel.accel };
+  return { image, accel: accel.accel, qemuVersion };
 }
 
 export async function serve(config: Config): Promise<void> {
@@ -38,11 +37,11 @@ export async function serve(config: Config): Promise<void> {
   process.on('unhandledRejection', (err) => log.error({ err }, 'unhandled rejection'));
   ensureDataDir(config.dataDir);
   const unlock = lockDataDir(config.dataDir);
-  const { image, accel } = await prepareHost(config, log);
+  const { image, accel, qemuVersion } = await prepareHost(config, log);
 
   const store = new SqliteStore(join(config.dataDir, 'vessel.db'));
   const ca = await CertificateAuthority.loadOrCreate(config.dataDir);
-  const driver = new QemuDriver({ dataDir: config.dataDir, image, accel, guestCaPem: ca.certPem, memoryOvercommit: config.memoryOvercommit, log });
+  const driver = new QemuDriver({ dataDir: config.dataDir, image, accel, qemuVersion, guestCaPem: ca.certPem, memoryOvercommit: config.memoryOvercommit, log });
   const gateway = new Gateway({ instance: createHash('sha256').update(config.dataDir).digest('hex').slice(0, 8), ca, ...config.egress, log });
   await gateway.start();
   const core = new Core({ store, driver, gateway, secretBox: new SecretBox(loadMasterKey(config.dataDir, config.masterKey)), log, warmPoolSize: config.warmPoolSize });

@@ -25,6 +25,13 @@ export const systemCheckpointName = (imageId: string, r: Resources): string => `
 export class CheckpointService {
   readonly #captures = new Set<Promise<void>>();
   readonly #templates = new KeyedMutex();
+  /**
+   * Checkpoints whose files matched their recorded digests since this process started (or that
+   * it captured itself), with the check in progress for the others. A fork waits for its
+   * checkpoint's check; after a start, every ready checkpoint is checked in the background.
+   */
+  readonly #intact = new Map<string, Promise<void>>();
+  #closed = false;
 
   constructor(
     private readonly store: Store,
@@ -78,6 +85,11 @@ export class CheckpointService {
   /** Captures still running in the background (tests and shutdown wait on them). */
   settled = (): Promise<unknown> => Promise.allSettled([...this.#captures]);
 
+  /** Stops the background verification at the next checkpoint (shutdown). */
+  close(): void {
+    this.#closed = true;
+  }
+
   /**
    * The service's own checkpoint of a freshly booted image with these resources, made on first
    * use. Every create without a checkpoint forks from it, which is much faster than a boot.
@@ -87,8 +99,13 @@ export class CheckpointService {
     const name = systemCheckpointName(this.driver.imageId(), shape);
     return this.#templates.run(name, async () => {
       const existing = await this.store.checkpoints.find(null, name, true);
-      if (existing?.state === 'ready') return existing;
-      if (existing !== undefined) await this.#remove(existing);
+      if (existing?.state === 'ready') {
+        // A damaged template is replaced by a fresh one; forks already made from it keep running.
+        const intact = await this.ensureIntact(existing).then(() => true, () => false);
+        if (intact) return existing;
+        this.log.warn({ checkpointId: existing.id, name }, 'system checkpoint damaged; making it again');
+      }
+      if (existing !== undefined) await this.#remove(await this.#current(existing));
       const cp: Checkpoint = {
         id: randomUUID(),
         tenantId: null,
@@ -110,6 +127,7 @@ export class CheckpointService {
         throw err;
       }
       const ready: Checkpoint = { ...cp, state: 'ready' };
+      this.#intact.set(cp.id, Promise.resolve());
       await this.store.checkpoints.update(ready);
       this.log.info({ checkpointId: cp.id, name }, 'system checkpoint ready');
       return ready;
@@ -133,6 +151,52 @@ export class CheckpointService {
     }
   }
 
+  /**
+   * Checks every ready checkpoint's files in the background, one at a time, so that damage is
+   * found (and shown as `failed`) before anyone forks it. Resolves when all are checked.
+   */
+  async verifyAll(): Promise<void> {
+    const t0 = Date.now();
+    let checked = 0;
+    for (const cp of await this.store.checkpoints.listAll()) {
+      if (this.#closed) return;
+      if (cp.state !== 'ready' || cp.deleted) continue;
+      await this.ensureIntact(cp).catch(() => undefined);
+      checked++;
+    }
+    this.log.info({ checked, ms: Date.now() - t0 }, 'checkpoint files verified');
+  }
+
+  /**
+   * Resolves once the checkpoint's files match the digests recorded when it became ready. A
+   * damaged checkpoint becomes `failed`, says what is wrong, and is refused with
+   * failed_precondition: a fork of it would run on corrupt memory or disk.
+   */
+  ensureIntact(cp: Checkpoint): Promise<void> {
+    let check = this.#intact.get(cp.id);
+    if (check === undefined) {
+      check = this.#verify(cp);
+      this.#intact.set(cp.id, check);
+      // A damaged checkpoint is failed in the store from now on; nothing needs the result kept.
+      check.catch(() => this.#intact.delete(cp.id));
+    }
+    return check;
+  }
+
+  async #verify(cp: Checkpoint): Promise<void> {
+    const problem = await this.driver.verifyCheckpoint(cp.id);
+    if (problem === null) return;
+    this.log.error({ checkpointId: cp.id, name: cp.displayName, problem }, 'checkpoint files are damaged');
+    const current = await this.#current(cp);
+    if (!current.deleted) await this.store.checkpoints.update({ ...current, state: 'failed', stateMessage: `its files are damaged: ${problem}` });
+    throw failedPrecondition(`checkpoint '${cp.displayName}' cannot be forked: ${problem}`);
+  }
+
+  /** The record as stored now (another request may have changed it meanwhile). */
+  async #current(cp: Checkpoint): Promise<Checkpoint> {
+    return (await this.store.checkpoints.find(cp.tenantId, cp.id, true)) ?? cp;
+  }
+
   async #capture(cp: Checkpoint, runtimeId: string): Promise<void> {
     await this.runtimes.withLock(runtimeId, async () => {
       try {
@@ -142,6 +206,7 @@ export class CheckpointService {
         await this.driver.checkpoint(runtimeId, cp.id);
         // The runtime's overlay now sits on the checkpoint's frozen layer.
         await this.store.runtimes.update({ ...rt, baseCheckpointId: cp.id, updatedAt: new Date().toISOString() });
+        this.#intact.set(cp.id, Promise.resolve());
         await this.store.checkpoints.update({ ...cp, state: 'ready', resources: rt.resources });
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
@@ -157,6 +222,7 @@ export class CheckpointService {
 
   /** Hides the checkpoint for good and drops its files; the driver keeps its disk layer while anything sits on it. */
   async #remove(cp: Checkpoint): Promise<void> {
+    this.#intact.delete(cp.id);
     await this.store.checkpoints.update({ ...cp, deleted: true });
     await this.driver.deleteCheckpoint(cp.id);
     await this.store.checkpoints.purge(cp.id);

@@ -30,6 +30,8 @@ export class Core {
   /** What the gateway calls back: secret values, audits, activity. */
   readonly egress: EgressService;
   readonly #pool: WarmPool;
+  /** The background check of every checkpoint's files after a start. */
+  #verifying: Promise<void> = Promise.resolve();
 
   constructor(private readonly ports: CorePorts) {
     const { store, driver, gateway, secretBox, log } = ports;
@@ -44,7 +46,7 @@ export class Core {
     // A PATCHed policy or a rule change applies to the gateway's next connection.
     this.runtimes.observe({ policyChanged: (rt) => void this.egress.refresh(rt.id) });
     this.rules.onChange((runtimeId) => void this.egress.refresh(runtimeId));
-    this.runtimes.useSystemCheckpoints((r) => this.checkpoints.systemFor(r));
+    this.runtimes.useCheckpoints(this.checkpoints);
   }
 
   /** Brings the store in line with reality after a (possibly unclean) restart. */
@@ -52,12 +54,15 @@ export class Core {
     const result = await this.runtimes.reconcile();
     await this.checkpoints.reconcile();
     await this.egress.restore();
+    this.#verifying = this.checkpoints.verifyAll().catch((err: unknown) => this.ports.log.error({ err }, 'checkpoint verification failed'));
     return result;
   }
 
   async close(): Promise<void> {
     this.runtimes.stopIdleSuspension();
     await this.#pool.close();
+    this.checkpoints.close();
+    await this.#verifying;
     await this.checkpoints.settled();
     await this.egress.flush();
     await this.ports.gateway.close();

@@ -180,8 +180,11 @@ export interface VmDriver {
   exec(runtimeId: string, request: ExecRequest): Promise<ExecResult>;
   readFile(runtimeId: string, path: string): Promise<Readable>;
   writeFile(runtimeId: string, path: string, body: Readable, maxBytes: number): Promise<number>;
+  /** The guest's memory through the balloon; the host gets back what the guest gives up. */
   setMemoryTarget(runtimeId: string, mib: number): Promise<void>;
   checkpoint(runtimeId: string, checkpointId: string): Promise<void>;
+  /** Checks a ready checkpoint's files against what they were at capture: what is wrong, or null. */
+  verifyCheckpoint(checkpointId: string): Promise<string | null>;
   deleteCheckpoint(checkpointId: string): Promise<void>;
   /** After a service restart: reattach to a VM left running, or report it gone. */
   reattach(runtimeId: string): Promise<LiveState>;

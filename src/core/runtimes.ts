@@ -7,7 +7,7 @@ import { KeyedMutex } from './keyed-mutex.js';
 import { LIVE_STATUSES, RESULT_OF, requireState, type LifecycleOp } from './lifecycle.js';
 import { checkDisplayName } from './names.js';
 import type { Store, VmDriver, VmSpec } from './ports.js';
-import type { EgressPolicy, ExecRequest, ExecResult, IngressSpec, Page, PageRequest, Resources, Runtime } from './types.js';
+import type { Checkpoint, EgressPolicy, ExecRequest, ExecResult, IngressSpec, Page, PageRequest, Resources, Runtime } from './types.js';
 import type { WarmPool } from './warm-pool.js';
 
 export const DEFAULT_MEMORY_MIB = 512;
@@ -25,6 +25,14 @@ export interface RuntimeCreateInput {
 export interface RuntimePatchInput {
   egress_policy?: EgressPolicy;
   resources?: { limits?: { memory_mib: number }; requests?: { memory_mib?: number } };
+}
+
+/** The checkpoint service, as creates see it. */
+export interface CheckpointSource {
+  /** The system checkpoint of this shape, made on first use. */
+  systemFor(resources: Resources): Promise<{ id: string }>;
+  /** Resolves when the checkpoint's files are as they were at capture; throws failed_precondition otherwise. */
+  ensureIntact(checkpoint: Checkpoint): Promise<void>;
 }
 
 /** Hooks for other parts of the service that must follow runtime changes (the egress gateway). */
@@ -99,11 +107,11 @@ export class RuntimeService {
     this.#observer = observer;
   }
 
-  #systemCheckpoints: ((r: Resources) => Promise<{ id: string }>) | null = null;
+  #checkpoints: CheckpointSource | null = null;
 
-  /** Where plain creates get their template from (the checkpoint service). */
-  useSystemCheckpoints(source: (r: Resources) => Promise<{ id: string }>): void {
-    this.#systemCheckpoints = source;
+  /** Where creates get their checkpoints checked, and plain creates their template (the checkpoint service). */
+  useCheckpoints(source: CheckpointSource): void {
+    this.#checkpoints = source;
   }
 
   async get(tenantId: string, ref: string): Promise<Runtime> {
@@ -126,21 +134,22 @@ export class RuntimeService {
     if (input.checkpoint !== undefined) {
       const cp = await this.store.checkpoints.find(tenantId, input.checkpoint, true);
       if (cp === undefined) throw notFound('checkpoint', input.checkpoint);
-      if (cp.state !== 'ready') throw failedPrecondition(`checkpoint '${cp.displayName}' is ${cp.state}, not ready`);
+      if (cp.state !== 'ready') throw failedPrecondition(`checkpoint '${cp.displayName}' is ${cp.state}, not ready${cp.stateMessage === null ? '' : `: ${cp.stateMessage}`}`);
       if (input.resources?.limits !== undefined && input.resources.limits.memory_mib !== cp.resources.limits.memory_mib) {
         throw invalidArgument(`a fork has its checkpoint's memory limit (${cp.resources.limits.memory_mib} MiB)`);
       }
       if (input.resources?.vcpus !== undefined && input.resources.vcpus !== cp.resources.vcpus) {
         throw invalidArgument(`a fork has its checkpoint's vcpus (${cp.resources.vcpus})`);
       }
+      await this.#checkpoints?.ensureIntact(cp);
       resources = checkResources({
         ...cp.resources,
         requests: { memory_mib: input.resources?.requests?.memory_mib ?? cp.resources.requests.memory_mib },
       });
       baseCheckpointId = cp.id;
-    } else if (this.#systemCheckpoints !== null) {
+    } else if (this.#checkpoints !== null) {
       try {
-        baseCheckpointId = (await this.#systemCheckpoints(resources)).id;
+        baseCheckpointId = (await this.#checkpoints.systemFor(resources)).id;
         spareId = this.pool?.take(baseCheckpointId, resources) ?? null;
       } catch (err) {
         if (err instanceof VesselError) throw err;

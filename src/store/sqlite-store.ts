@@ -5,7 +5,7 @@
  */
 import { chmodSync } from 'node:fs';
 import Database from 'better-sqlite3';
-import { alreadyExists } from '../core/errors.js';
+import { alreadyExists, invalidArgument } from '../core/errors.js';
 import { isUuid } from '../core/names.js';
 import type { AuditFilter, AuditRepo, CheckpointRepo, RuleRepo, Store, TenantRepo, TokenRepo } from '../core/ports.js';
 import type { Audit, Checkpoint, InjectionRule, Page, PageRequest, Runtime, Secret, Token } from '../core/types.js';
@@ -46,10 +46,16 @@ function migrate(db: Db): void {
 }
 
 const encodePageToken = (seq: number): string => Buffer.from(`s:${seq}`).toString('base64url');
+
+/**
+ * Only a token this store issued is accepted: anything else is invalid_argument, so that a client
+ * never takes a mangled token's empty page for the end of the list.
+ */
 function decodePageToken(token: string | undefined): number {
   if (token === undefined) return Number.MAX_SAFE_INTEGER;
-  const m = /^s:(\d+)$/.exec(Buffer.from(token, 'base64url').toString());
-  return m === null ? -1 : Number(m[1]); // an unreadable token yields an empty page, not an error
+  const m = /^[A-Za-z0-9_-]{1,64}$/.test(token) ? /^s:(\d{1,15})$/.exec(Buffer.from(token, 'base64url').toString('latin1')) : null;
+  if (m === null || encodePageToken(Number(m[1])) !== token) throw invalidArgument('page_token is not a token this service issued');
+  return Number(m[1]);
 }
 
 function isUniqueViolation(err: unknown): boolean {

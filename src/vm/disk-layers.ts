@@ -4,7 +4,7 @@
  * layer is kept while any runtime's chain or any checkpoint's manifest names it, and collected
  * once nothing does; the filesystem is the source of truth, so this survives crashes.
  */
-import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 /** What a runtime directory records about its VM, for restarts and checkpoints. */
@@ -21,12 +21,29 @@ export interface VmState {
   suspended?: { stateFile: string; ram: 'shared' | null };
 }
 
+export const MANIFEST_VERSION = 2;
+
 export interface CheckpointManifest {
+  version: typeof MANIFEST_VERSION;
   chain: string[];
   hasRam: boolean;
   memoryMib: number;
   vcpus: number;
   diskSizeBytes: number;
+  /** The QEMU that wrote the device state: microvm is not a versioned machine type, so another QEMU may not read it back. */
+  qemuVersion: string;
+  /** What the files were when the checkpoint became ready: its own, and every disk layer of its chain. */
+  digests: { state: string; ram: string | null; layers: Record<string, string> };
+}
+
+/**
+ * A checkpoint's files belong to root alone and are never written again: QEMU opens them as
+ * root before it drops to its uid, read-only (the RAM file is mapped privately, its disk layers
+ * are backing files), so nothing that runs guest code can change them whatever it attempts.
+ */
+export function sealFile(path: string): void {
+  chownSync(path, 0, 0);
+  chmodSync(path, 0o400);
 }
 
 export function writeJsonAtomic(file: string, value: unknown): void {
@@ -52,12 +69,19 @@ export class DiskLayers {
   }
 
   layerFile = (layerId: string): string => join(this.layersDir, `${layerId}.qcow2`);
+  /** The layer's digest, recorded when it was frozen; later checkpoints on it copy it into their manifests. */
+  layerDigestFile = (layerId: string): string => join(this.layersDir, `${layerId}.digest`);
   checkpointDir = (checkpointId: string): string => join(this.checkpointsDir, checkpointId);
   manifestFile = (checkpointId: string): string => join(this.checkpointDir(checkpointId), 'manifest.json');
 
   readManifest(checkpointId: string): CheckpointManifest | null {
     const f = this.manifestFile(checkpointId);
     return existsSync(f) ? readJson<CheckpointManifest>(f) : null;
+  }
+
+  readLayerDigest(layerId: string): string | null {
+    const f = this.layerDigestFile(layerId);
+    return existsSync(f) ? readFileSync(f, 'utf8').trim() : null;
   }
 
   /** Layers linked by a checkpoint in progress and not yet recorded in its runtime's vm.json. */
@@ -80,11 +104,10 @@ export class DiskLayers {
     }
     const removed: string[] = [];
     for (const f of readdirSync(this.layersDir)) {
-      const id = f.replace(/\.qcow2$/, '');
-      const path = join(this.layersDir, f);
+      const id = f.replace(/\.(qcow2|digest)$/, '');
       if (used.has(id) || this.inFlight.has(id)) continue;
-      rmSync(path, { force: true });
-      removed.push(id);
+      rmSync(join(this.layersDir, f), { force: true });
+      if (f.endsWith('.qcow2')) removed.push(id);
     }
     return removed;
   }

@@ -1,6 +1,15 @@
-/** The Debian packages the driver needs on the host, installed on first start when run as root. */
+/**
+ * The Debian packages the driver needs on the host, installed on first start when run as root.
+ *
+ * QEMU must be 10.0 or newer: forks map their checkpoint's RAM with `readonly=on,rom=off`, so the
+ * kernel refuses every write to the file (QEMU 7.2 punched holes into it when a fork's balloon
+ * inflated), and QEMU 10 drops to its uid with `-run-with user=`. Debian 13 ships QEMU 10; on
+ * Debian 12 it comes from bookworm-backports, through an APT source of our own pinned to the
+ * QEMU packages alone, so nothing else on the host moves to backports.
+ */
 import { execFileSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { runCommand } from '../platform/run-command.js';
 
 /** binary → package that provides it */
@@ -17,8 +26,28 @@ export const HOST_REQUIREMENTS: Record<string, string> = {
   gcc: 'gcc',
 };
 
+export const MIN_QEMU = { major: 10, minor: 0 };
+const QEMU_PACKAGES = ['qemu-system-x86', 'qemu-utils'];
+
 /** The C library to link the guest's static helper against (guest/vessel-identity.c). */
 const STATIC_LIBC = '/usr/lib/x86_64-linux-gnu/libc.a';
+
+const APT_SOURCES_DIR = '/etc/apt/sources.list.d';
+const BACKPORTS_SOURCE = join(APT_SOURCES_DIR, 'vessel-bookworm-backports.sources');
+const BACKPORTS_PIN = '/etc/apt/preferences.d/vessel-qemu';
+/** QEMU and what it needs newer than bookworm has; backports stays at its default priority for everything else. */
+const BACKPORTS_PIN_TEXT = `# Written by Vessel: QEMU ${MIN_QEMU.major} from bookworm-backports (see src/vm/host-packages.ts).
+Package: qemu-system-x86 qemu-system-common qemu-system-data qemu-utils qemu-block-extra seabios libbrlapi0.8
+Pin: release n=bookworm-backports
+Pin-Priority: 500
+`;
+const BACKPORTS_SOURCE_TEXT = `# Written by Vessel for QEMU ${MIN_QEMU.major}; only the packages in ${BACKPORTS_PIN} are taken from it.
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+`;
 
 function has(binary: string): boolean {
   try {
@@ -29,6 +58,19 @@ function has(binary: string): boolean {
   }
 }
 
+/** `QEMU emulator version 10.0.2 (Debian …)` → [10, 0], or null when QEMU is missing. */
+export function qemuVersion(): { major: number; minor: number; text: string } | null {
+  try {
+    const text = execFileSync('qemu-system-x86_64', ['--version']).toString().split('\n')[0] ?? '';
+    const m = /version (\d+)\.(\d+)/.exec(text);
+    return m === null ? null : { major: Number(m[1]), minor: Number(m[2]), text };
+  } catch {
+    return null;
+  }
+}
+
+const qemuRecentEnough = (v: { major: number; minor: number }): boolean => v.major > MIN_QEMU.major || (v.major === MIN_QEMU.major && v.minor >= MIN_QEMU.minor);
+
 export function missingHostPackages(): string[] {
   const missing = Object.entries(HOST_REQUIREMENTS).filter(([bin]) => !has(bin)).map(([, pkg]) => pkg);
   // busybox must be the static build: it runs inside the initramfs with no libc.
@@ -37,21 +79,63 @@ export function missingHostPackages(): string[] {
     if (!/not a dynamic executable|statically linked/.test(info)) missing.push('busybox-static');
   }
   if (!existsSync(STATIC_LIBC)) missing.push('libc6-dev');
+  const qemu = qemuVersion();
+  // Both come from the same release, so that qemu-img writes what this QEMU reads.
+  if ((qemu !== null && !qemuRecentEnough(qemu)) || missing.some((p) => QEMU_PACKAGES.includes(p))) missing.push(...QEMU_PACKAGES);
   return [...new Set(missing)];
+}
+
+function osCodename(): string | null {
+  try {
+    return /^VERSION_CODENAME=(\S+)$/m.exec(readFileSync('/etc/os-release', 'utf8'))?.[1] ?? null;
+  } catch {
+    return null;
+  }
+}
+
+/** Whether some APT source already names bookworm-backports (ours or the operator's). */
+function hasBackportsSource(): boolean {
+  const files = ['/etc/apt/sources.list', ...(existsSync(APT_SOURCES_DIR) ? readdirSync(APT_SOURCES_DIR).map((f) => join(APT_SOURCES_DIR, f)) : [])];
+  return files.some((f) => {
+    try {
+      return /^[^#]*bookworm-backports/m.test(readFileSync(f, 'utf8'));
+    } catch {
+      return false;
+    }
+  });
+}
+
+/** What has to be written before apt can install a recent enough QEMU here, if anything. */
+function backportsSetup(packages: string[]): Array<{ path: string; text: string }> {
+  if (osCodename() !== 'bookworm' || !packages.some((p) => QEMU_PACKAGES.includes(p))) return [];
+  return [
+    ...(hasBackportsSource() ? [] : [{ path: BACKPORTS_SOURCE, text: BACKPORTS_SOURCE_TEXT }]),
+    ...(existsSync(BACKPORTS_PIN) ? [] : [{ path: BACKPORTS_PIN, text: BACKPORTS_PIN_TEXT }]),
+  ];
 }
 
 export function installCommand(packages: string[]): string {
   return `apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${packages.join(' ')}`;
 }
 
-/** Installs what is missing when root; otherwise throws with the exact command to run. */
+/** Installs what is missing when root; otherwise throws with the exact commands to run. */
 export async function ensureHostPackages(log: (line: string) => void): Promise<void> {
   const missing = missingHostPackages();
   if (missing.length === 0) return;
+  const files = backportsSetup(missing);
   const cmd = installCommand(missing);
   if (process.getuid?.() !== 0) {
-    throw new Error(`missing host packages: ${missing.join(', ')}. Run as root:\n  ${cmd}`);
+    const writes = files.map((f) => `cat > ${f.path} <<'EOF'\n${f.text}EOF\n`).join('');
+    throw new Error(`missing host packages: ${missing.join(', ')} (QEMU ${MIN_QEMU.major}.${MIN_QEMU.minor} or newer). Run as root:\n${writes}  ${cmd}`);
+  }
+  for (const f of files) {
+    log(`adding ${f.path}`);
+    writeFileSync(f.path, f.text, { mode: 0o644 });
   }
   log(`installing host packages: ${missing.join(', ')}`);
   await runCommand('sh', ['-c', cmd], { env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' }, onLine: (l) => log(`  ${l}`) });
+  const qemu = qemuVersion();
+  if (qemu === null || !qemuRecentEnough(qemu)) {
+    throw new Error(`QEMU ${MIN_QEMU.major}.${MIN_QEMU.minor} or newer is needed, and apt installed ${qemu?.text ?? 'none'}: on Debian 12 it comes from bookworm-backports, on Debian 13 from the release itself`);
+  }
 }

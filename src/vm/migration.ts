@@ -62,10 +62,22 @@ export async function migrateToFile(qmp: QmpClient, socketPath: string, target: 
   }
 }
 
-/** On a QEMU started with `-incoming defer` and the stream as fd 3: load it and wait until done. */
-export async function migrateFromFd(qmp: QmpClient, timeoutMs = 60_000): Promise<void> {
+/**
+ * The fd set through which a QEMU started with `-incoming defer` receives its stream (a file
+ * handed over at spawn with `-add-fd`): `file:` migration, since `fd:` on a file is deprecated.
+ */
+export const INCOMING_FDSET = 1;
+
+/** Loads the stream of INCOMING_FDSET and waits until done; then QEMU lets go of the file. */
+export async function migrateFromFdset(qmp: QmpClient, timeoutMs = 60_000): Promise<void> {
   await enableIgnoreShared(qmp);
-  await qmp.execute('migrate-incoming', { uri: 'fd:3' });
+  await qmp.execute('migrate-incoming', { uri: `file:/dev/fdset/${INCOMING_FDSET}` });
+  await waitForIncoming(qmp, timeoutMs);
+  // Otherwise QEMU would hold the checkpoint's state file open for as long as the fork runs.
+  await qmp.execute('remove-fd', { 'fdset-id': INCOMING_FDSET });
+}
+
+async function waitForIncoming(qmp: QmpClient, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const s = await qmp.execute<{ status: string }>('query-status');

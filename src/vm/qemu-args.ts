@@ -1,6 +1,7 @@
 /** The QEMU command line for one runtime. Pure, so that it can be unit tested. */
 import { GUEST_NETWORK } from '../core/ports.js';
 import type { Accel } from './accel.js';
+import { INCOMING_FDSET } from './migration.js';
 
 export interface LaunchPlan {
   accel: Accel;
@@ -14,7 +15,7 @@ export interface LaunchPlan {
    * or anonymous memory when there is no file.
    */
   memory: { file: string; shared: boolean } | null;
-  /** Wait for a migration stream (`migrate-incoming`) instead of booting. */
+  /** Wait for a migration stream (`migrate-incoming`) instead of booting; the stream is fd 3. */
   incoming: boolean;
   qmpSocket: string;
   agentSocket: string;
@@ -57,7 +58,9 @@ export function qemuArgs(p: LaunchPlan): string[] {
   const memory =
     p.memory === null
       ? ['-object', `memory-backend-ram,id=mem,size=${p.memoryMib}M`]
-      : ['-object', `memory-backend-file,id=mem,size=${p.memoryMib}M,mem-path=${p.memory.file},share=${p.memory.shared ? 'on' : 'off'}`];
+      : p.memory.shared
+        ? ['-object', `memory-backend-file,id=mem,size=${p.memoryMib}M,mem-path=${p.memory.file},share=on`]
+        : ['-object', `memory-backend-file,id=mem,size=${p.memoryMib}M,mem-path=${p.memory.file},share=off,readonly=on,rom=off`];
   // The guest's address is the same in every VM; it is set at boot from the kernel command line.
   const g = GUEST_NETWORK;
   const netdev = p.tap === null ? 'hubport,id=net0,hubid=0' : `tap,id=net0,ifname=${p.tap},script=no,downscript=no`;
@@ -86,10 +89,10 @@ export function qemuArgs(p: LaunchPlan): string[] {
     '-device', `virtio-net-device,netdev=net0,mac=${g.mac}`,
     '-qmp', `unix:${p.qmpSocket},server=on,wait=off`,
     '-serial', `file:${p.serialLog}`,
-    ...(p.incoming ? ['-incoming', 'defer'] : []),
+    ...(p.incoming ? ['-add-fd', `fd=3,set=${INCOMING_FDSET}`, '-incoming', 'defer'] : []),
     // elevateprivileges=deny would also forbid the setuid of -runas, which runs after the filter
     // is installed; once QEMU runs as an unprivileged uid it cannot regain root anyway.
     '-sandbox', 'on,obsolete=deny,spawn=deny,resourcecontrol=deny',
-    '-runas', p.runAs,
+    '-run-with', `user=${p.runAs}`,
   ];
 }

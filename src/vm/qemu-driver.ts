@@ -13,13 +13,14 @@ import { VesselError, failedPrecondition, unavailable } from '../core/errors.js'
 import type { LiveState, VmDriver, VmSpec } from '../core/ports.js';
 import type { ExecRequest, ExecResult, Resources } from '../core/types.js';
 import { hostTscKhz, type Accel } from './accel.js';
-import { DiskLayers, readJson, writeJsonAtomic, type CheckpointManifest, type VmState } from './disk-layers.js';
+import { DiskLayers, MANIFEST_VERSION, readJson, sealFile, writeJsonAtomic, type CheckpointManifest, type VmState } from './disk-layers.js';
+import { digestFile } from './file-digest.js';
 import { GuestAgentError, type GuestAgentClient } from './guest-agent-client.js';
 import { execInGuest, GUEST_CA_ENV, GUEST_CA_FILE } from './guest-exec.js';
 import { readGuestFile, writeGuestFile } from './guest-files.js';
 import { giveIdentity, syncClock } from './guest-identity.js';
 import type { GuestImage } from './guest-image.js';
-import { migrateFromFd, migrateToFile } from './migration.js';
+import { migrateFromFdset, migrateToFile } from './migration.js';
 import { BOOT_PROFILE, qemuArgs } from './qemu-args.js';
 import { QemuVm, vmPaths } from './qemu-vm.js';
 import { runCommand } from '../platform/run-command.js';
@@ -29,6 +30,8 @@ export interface QemuDriverOptions {
   dataDir: string;
   image: GuestImage;
   accel: Accel;
+  /** `qemu-system-x86_64 --version`: device state written by one QEMU is only restored by the same. */
+  qemuVersion: string;
   /** The gateway's CA (PEM), put in every guest's trust store when its template is made. */
   guestCaPem: string;
   /** Multiplies host memory when admitting VMs: 1 means the sum of limits fits in RAM. */
@@ -58,7 +61,15 @@ function availableMib(): number {
 interface LiveVm {
   vm: QemuVm;
   memoryMib: number;
+  vcpus: number;
+  tap: string | null;
   uid: number;
+  /**
+   * Its RAM is a checkpoint's file mapped privately and read-only: clean pages are shared with
+   * every fork of that checkpoint, and QEMU cannot discard any page, so its balloon must not
+   * inflate (the guest would write every page it gives up and make it private).
+   */
+  ramMapsCheckpoint: boolean;
 }
 
 export class QemuDriver implements VmDriver {
@@ -68,6 +79,8 @@ export class QemuDriver implements VmDriver {
   readonly #tscKhz = hostTscKhz();
   readonly #layers: DiskLayers;
   readonly #baseSize: number;
+  /** Layers whose digest was checked since this process started; layers never change, so once is enough. */
+  readonly #verifiedLayers = new Map<string, string>();
   #onExit: (runtimeId: string) => void = () => undefined;
 
   constructor(private readonly opts: QemuDriverOptions) {
@@ -79,9 +92,9 @@ export class QemuDriver implements VmDriver {
     return null;
   }
 
-  /** The image, the CA and the boot profile baked into its template: a change to either makes new templates. */
+  /** The image, the CA, the boot profile and the QEMU baked into its template: a change to any makes new templates. */
   imageId(): string {
-    const baked = createHash('sha256').update(this.opts.guestCaPem).update(JSON.stringify(BOOT_PROFILE)).digest('hex').slice(0, 8);
+    const baked = createHash('sha256').update(this.opts.guestCaPem).update(JSON.stringify(BOOT_PROFILE)).update(this.opts.qemuVersion).digest('hex').slice(0, 8);
     return `${this.opts.image.hash}-${baked}`;
   }
 
@@ -130,9 +143,7 @@ export class QemuDriver implements VmDriver {
     rmSync(join(this.runtimeDir(spec.runtimeId), SPARE_MARKER), { force: true });
     const t0 = performance.now();
     await giveIdentity(await live.vm.agent(), spec.hostname, false);
-    if (spec.resources.requests.memory_mib < live.memoryMib) {
-      await live.vm.qmp.execute('balloon', { value: spec.resources.requests.memory_mib * MiB });
-    }
+    await this.setMemoryTarget(spec.runtimeId, spec.resources.requests.memory_mib);
     this.opts.log.info({ runtimeId: spec.runtimeId, how: 'spare', personalizeMs: Math.round(performance.now() - t0) }, 'VM ready');
   }
 
@@ -232,8 +243,61 @@ export class QemuDriver implements VmDriver {
     return this.#withAgent(runtimeId, (agent) => writeGuestFile(agent, path, body, maxBytes));
   }
 
+  /**
+   * The balloon gives the guest `mib` of its memory and returns the rest to the host. A VM whose
+   * RAM maps a checkpoint is first moved onto memory of its own: only then can QEMU discard the
+   * pages the guest gives up.
+   */
   async setMemoryTarget(runtimeId: string, mib: number): Promise<void> {
-    await this.#vm(runtimeId).qmp.execute('balloon', { value: mib * MiB });
+    let live = this.#running(runtimeId);
+    if (mib >= live.memoryMib) {
+      // Deflating discards nothing, so any VM may; a VM that maps a checkpoint was never inflated.
+      if (!live.ramMapsCheckpoint) await live.vm.qmp.execute('balloon', { value: live.memoryMib * MiB });
+      return;
+    }
+    if (live.ramMapsCheckpoint) live = await this.#moveToOwnMemory(runtimeId, live);
+    await live.vm.qmp.execute('balloon', { value: mib * MiB });
+  }
+
+  /**
+   * Pauses the VM, saves it whole (its RAM was a private mapping, so every page goes into the
+   * stream), and restores it in a new QEMU on anonymous memory: the same processes, disk,
+   * address and name, its checkpoint untouched. The guest is paused for the save and restore
+   * (bench/checkpoint measures it) and its clock is set again afterwards.
+   */
+  async #moveToOwnMemory(runtimeId: string, live: LiveVm): Promise<LiveVm> {
+    const dir = this.runtimeDir(runtimeId);
+    const paths = vmPaths(dir);
+    const saved = readJson<VmState>(paths.state);
+    const stream = join(dir, 'move.state');
+    const t0 = performance.now();
+    await live.vm.qmp.execute('stop');
+    try {
+      await migrateToFile(live.vm.qmp, paths.migrateSocket, stream);
+    } catch (err) {
+      rmSync(stream, { force: true });
+      await live.vm.qmp.execute('cont');
+      throw err;
+    }
+    await live.vm.kill();
+    this.#live.delete(runtimeId);
+    const state: VmState = { ...saved, ram: null };
+    const spec = { runtimeId, hostname: runtimeId, tap: live.tap, resources: { limits: { memory_mib: live.memoryMib }, requests: { memory_mib: live.memoryMib }, vcpus: live.vcpus } };
+    try {
+      await this.#undoOnFailure(async (undo) => {
+        const vm = await this.#launch(spec, state, undo, stream);
+        writeJsonAtomic(paths.state, state);
+        await this.#syncClock(runtimeId, vm);
+      });
+    } catch (err) {
+      // The old QEMU is gone and the new one did not come up: the runtime has crashed.
+      this.#onExit(runtimeId);
+      throw err;
+    } finally {
+      rmSync(stream, { force: true });
+    }
+    this.opts.log.info({ runtimeId, pausedMs: Math.round(performance.now() - t0) }, 'VM moved onto its own memory');
+    return this.#running(runtimeId);
   }
 
   /**
@@ -269,15 +333,40 @@ export class QemuDriver implements VmDriver {
       await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', layer, '-F', 'qcow2', nextFile, String(state.diskSizeBytes)]);
       chownSync(nextFile, uid, uid);
       await vm.qmp.execute('blockdev-add', { driver: 'qcow2', 'node-name': next.node, file: { driver: 'file', filename: nextFile }, backing: null });
+      // QEMU reopens the old overlay read-only here, as the new one's backing file.
       await vm.qmp.execute('blockdev-snapshot', { node: state.node, overlay: next.node });
       writeJsonAtomic(paths.state, next);
       this.#layers.inFlight.delete(checkpointId);
       rmSync(join(dir, state.diskFile), { force: true });
+      sealFile(layer);
+      const layerDigest = await digestFile(layer);
+      writeFileSync(this.#layers.layerDigestFile(checkpointId), `${layerDigest}\n`, { mode: 0o400 });
 
-      await migrateToFile(vm.qmp, paths.migrateSocket, join(cpDir, 'state'));
-      if (state.ram === 'shared') await runCommand('cp', ['--sparse=always', paths.ram, join(cpDir, 'ram')]);
-      const manifest: CheckpointManifest = { chain: next.chain, hasRam: state.ram === 'shared', memoryMib: live.memoryMib, vcpus: this.#vcpusOf(vm.pid), diskSizeBytes: state.diskSizeBytes };
+      const stateFile = join(cpDir, 'state');
+      await migrateToFile(vm.qmp, paths.migrateSocket, stateFile);
+      sealFile(stateFile);
+      const ramFile = join(cpDir, 'ram');
+      if (state.ram === 'shared') {
+        await runCommand('cp', ['--sparse=always', paths.ram, ramFile]);
+        sealFile(ramFile);
+      }
+      const manifest: CheckpointManifest = {
+        version: MANIFEST_VERSION,
+        chain: next.chain,
+        hasRam: state.ram === 'shared',
+        memoryMib: live.memoryMib,
+        vcpus: live.vcpus,
+        diskSizeBytes: state.diskSizeBytes,
+        qemuVersion: this.opts.qemuVersion,
+        digests: {
+          state: await digestFile(stateFile),
+          ram: state.ram === 'shared' ? await digestFile(ramFile) : null,
+          layers: { [checkpointId]: layerDigest, ...this.#chainDigests(state.chain) },
+        },
+      };
+      for (const [id, digest] of Object.entries(manifest.digests.layers)) this.#verifiedLayers.set(id, digest);
       writeJsonAtomic(this.#layers.manifestFile(checkpointId), manifest);
+      sealFile(this.#layers.manifestFile(checkpointId));
     } catch (err) {
       this.#layers.inFlight.delete(checkpointId);
       rmSync(cpDir, { recursive: true, force: true });
@@ -289,6 +378,47 @@ export class QemuDriver implements VmDriver {
         await this.#syncClock(runtimeId, vm);
       }
     }
+  }
+
+  /** The recorded digests of the layers a runtime's disk sits on. */
+  #chainDigests(chain: string[]): Record<string, string> {
+    const digests: Record<string, string> = {};
+    for (const id of chain) {
+      const d = this.#layers.readLayerDigest(id);
+      if (d === null) throw new Error(`disk layer ${id} has no recorded digest`);
+      digests[id] = d;
+    }
+    return digests;
+  }
+
+  /**
+   * Checks the checkpoint's files against the digests its manifest recorded when it became
+   * ready. Layers are shared by many checkpoints and checked once per service start.
+   */
+  async verifyCheckpoint(checkpointId: string): Promise<string | null> {
+    const manifest = this.#layers.readManifest(checkpointId);
+    if (manifest === null) return 'its files are missing';
+    if (manifest.version !== MANIFEST_VERSION || manifest.digests === undefined) return 'it was made by an older Vessel that recorded no digests of its files';
+    if (manifest.qemuVersion !== this.opts.qemuVersion) return `it was made by ${manifest.qemuVersion}, and this host runs ${this.opts.qemuVersion}`;
+    const cpDir = this.#layers.checkpointDir(checkpointId);
+    const files: Array<[string, string, string | null]> = [
+      ['state', join(cpDir, 'state'), manifest.digests.state],
+      ['ram', join(cpDir, 'ram'), manifest.digests.ram],
+    ];
+    for (const [what, path, expected] of files) {
+      if (expected === null) continue;
+      const problem = await checkDigest(path, expected);
+      if (problem !== null) return `its ${what} file ${problem}`;
+    }
+    for (const layerId of manifest.chain) {
+      const expected = manifest.digests.layers[layerId];
+      if (expected === undefined) return `its disk layer ${layerId} has no recorded digest`;
+      if (this.#verifiedLayers.get(layerId) === expected) continue;
+      const problem = await checkDigest(this.#layers.layerFile(layerId), expected);
+      if (problem !== null) return `its disk layer ${layerId} ${problem}`;
+      this.#verifiedLayers.set(layerId, expected);
+    }
+    return null;
   }
 
   async deleteCheckpoint(checkpointId: string): Promise<void> {
@@ -327,7 +457,8 @@ export class QemuDriver implements VmDriver {
   async reattach(runtimeId: string): Promise<LiveState> {
     const vm = await QemuVm.adopt(this.runtimeDir(runtimeId));
     if (vm === null) return 'gone';
-    this.#track(runtimeId, { vm, memoryMib: this.#memoryOf(vm.pid), uid: this.#uidOf(vm.pid) });
+    const ram = readJson<VmState>(vmPaths(this.runtimeDir(runtimeId)).state).ram;
+    this.#track(runtimeId, { vm, memoryMib: this.#memoryOf(vm.pid), vcpus: this.#vcpusOf(vm.pid), tap: this.#tapOf(vm.pid), uid: this.#uidOf(vm.pid), ramMapsCheckpoint: ram !== null && ram !== 'shared' });
     return vm.status();
   }
 
@@ -383,8 +514,21 @@ export class QemuDriver implements VmDriver {
     await this.#boot({ ...spec, resources: { ...spec.resources, limits: { memory_mib: manifest.memoryMib }, vcpus: manifest.vcpus } }, state, undo, join(this.#layers.checkpointDir(checkpointId), 'state'));
   }
 
-  /** Starts QEMU for the runtime: a cold boot, or a restore of `restoreFrom` (a migration stream). */
+  /** Starts QEMU for the runtime and gives the guest its identity and its memory request. */
   async #boot(spec: VmSpec, state: VmState, undo: Teardown, restoreFrom?: string): Promise<void> {
+    const t0 = performance.now();
+    const vm = await this.#launch(spec, state, undo, restoreFrom);
+    const t1 = performance.now();
+    // Entropy (with the kernel's generator reseeded), clock and hostname: until then a fork is
+    // its checkpoint's twin.
+    await giveIdentity(await vm.agent(), spec.hostname, true);
+    if (spec.resources.requests.memory_mib < spec.resources.limits.memory_mib) await this.setMemoryTarget(spec.runtimeId, spec.resources.requests.memory_mib);
+    const ms = (x: number) => Math.round(x);
+    this.opts.log.info({ runtimeId: spec.runtimeId, how: restoreFrom === undefined ? 'boot' : 'restore', vmMs: ms(t1 - t0), personalizeMs: ms(performance.now() - t1) }, 'VM ready');
+  }
+
+  /** Starts QEMU for the runtime and tracks it: a cold boot, or a restore of `restoreFrom` (a migration stream). */
+  async #launch(spec: Omit<VmSpec, 'fromCheckpointId'>, state: VmState, undo: Teardown, restoreFrom?: string): Promise<QemuVm> {
     const dir = this.runtimeDir(spec.runtimeId);
     const paths = vmPaths(dir);
     for (const f of [paths.qmpSocket, paths.agentSocket, paths.pidFile, paths.serialLog, paths.migrateSocket]) rmSync(f, { force: true });
@@ -414,18 +558,9 @@ export class QemuDriver implements VmDriver {
       tscKhz: this.#tscKhz,
       tap: spec.tap,
     });
-    const t0 = performance.now();
     const vm = restoreFrom === undefined ? await this.#launchUntilAgent(dir, args, undo) : await this.#restore(dir, args, restoreFrom, undo);
-    const t1 = performance.now();
-    // Entropy (with the kernel's generator reseeded), clock and hostname: until then a fork is
-    // its checkpoint's twin.
-    await giveIdentity(await vm.agent(), spec.hostname, true);
-    if (spec.resources.requests.memory_mib < spec.resources.limits.memory_mib) {
-      await vm.qmp.execute('balloon', { value: spec.resources.requests.memory_mib * MiB });
-    }
-    this.#track(spec.runtimeId, { vm, memoryMib: spec.resources.limits.memory_mib, uid });
-    const ms = (x: number) => Math.round(x);
-    this.opts.log.info({ runtimeId: spec.runtimeId, how: restoreFrom === undefined ? 'boot' : 'restore', vmMs: ms(t1 - t0), personalizeMs: ms(performance.now() - t1) }, 'VM ready');
+    this.#track(spec.runtimeId, { vm, memoryMib: spec.resources.limits.memory_mib, vcpus: spec.resources.vcpus, tap: spec.tap, uid, ramMapsCheckpoint: state.ram !== null && state.ram !== 'shared' });
+    return vm;
   }
 
   async #restore(dir: string, args: string[], stateFile: string, undo: Teardown): Promise<QemuVm> {
@@ -437,7 +572,7 @@ export class QemuDriver implements VmDriver {
       closeSync(fd);
     }
     undo.push(() => vm.kill());
-    await migrateFromFd(vm.qmp);
+    await migrateFromFdset(vm.qmp);
     await vm.qmp.execute('cont');
     await vm.waitForAgent(30_000);
     return vm;
@@ -522,6 +657,11 @@ export class QemuDriver implements VmDriver {
     return m === null ? 0 : Number(m[1]);
   }
 
+  #tapOf(pid: number): string | null {
+    const m = /\0tap,id=net0,ifname=([^,\0]+),/.exec(readFileSafe(`/proc/${pid}/cmdline`));
+    return m === null ? null : m[1]!;
+  }
+
   #vcpusOf(pid: number): number {
     const m = /\0-smp\0(\d+)\0/.exec(readFileSafe(`/proc/${pid}/cmdline`));
     return m === null ? 1 : Number(m[1]);
@@ -534,4 +674,15 @@ function readFileSafe(path: string): string {
   } catch {
     return '';
   }
+}
+
+/** Why the file no longer matches its recorded digest, or null when it does. */
+async function checkDigest(path: string, expected: string): Promise<string | null> {
+  let actual: string;
+  try {
+    actual = await digestFile(path);
+  } catch (err) {
+    return `cannot be read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`;
+  }
+  return actual === expected ? null : `has changed since the checkpoint was made (digest ${actual.slice(-12)}, recorded ${expected.slice(-12)})`;
 }

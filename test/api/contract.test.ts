@@ -388,6 +388,40 @@ describe('checkpoints and audits', () => {
     const stopped = await h.call('POST', '/v1/runtimes/cp-src/checkpoints', {});
     assert.equal(stopped.status, 409);
   });
+  test('after a restart a damaged checkpoint is failed and never forked; a damaged template is made again', async () => {
+    const driver = h.driver as FakeDriver;
+    await h.call('POST', '/v1/runtimes', { display_name: 'dmg-src' });
+    const cp = (await h.call('POST', '/v1/runtimes/dmg-src/checkpoints', { name: 'dmg' })).body.data;
+    await h.core.checkpoints.settled();
+    // The template of the default shape, which the plain create below forks.
+    const system = (await h.call('GET', '/v1/checkpoints?include_system=true')).body.data.find((c: any) => c.system && c.display_name.endsWith('-512m-1c'));
+    driver.damaged.add(cp.id);
+    driver.damaged.add(system.id);
+    // Captured by this process: known intact, not read again.
+    assert.equal((await h.call('POST', '/v1/runtimes', { display_name: 'dmg-fork-0', checkpoint: 'dmg' })).status, 201);
+    const restarted = await apiHarness({ driver, dir: h.dir });
+    try {
+      const fork = await restarted.call('POST', '/v1/runtimes', { display_name: 'dmg-fork', checkpoint: 'dmg' });
+      assert.equal(fork.status, 409);
+      isError(fork.body, 'failed_precondition');
+      assert.match(fork.body.error.message, /ram file has changed/);
+      const got = (await restarted.call('GET', '/v1/checkpoints/dmg')).body.data;
+      assert.equal(got.state, 'failed');
+      assert.match(got.state_message, /damaged: its ram file has changed/);
+      const again = await restarted.call('POST', '/v1/runtimes', { display_name: 'dmg-fork', checkpoint: 'dmg' });
+      assert.match(again.body.error.message, /is failed, not ready: its files are damaged/);
+      assert.equal((await restarted.call('GET', '/v1/runtimes/dmg-fork')).status, 404);
+      // A plain create gets a new template in place of the damaged one.
+      assert.equal((await restarted.call('POST', '/v1/runtimes', { display_name: 'dmg-plain' })).status, 201);
+      const systems = (await restarted.call('GET', '/v1/checkpoints?include_system=true')).body.data.filter((c: any) => c.system && c.display_name === system.display_name);
+      assert.equal(systems.length, 1);
+      assert.notEqual(systems[0].id, system.id, 'the damaged template was replaced');
+      assert.equal(driver.checkpoints.has(system.id), false, 'and so are its files');
+      assert.equal(driver.verified.filter((id) => id === cp.id).length, 1, 'checked once, then failed for good');
+    } finally {
+      await restarted.close();
+    }
+  });
   test('audits list with filters', async () => {
     const rt = (await h.call('POST', '/v1/runtimes', { display_name: 'aud' })).body.data;
     await h.core.audits.record([
@@ -409,5 +443,17 @@ describe('checkpoints and audits', () => {
     const second = await h.call('GET', `/v1/secrets?limit=2&page_token=${first.body.next_page_token}`);
     assert.equal(second.body.data[0].display_name, 'page-2');
     assert.equal((await h.call('GET', '/v1/secrets?limit=1001')).status, 400);
+  });
+  test('a page_token the service did not issue is invalid_argument on every list, never an empty page', async () => {
+    const issued = (await h.call('GET', '/v1/secrets?limit=1')).body.next_page_token as string;
+    await h.call('POST', '/v1/runtimes', { display_name: 'page-rt' });
+    const bad = ['%7F', '%C2%A1', 'abc%0D%0Adef', '%0A', 'not-a-token', `${issued}x`, issued.slice(0, -1), 'czo', 'czotMQ', '_'.repeat(300)];
+    for (const path of ['/v1/runtimes', '/v1/secrets', '/v1/checkpoints', '/v1/secret-injection-rules', '/v1/runtimes/page-rt/secret-injection-rules']) {
+      for (const token of bad) {
+        const r = await h.call('GET', `${path}?page_token=${token}`);
+        assert.equal(r.status, 400, `${path} ${token}: ${JSON.stringify(r.body)}`);
+        assert.equal(r.body.error.code, 'invalid_argument');
+      }
+    }
   });
 });

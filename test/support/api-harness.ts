@@ -26,8 +26,9 @@ export interface ApiHarness {
   close(): Promise<void>;
 }
 
-export async function apiHarness(opts: { driver?: VmDriver; rate?: { ratePerSec: number; burst: number } } = {}): Promise<ApiHarness> {
-  const dir = mkdtempSync(join(tmpdir(), 'vessel-api-'));
+/** `dir` reopens the store of an earlier harness, as a restarted service would (it is then left in place). */
+export async function apiHarness(opts: { driver?: VmDriver; rate?: { ratePerSec: number; burst: number }; dir?: string } = {}): Promise<ApiHarness> {
+  const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'vessel-api-'));
   const store = new SqliteStore(join(dir, 'vessel.db'));
   const driver = opts.driver ?? new FakeDriver();
   const core = new Core({ store, driver, gateway: new FakeGateway(), secretBox: new SecretBox(randomBytes(32)), log: silentLog });
@@ -55,7 +56,7 @@ export async function apiHarness(opts: { driver?: VmDriver; rate?: { ratePerSec:
     async close() {
       await app.close();
       await core.close();
-      rmSync(dir, { recursive: true, force: true });
+      if (opts.dir === undefined) rmSync(dir, { recursive: true, force: true });
     },
   };
 }

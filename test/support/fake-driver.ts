@@ -12,6 +12,9 @@ export class FakeDriver implements VmDriver {
   readonly checkpoints = new Set<string>();
   capacityMib = 64 * 1024;
   failNextCheckpoint = false;
+  /** Checkpoints whose files the test has "damaged": verification reports them. */
+  readonly damaged = new Set<string>();
+  readonly verified: string[] = [];
   #exit: (id: string) => void = () => undefined;
 
   unavailableReason(): string | null {
@@ -82,6 +85,11 @@ export class FakeDriver implements VmDriver {
       throw new Error('injected checkpoint failure');
     }
     this.checkpoints.add(checkpointId);
+  }
+  async verifyCheckpoint(checkpointId: string): Promise<string | null> {
+    this.verified.push(checkpointId);
+    if (!this.checkpoints.has(checkpointId)) return 'its files are missing';
+    return this.damaged.has(checkpointId) ? 'its ram file has changed since the checkpoint was made' : null;
   }
   async deleteCheckpoint(checkpointId: string) {
     this.checkpoints.delete(checkpointId);

@@ -5,6 +5,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { COUNTER_LOOP, READ_COUNTER } from '../support/guest.js';
 import { Service } from '../support/service.js';
 
 const TIMEOUT = { timeout: 300_000 };
@@ -27,11 +28,9 @@ async function settle(s: Service, id: string): Promise<any> {
   throw new Error('checkpoint never settled');
 }
 
-const COUNTER = "nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /root/counter; sleep 0.1; done' >/dev/null 2>&1 &";
-
 test('a running process continues in two forks, whose files diverge', TIMEOUT, async () => {
   assert.equal((await svc.call('POST', '/v1/runtimes', { display_name: 'src' })).status, 201);
-  await sh(svc, 'src', COUNTER);
+  await sh(svc, 'src', COUNTER_LOOP);
   await sh(svc, 'src', 'sleep 0.5; echo base > /root/shared.txt; sync');
   const r = await svc.call('POST', '/v1/runtimes/src/checkpoints', { kind: 'full', name: 'snap' });
   assert.equal(r.status, 201);
@@ -50,8 +49,8 @@ test('a running process continues in two forks, whose files diverge', TIMEOUT, a
   for (const name of ['fork-1', 'fork-2']) {
     assert.equal((await sh(svc, name, 'hostname')).trim(), name);
     assert.match(await sh(svc, name, 'cat /etc/hosts'), new RegExp(`^127\\.0\\.1\\.1 ${name}$`, 'm'));
-    const a = Number(await sh(svc, name, 'cat /root/counter'));
-    const b = Number(await sh(svc, name, 'sleep 1; cat /root/counter'));
+    const a = Number(await sh(svc, name, READ_COUNTER));
+    const b = Number(await sh(svc, name, `sleep 1; ${READ_COUNTER}`));
     assert.ok(a > 0 && b > a, `${name}: the counter goes on (${a} -> ${b})`);
     assert.equal(await sh(svc, name, 'cat /root/shared.txt'), 'base\n');
     await sh(svc, name, `echo ${name} > /root/shared.txt`);
@@ -139,8 +138,8 @@ test('kill -9 during a capture leaves nothing half-made', TIMEOUT, async () => {
   const rt = (await svc.call('GET', '/v1/runtimes/src')).body.data;
   assert.equal(rt.status, 'running');
   assert.equal(await sh(svc, 'src', 'cat /root/shared.txt'), 'base\n');
-  const n1 = Number(await sh(svc, 'src', 'cat /root/counter'));
-  const n2 = Number(await sh(svc, 'src', 'sleep 0.5; cat /root/counter'));
+  const n1 = Number(await sh(svc, 'src', READ_COUNTER));
+  const n2 = Number(await sh(svc, 'src', `sleep 0.5; ${READ_COUNTER}`));
   assert.ok(n2 > n1, 'the source runs again');
 });
 
@@ -183,7 +182,8 @@ test('a checkpoint that fails on a full disk is failed, and the runtime is unhar
 test('deleting everything frees every layer but the system templates', TIMEOUT, async () => {
   for (const rt of (await svc.call('GET', '/v1/runtimes')).body.data) await svc.call('DELETE', `/v1/runtimes/${rt.id}`);
   for (const cp of (await svc.call('GET', '/v1/checkpoints')).body.data) assert.equal((await svc.call('DELETE', `/v1/checkpoints/${cp.id}`)).status, 200);
-  const system = (await svc.call('GET', '/v1/checkpoints?include_system=true')).body.data.map((c: any) => `${c.id}.qcow2`);
+  // Each layer keeps the digest recorded when it was frozen beside it.
+  const system = (await svc.call('GET', '/v1/checkpoints?include_system=true')).body.data.flatMap((c: any) => [`${c.id}.digest`, `${c.id}.qcow2`]);
   assert.deepEqual(readdirSync(join(svc.dataDir, 'layers')).sort(), system.sort());
   // Only the warm pool's spares remain, and they sit on system layers alone.
   const left = readdirSync(join(svc.dataDir, 'runtimes')).filter((d) => !existsSync(join(svc.dataDir, 'runtimes', d, 'spare')));

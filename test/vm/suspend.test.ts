@@ -3,6 +3,8 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { fingerprint } from '../support/checkpoint-files.js';
+import { COUNTER_LOOP, READ_COUNTER } from '../support/guest.js';
 import { Service } from '../support/service.js';
 
 const svc = new Service({ VESSEL_IDLE_SUSPEND_SECS: '3' });
@@ -29,8 +31,10 @@ for (const [how, op] of [['resume', 'resume'], ['start', 'start']] as const) {
     const name = `idle-${how}`;
     const created = await svc.call('POST', '/v1/runtimes', { display_name: name });
     assert.equal(created.status, 201, JSON.stringify(created.body));
-    await sh(name, "nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /root/counter; sleep 0.1; done' >/dev/null 2>&1 &");
+    await sh(name, COUNTER_LOOP);
     await sh(name, 'echo kept > /root/kept.txt');
+    const system = (await svc.call('GET', '/v1/checkpoints?include_system=true')).body.data.find((c: any) => c.system);
+    const systemPrint = fingerprint(svc.dataDir, system.id);
     const dir = join(svc.dataDir, 'runtimes', created.body.data.id);
     const pid = Number(readFileSync(join(dir, 'qemu.pid'), 'utf8'));
     await waitStatus(name, 'suspended', 30_000);
@@ -43,9 +47,10 @@ for (const [how, op] of [['resume', 'resume'], ['start', 'start']] as const) {
     assert.equal(r.body.data.status, 'running');
     assert.equal(await sh(name, 'cat /root/kept.txt'), 'kept\n');
     assert.equal((await sh(name, 'hostname')).trim(), name);
-    const a = Number(await sh(name, 'cat /root/counter'));
-    const b = Number(await sh(name, 'sleep 0.5; cat /root/counter'));
+    const a = Number(await sh(name, READ_COUNTER));
+    const b = Number(await sh(name, `sleep 0.5; ${READ_COUNTER}`));
     assert.ok(a > 0 && b > a, `the background process goes on (${a} -> ${b})`);
+    assert.deepEqual(fingerprint(svc.dataDir, system.id), systemPrint, 'suspending and restoring the fork left its checkpoint as it was');
     await svc.call('DELETE', `/v1/runtimes/${name}`);
   });
 }
