@@ -20,7 +20,13 @@ export interface CheckpointCreateInput {
 /** `<runtime>-<random>`, kept within the 128 characters a name may have. */
 const defaultCheckpointName = (runtimeName: string): string => `${runtimeName.slice(0, 110)}-${randomUUID().slice(0, 8)}`;
 
-export const systemCheckpointName = (imageId: string, r: Resources): string => `system-${imageId}-${r.limits.memory_mib}m-${r.vcpus}c`;
+/**
+ * One template per shape: memory limit, vCPUs, and the memory request when it is smaller, since
+ * a template's balloon is inflated to the request before it is captured (its forks then share
+ * its pages with the balloon already in place, and need not be moved off them to shrink).
+ */
+export const systemCheckpointName = (imageId: string, r: Resources): string =>
+  `system-${imageId}-${r.limits.memory_mib}m${r.requests.memory_mib < r.limits.memory_mib ? `-r${r.requests.memory_mib}m` : ''}-${r.vcpus}c`;
 
 export class CheckpointService {
   readonly #captures = new Set<Promise<void>>();
@@ -95,7 +101,7 @@ export class CheckpointService {
    * use. Every create without a checkpoint forks from it, which is much faster than a boot.
    */
   async systemFor(resources: Resources): Promise<Checkpoint> {
-    const shape: Resources = { limits: resources.limits, requests: resources.limits, vcpus: resources.vcpus };
+    const shape: Resources = { limits: resources.limits, requests: resources.requests, vcpus: resources.vcpus };
     const name = systemCheckpointName(this.driver.imageId(), shape);
     return this.#templates.run(name, async () => {
       const existing = await this.store.checkpoints.find(null, name, true);

@@ -14,7 +14,8 @@ interface Logger {
   warn(o: object, m: string): void;
 }
 
-const sameShape = (a: Resources, b: Resources): boolean => a.limits.memory_mib === b.limits.memory_mib && a.vcpus === b.vcpus;
+const sameShape = (a: Resources, b: Resources): boolean =>
+  a.limits.memory_mib === b.limits.memory_mib && a.requests.memory_mib === b.requests.memory_mib && a.vcpus === b.vcpus;
 
 export class WarmPool {
   #spares: string[] = [];
@@ -39,7 +40,7 @@ export class WarmPool {
     if (target === null || target.checkpointId !== checkpointId || !sameShape(target.resources, resources)) {
       const stale = this.#spares;
       this.#spares = [];
-      this.#target = { checkpointId, resources: { ...resources, requests: resources.limits } };
+      this.#target = { checkpointId, resources };
       void this.discard(...stale);
       this.#refill();
       return null;

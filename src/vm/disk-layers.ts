@@ -17,6 +17,8 @@ export interface VmState {
   /** Where guest RAM lives: the VM's own shared file, a checkpoint's file mapped privately, or anonymous. */
   ram: 'shared' | { checkpoint: string } | null;
   diskSizeBytes: number;
+  /** The balloon target last set, in MiB; absent while the guest has all of its memory. */
+  balloonMib?: number;
   /** Set while the VM is suspended: its saved state file in the runtime directory, and where its RAM went. */
   suspended?: { stateFile: string; ram: 'shared' | null };
 }
@@ -30,6 +32,8 @@ export interface CheckpointManifest {
   memoryMib: number;
   vcpus: number;
   diskSizeBytes: number;
+  /** The balloon target the guest was captured with: its forks start with that much memory given up. */
+  balloonMib: number;
   /** The QEMU that wrote the device state: microvm is not a versioned machine type, so another QEMU may not read it back. */
   qemuVersion: string;
   /** What the files were when the checkpoint became ready: its own, and every disk layer of its chain. */

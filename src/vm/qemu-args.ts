@@ -46,6 +46,9 @@ export interface LaunchPlan {
  */
 export const BOOT_PROFILE = {
   machine: 'microvm,isa-serial=on,rtc=on,pit=off,memory-backend=mem',
+  // A guest short of memory takes pages back from its balloon rather than kill processes: a
+  // memory request is a target, not a limit.
+  balloon: 'virtio-balloon-device,id=balloon,deflate-on-oom=on',
   cmdline: 'console=ttyS0 root=/dev/vda rw quiet panic=-1 ipv6.disable=1 tsc=reliable nowatchdog sysctl.vm.compaction_proactiveness=0',
 };
 
@@ -83,7 +86,7 @@ export function qemuArgs(p: LaunchPlan): string[] {
     '-device', 'virtio-serial-device',
     '-chardev', `socket,id=agent,path=${p.agentSocket},server=on,wait=off`,
     '-device', 'virtserialport,chardev=agent,name=org.qemu.guest_agent.0',
-    '-device', 'virtio-balloon-device,id=balloon',
+    '-device', BOOT_PROFILE.balloon,
     '-device', 'virtio-rng-device',
     '-netdev', netdev,
     '-device', `virtio-net-device,netdev=net0,mac=${g.mac}`,

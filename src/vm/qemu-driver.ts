@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import { totalmem } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
-import { VesselError, failedPrecondition, unavailable } from '../core/errors.js';
+import { VesselError, failedPrecondition, invalidArgument, unavailable } from '../core/errors.js';
 import type { LiveState, VmDriver, VmSpec } from '../core/ports.js';
 import type { ExecRequest, ExecResult, Resources } from '../core/types.js';
 import { hostTscKhz, type Accel } from './accel.js';
@@ -50,6 +50,10 @@ const TEMPLATE_PREFIX = 'template-';
 const SPARE_MARKER = 'spare';
 /** What an idle fork of a 512 MiB system checkpoint holds privately under TCG (bench/checkpoint: 45–51 MiB). */
 const FORK_FOOTPRINT_MIB = 96;
+/** How long a template's guest may take to give its balloon what it asked for. */
+const BALLOON_SETTLE_MS = 60_000;
+/** The balloon counts in pages and the guest may keep a few back; this close is there. */
+const BALLOON_SLACK_MIB = 4;
 /** How long a resume waits for the guest agent before it leaves the clock as it is. */
 const CLOCK_SYNC_AGENT_MS = 2000;
 
@@ -70,6 +74,8 @@ interface LiveVm {
    * inflate (the guest would write every page it gives up and make it private).
    */
   ramMapsCheckpoint: boolean;
+  /** The balloon target in MiB (memoryMib while nothing is given up). */
+  balloonMib: number;
 }
 
 export class QemuDriver implements VmDriver {
@@ -164,7 +170,7 @@ export class QemuDriver implements VmDriver {
         return;
       }
       // A fresh boot gets fresh RAM of its own; a checkpoint's RAM belongs to that snapshot only.
-      const state: VmState = { ...saved, ram: 'shared' };
+      const state: VmState = { ...saved, ram: 'shared', balloonMib: undefined };
       rmSync(paths.ram, { force: true });
       writeJsonAtomic(paths.state, state);
       await this.#boot(spec, state, undo);
@@ -250,13 +256,35 @@ export class QemuDriver implements VmDriver {
    */
   async setMemoryTarget(runtimeId: string, mib: number): Promise<void> {
     let live = this.#running(runtimeId);
-    if (mib >= live.memoryMib) {
-      // Deflating discards nothing, so any VM may; a VM that maps a checkpoint was never inflated.
-      if (!live.ramMapsCheckpoint) await live.vm.qmp.execute('balloon', { value: live.memoryMib * MiB });
-      return;
+    const target = Math.min(mib, live.memoryMib);
+    if (target === live.balloonMib) return;
+    // Deflating discards nothing, so any VM may; inflating needs memory QEMU can discard.
+    if (target < live.balloonMib && live.ramMapsCheckpoint) live = await this.#moveToOwnMemory(runtimeId, live);
+    await live.vm.qmp.execute('balloon', { value: target * MiB });
+    live.balloonMib = target;
+    const paths = vmPaths(this.runtimeDir(runtimeId));
+    writeJsonAtomic(paths.state, { ...readJson<VmState>(paths.state), balloonMib: target });
+  }
+
+  /**
+   * Waits until the guest has given its balloon what it can: the target, or as close as it gets
+   * once it stops making progress. Fails if that is not within reach, since a guest that keeps
+   * trying would go on writing pages it gives up.
+   */
+  async #settleBalloon(vm: QemuVm, targetMib: number): Promise<void> {
+    const deadline = Date.now() + BALLOON_SETTLE_MS;
+    let last = Infinity;
+    let still = 0;
+    for (;;) {
+      const actualMib = (await vm.qmp.execute<{ actual: number }>('query-balloon')).actual / MiB;
+      if (actualMib <= targetMib + BALLOON_SLACK_MIB) return;
+      still = actualMib < last ? 0 : still + 1;
+      last = Math.min(last, actualMib);
+      if (still >= 20 || Date.now() > deadline) {
+        throw invalidArgument(`resources.requests.memory_mib ${targetMib} is less than the guest can give up: it keeps ${Math.ceil(actualMib)} MiB`);
+      }
+      await new Promise((r) => setTimeout(r, 100));
     }
-    if (live.ramMapsCheckpoint) live = await this.#moveToOwnMemory(runtimeId, live);
-    await live.vm.qmp.execute('balloon', { value: mib * MiB });
   }
 
   /**
@@ -279,6 +307,7 @@ export class QemuDriver implements VmDriver {
       await live.vm.qmp.execute('cont');
       throw err;
     }
+    const t1 = performance.now();
     await live.vm.kill();
     this.#live.delete(runtimeId);
     const state: VmState = { ...saved, ram: null };
@@ -294,9 +323,10 @@ export class QemuDriver implements VmDriver {
       this.#onExit(runtimeId);
       throw err;
     } finally {
+      const streamMiB = Math.round(statSync(stream).size / MiB);
       rmSync(stream, { force: true });
+      this.opts.log.info({ runtimeId, pausedMs: Math.round(performance.now() - t0), saveMs: Math.round(t1 - t0), streamMiB }, 'VM moved onto its own memory');
     }
-    this.opts.log.info({ runtimeId, pausedMs: Math.round(performance.now() - t0) }, 'VM moved onto its own memory');
     return this.#running(runtimeId);
   }
 
@@ -357,6 +387,7 @@ export class QemuDriver implements VmDriver {
         memoryMib: live.memoryMib,
         vcpus: live.vcpus,
         diskSizeBytes: state.diskSizeBytes,
+        balloonMib: live.balloonMib,
         qemuVersion: this.opts.qemuVersion,
         digests: {
           state: await digestFile(stateFile),
@@ -432,6 +463,8 @@ export class QemuDriver implements VmDriver {
     try {
       await this.create({ runtimeId: templateId, resources, fromCheckpointId: null, hostname: 'vessel', tap: null });
       await this.#installCa(templateId);
+      // Its forks must find the balloon where they will keep it, not on its way there.
+      if (resources.requests.memory_mib < resources.limits.memory_mib) await this.#settleBalloon(this.#vm(templateId), resources.requests.memory_mib);
       await this.checkpoint(templateId, checkpointId);
     } finally {
       await this.destroy(templateId);
@@ -457,8 +490,9 @@ export class QemuDriver implements VmDriver {
   async reattach(runtimeId: string): Promise<LiveState> {
     const vm = await QemuVm.adopt(this.runtimeDir(runtimeId));
     if (vm === null) return 'gone';
-    const ram = readJson<VmState>(vmPaths(this.runtimeDir(runtimeId)).state).ram;
-    this.#track(runtimeId, { vm, memoryMib: this.#memoryOf(vm.pid), vcpus: this.#vcpusOf(vm.pid), tap: this.#tapOf(vm.pid), uid: this.#uidOf(vm.pid), ramMapsCheckpoint: ram !== null && ram !== 'shared' });
+    const state = readJson<VmState>(vmPaths(this.runtimeDir(runtimeId)).state);
+    const memoryMib = this.#memoryOf(vm.pid);
+    this.#track(runtimeId, { vm, memoryMib, vcpus: this.#vcpusOf(vm.pid), tap: this.#tapOf(vm.pid), uid: this.#uidOf(vm.pid), ramMapsCheckpoint: mapsCheckpoint(state), balloonMib: state.balloonMib ?? memoryMib });
     return vm.status();
   }
 
@@ -508,6 +542,7 @@ export class QemuDriver implements VmDriver {
       chain: manifest.chain,
       ram: manifest.hasRam ? { checkpoint: checkpointId } : null,
       diskSizeBytes: manifest.diskSizeBytes,
+      ...(manifest.balloonMib < manifest.memoryMib ? { balloonMib: manifest.balloonMib } : {}),
     };
     await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', this.#layers.layerFile(manifest.chain[0]!), '-F', 'qcow2', join(dir, state.diskFile), String(manifest.diskSizeBytes)]);
     writeJsonAtomic(vmPaths(dir).state, state);
@@ -522,7 +557,8 @@ export class QemuDriver implements VmDriver {
     // Entropy (with the kernel's generator reseeded), clock and hostname: until then a fork is
     // its checkpoint's twin.
     await giveIdentity(await vm.agent(), spec.hostname, true);
-    if (spec.resources.requests.memory_mib < spec.resources.limits.memory_mib) await this.setMemoryTarget(spec.runtimeId, spec.resources.requests.memory_mib);
+    // A fork of a template made for this request already has its balloon there.
+    await this.setMemoryTarget(spec.runtimeId, spec.resources.requests.memory_mib);
     const ms = (x: number) => Math.round(x);
     this.opts.log.info({ runtimeId: spec.runtimeId, how: restoreFrom === undefined ? 'boot' : 'restore', vmMs: ms(t1 - t0), personalizeMs: ms(performance.now() - t1) }, 'VM ready');
   }
@@ -559,7 +595,8 @@ export class QemuDriver implements VmDriver {
       tap: spec.tap,
     });
     const vm = restoreFrom === undefined ? await this.#launchUntilAgent(dir, args, undo) : await this.#restore(dir, args, restoreFrom, undo);
-    this.#track(spec.runtimeId, { vm, memoryMib: spec.resources.limits.memory_mib, vcpus: spec.resources.vcpus, tap: spec.tap, uid, ramMapsCheckpoint: state.ram !== null && state.ram !== 'shared' });
+    const memoryMib = spec.resources.limits.memory_mib;
+    this.#track(spec.runtimeId, { vm, memoryMib, vcpus: spec.resources.vcpus, tap: spec.tap, uid, ramMapsCheckpoint: mapsCheckpoint(state), balloonMib: state.balloonMib ?? memoryMib });
     return vm;
   }
 
@@ -675,6 +712,9 @@ function readFileSafe(path: string): string {
     return '';
   }
 }
+
+/** Whether the VM's RAM is a checkpoint's file, mapped privately and read-only. */
+const mapsCheckpoint = (state: VmState): boolean => state.ram !== null && state.ram !== 'shared';
 
 /** Why the file no longer matches its recorded digest, or null when it does. */
 async function checkDigest(path: string, expected: string): Promise<string | null> {
