@@ -7,10 +7,12 @@
  * - resident memory of idle forks.
  */
 import { spawn } from 'node:child_process';
-import { closeSync, openSync, readFileSync, rmSync, mkdirSync, statSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { closeSync, createReadStream, openSync, readFileSync, rmSync, mkdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { Service } from '../test/support/service.js';
 import { readJson, type CheckpointManifest } from '../src/vm/disk-layers.js';
+import { digestFile } from '../src/vm/file-digest.js';
 import { findImage } from '../src/vm/guest-image.js';
 import { hostTscKhz } from '../src/vm/accel.js';
 import { migrateFromFdset, migrateToFile } from '../src/vm/migration.js';
@@ -34,6 +36,19 @@ async function connectRetry<T>(fn: () => Promise<T>, ms = 30_000): Promise<T> {
       await sleep(5);
     }
   }
+}
+
+/** Resident and private memory of a process, in MiB. */
+function memoryOf(pid: number): { rss: number; private: number } {
+  const rollup = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
+  const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+)`, 'm').exec(rollup)?.[1] ?? 0);
+  return { rss: kb('Rss') / 1024, private: (kb('Private_Clean') + kb('Private_Dirty')) / 1024 };
+}
+
+async function plainSha256(path: string): Promise<string> {
+  const hash = createHash('sha256');
+  for await (const chunk of createReadStream(path, { highWaterMark: 1 << 20 })) hash.update(chunk as Buffer);
+  return hash.digest('hex');
 }
 
 const svc = new Service();
@@ -90,12 +105,52 @@ try {
   const rss: number[] = [];
   const priv: number[] = [];
   for (const rt of (await svc.call('GET', '/v1/runtimes?limit=1000')).body.data) {
-    const pid = Number(readFileSync(join(svc.dataDir, 'runtimes', rt.id, 'qemu.pid'), 'utf8'));
-    const rollup = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
-    const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+)`, 'm').exec(rollup)?.[1] ?? 0);
-    rss.push(kb('Rss') / 1024);
-    priv.push((kb('Private_Clean') + kb('Private_Dirty')) / 1024);
+    const m = memoryOf(Number(readFileSync(join(svc.dataDir, 'runtimes', rt.id, 'qemu.pid'), 'utf8')));
+    rss.push(m.rss);
+    priv.push(m.private);
   }
+
+  // Checkpoint verification: the service's digest (a hash list that skips hashing zero chunks)
+  // against plain SHA-256 of the same files, both in this process.
+  const cpFiles = [join(cpDir, 'state'), join(cpDir, 'ram'), ...manifest.chain.map((l) => join(svc.dataDir, 'layers', `${l}.qcow2`))];
+  const cpBytes = cpFiles.reduce((n, f) => n + statSync(f).size, 0);
+  const verifyMs: number[] = [];
+  const sha256Ms: number[] = [];
+  for (let i = 0; i < 3; i++) {
+    let t = performance.now();
+    for (const file of cpFiles) await digestFile(file);
+    verifyMs.push(performance.now() - t);
+    t = performance.now();
+    for (const file of cpFiles) await plainSha256(file);
+    sha256Ms.push(performance.now() - t);
+  }
+
+  // Memory requests: an idle fork shrunk to 128 MiB (moved onto its own memory first), a fork
+  // that filled 200 MiB and then shrank, and a create with a smaller request (its own template).
+  const rssOf = (runtimeId: string) => memoryOf(Number(readFileSync(join(svc.dataDir, 'runtimes', runtimeId, 'qemu.pid'), 'utf8'))).rss;
+  const shrink = async (name: string) => {
+    const id = (await svc.call('GET', `/v1/runtimes/${name}`)).body.data.id;
+    const before = rssOf(id);
+    const t = performance.now();
+    const r = await svc.call('PATCH', `/v1/runtimes/${name}`, { resources: { requests: { memory_mib: 128 } } });
+    if (r.status !== 200) throw new Error(JSON.stringify(r.body));
+    const ms = performance.now() - t;
+    await sleep(5000);
+    return { before, after: rssOf(id), ms };
+  };
+  const idleShrink = await shrink('f1');
+  await svc.call('POST', '/v1/runtimes/f2/exec', { command: 'head -c 200M /dev/urandom > /dev/shm/fill && rm /dev/shm/fill' });
+  const filledShrink = await shrink('f2');
+  const requestCreate: number[] = [];
+  for (let i = 0; i < 4; i++) {
+    const t = performance.now();
+    const r = await svc.call('POST', '/v1/runtimes', { display_name: `r${i}`, resources: { requests: { memory_mib: 192 } } });
+    if (r.status !== 201) throw new Error(JSON.stringify(r.body));
+    // The first one makes the template of that shape.
+    if (i > 0) requestCreate.push(performance.now() - t);
+  }
+  await sleep(3000);
+  const requestRss = rssOf((await svc.call('GET', '/v1/runtimes/r3')).body.data.id);
 
   // Checkpoint through the API, then a raw migrate of the same VM with the service stopped.
   const apiCkpt: number[] = [];
@@ -138,6 +193,13 @@ try {
   console.log(`  vessel API (to ready):       p50 ${f(pct(apiCkpt, 50))}`);
   console.log(`  ratio: ${(pct(apiCkpt, 50) / pct(rawCkpt, 50)).toFixed(2)}x (goal <= 1.2x)`);
   console.log(`idle 512 MiB forks, n=${rss.length}: RSS p50 ${pct(rss, 50).toFixed(0)} MiB, private p50 ${pct(priv, 50).toFixed(0)} MiB`);
+  console.log(`verifying the system checkpoint (${(cpBytes / 1048576).toFixed(0)} MiB in ${cpFiles.length} files), n=3:`);
+  console.log(`  plain SHA-256:  p50 ${f(pct(sha256Ms, 50))}`);
+  console.log(`  vessel digest:  p50 ${f(pct(verifyMs, 50))}; ratio ${(pct(verifyMs, 50) / pct(sha256Ms, 50)).toFixed(2)}x`);
+  console.log(`memory requests:`);
+  console.log(`  idle fork shrunk to 128 MiB: PATCH ${f(idleShrink.ms)} (moved onto its own memory), RSS ${idleShrink.before.toFixed(0)} -> ${idleShrink.after.toFixed(0)} MiB`);
+  console.log(`  fork that wrote 200 MiB, shrunk to 128 MiB: PATCH ${f(filledShrink.ms)}, RSS ${filledShrink.before.toFixed(0)} -> ${filledShrink.after.toFixed(0)} MiB`);
+  console.log(`  create with requests 192 MiB (template made for it), n=${requestCreate.length}: p50 ${f(pct(requestCreate, 50))}; RSS ${requestRss.toFixed(0)} MiB`);
 
   // Density (opt-in, slow): idle forks until the service answers unavailable, within bounds.
   const maxForks = Number(process.env.BENCH_DENSITY ?? 0);

@@ -6,6 +6,7 @@
  */
 import { chmodSync, createWriteStream, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
+import type { ChunkedDigest } from './file-digest.js';
 import type { QmpClient } from './qmp-client.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -14,8 +15,11 @@ export async function enableIgnoreShared(qmp: QmpClient): Promise<void> {
   await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: true }] });
 }
 
-/** Migrates the (paused) VM into `target`. Resolves once QEMU reports completion and the file is flushed. */
-export async function migrateToFile(qmp: QmpClient, socketPath: string, target: string, timeoutMs = 120_000): Promise<void> {
+/**
+ * Migrates the (paused) VM into `target`, feeding `digest` with the stream on its way. Resolves
+ * once QEMU reports completion and the file is flushed.
+ */
+export async function migrateToFile(qmp: QmpClient, socketPath: string, target: string, digest?: ChunkedDigest, timeoutMs = 120_000): Promise<void> {
   rmSync(socketPath, { force: true });
   const out = createWriteStream(target, { mode: 0o600 });
   let writeError: Error | null = null;
@@ -32,6 +36,7 @@ export async function migrateToFile(qmp: QmpClient, socketPath: string, target: 
     // If the file cannot take more (a full disk), cut QEMU off so its migration fails now
     // instead of blocking on a socket nobody reads.
     out.on('error', () => sock.destroy());
+    if (digest !== undefined) sock.on('data', (chunk: Buffer) => digest.update(chunk));
     sock.pipe(out);
   });
   await new Promise<void>((resolve) => server.listen(socketPath, resolve));

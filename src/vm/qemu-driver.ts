@@ -14,7 +14,7 @@ import type { LiveState, VmDriver, VmSpec } from '../core/ports.js';
 import type { ExecRequest, ExecResult, Resources } from '../core/types.js';
 import { hostTscKhz, type Accel } from './accel.js';
 import { DiskLayers, MANIFEST_VERSION, readJson, sealFile, writeJsonAtomic, type CheckpointManifest, type VmState } from './disk-layers.js';
-import { digestFile } from './file-digest.js';
+import { ChunkedDigest, copySparseWithDigest, digestFile } from './file-digest.js';
 import { GuestAgentError, type GuestAgentClient } from './guest-agent-client.js';
 import { execInGuest, GUEST_CA_ENV, GUEST_CA_FILE } from './guest-exec.js';
 import { readGuestFile, writeGuestFile } from './guest-files.js';
@@ -369,17 +369,17 @@ export class QemuDriver implements VmDriver {
       this.#layers.inFlight.delete(checkpointId);
       rmSync(join(dir, state.diskFile), { force: true });
       sealFile(layer);
-      const layerDigest = await digestFile(layer);
-      writeFileSync(this.#layers.layerDigestFile(checkpointId), `${layerDigest}\n`, { mode: 0o400 });
 
+      // The layer is read for its digest while QEMU writes the device state, which is digested
+      // on its way to the file; the RAM file is digested as it is copied. Nothing is read twice.
       const stateFile = join(cpDir, 'state');
-      await migrateToFile(vm.qmp, paths.migrateSocket, stateFile);
+      const stateDigest = new ChunkedDigest();
+      const [layerDigest] = await Promise.all([digestFile(layer), migrateToFile(vm.qmp, paths.migrateSocket, stateFile, stateDigest)]);
+      writeFileSync(this.#layers.layerDigestFile(checkpointId), `${layerDigest}\n`, { mode: 0o400 });
       sealFile(stateFile);
       const ramFile = join(cpDir, 'ram');
-      if (state.ram === 'shared') {
-        await runCommand('cp', ['--sparse=always', paths.ram, ramFile]);
-        sealFile(ramFile);
-      }
+      const ramDigest = state.ram === 'shared' ? await copySparseWithDigest(paths.ram, ramFile) : null;
+      if (ramDigest !== null) sealFile(ramFile);
       const manifest: CheckpointManifest = {
         version: MANIFEST_VERSION,
         chain: next.chain,
@@ -390,8 +390,8 @@ export class QemuDriver implements VmDriver {
         balloonMib: live.balloonMib,
         qemuVersion: this.opts.qemuVersion,
         digests: {
-          state: await digestFile(stateFile),
-          ram: state.ram === 'shared' ? await digestFile(ramFile) : null,
+          state: stateDigest.digest(),
+          ram: ramDigest,
           layers: { [checkpointId]: layerDigest, ...this.#chainDigests(state.chain) },
         },
       };
