@@ -153,6 +153,8 @@ export interface VmDriver {
   unavailableReason(): string | null;
   /** Identifies the guest image; system checkpoints are made per image. */
   imageId(): string;
+  /** The largest VM this host could ever run: its CPUs, and its memory less what the host keeps. */
+  hostLimits(): { vcpus: number; memoryMib: number };
   /** Boots the image once with these resources and captures it as the checkpoint's files. */
   createTemplate(checkpointId: string, resources: Resources): Promise<void>;
   /** Removes leftovers of work cut short by a crash (template VMs, unreferenced disk layers). */
@@ -182,7 +184,8 @@ export interface VmDriver {
   writeFile(runtimeId: string, path: string, body: Readable, maxBytes: number): Promise<number>;
   /** The guest's memory through the balloon; the host gets back what the guest gives up. */
   setMemoryTarget(runtimeId: string, mib: number): Promise<void>;
-  checkpoint(runtimeId: string, checkpointId: string): Promise<void>;
+  /** Captures the runtime into the checkpoint's files; resolves with the disk space they take. */
+  checkpoint(runtimeId: string, checkpointId: string): Promise<{ bytes: number }>;
   /** Checks a ready checkpoint's files against what they were at capture: what is wrong, or null. */
   verifyCheckpoint(checkpointId: string): Promise<string | null>;
   deleteCheckpoint(checkpointId: string): Promise<void>;

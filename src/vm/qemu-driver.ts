@@ -6,7 +6,7 @@
  */
 import { chownSync, closeSync, existsSync, linkSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
-import { totalmem } from 'node:os';
+import { availableParallelism, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, invalidArgument, unavailable } from '../core/errors.js';
@@ -102,6 +102,10 @@ export class QemuDriver implements VmDriver {
   imageId(): string {
     const baked = createHash('sha256').update(this.opts.guestCaPem).update(JSON.stringify(BOOT_PROFILE)).update(this.opts.qemuVersion).digest('hex').slice(0, 8);
     return `${this.opts.image.hash}-${baked}`;
+  }
+
+  hostLimits(): { vcpus: number; memoryMib: number } {
+    return { vcpus: availableParallelism(), memoryMib: Math.floor(totalmem() / MiB - HOST_RESERVE_MIB) };
   }
 
   runtimeDir(runtimeId: string): string {
@@ -336,7 +340,7 @@ export class QemuDriver implements VmDriver {
    * disk switch comes first and is recorded at once, so a failure after it leaves the runtime
    * on its new overlay, unharmed; only the checkpoint's own files are removed.
    */
-  async checkpoint(runtimeId: string, checkpointId: string): Promise<void> {
+  async checkpoint(runtimeId: string, checkpointId: string): Promise<{ bytes: number }> {
     const live = this.#running(runtimeId);
     const { vm, uid } = live;
     const dir = this.runtimeDir(runtimeId);
@@ -398,6 +402,7 @@ export class QemuDriver implements VmDriver {
       for (const [id, digest] of Object.entries(manifest.digests.layers)) this.#verifiedLayers.set(id, digest);
       writeJsonAtomic(this.#layers.manifestFile(checkpointId), manifest);
       sealFile(this.#layers.manifestFile(checkpointId));
+      return { bytes: [stateFile, ramFile, layer].reduce((sum, f) => sum + allocatedBytes(f), 0) };
     } catch (err) {
       this.#layers.inFlight.delete(checkpointId);
       rmSync(cpDir, { recursive: true, force: true });
@@ -710,6 +715,15 @@ function readFileSafe(path: string): string {
     return readFileSync(path, 'utf8');
   } catch {
     return '';
+  }
+}
+
+/** The disk space a file takes (sparse files take less than their size); 0 when it does not exist. */
+function allocatedBytes(path: string): number {
+  try {
+    return statSync(path).blocks * 512;
+  } catch {
+    return 0;
   }
 }
 

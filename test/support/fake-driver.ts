@@ -23,6 +23,11 @@ export class FakeDriver implements VmDriver {
   imageId(): string {
     return 'fakeimage';
   }
+  hostLimits() {
+    return { vcpus: 8, memoryMib: 32 * 1024 };
+  }
+  /** What each fake checkpoint "takes" on disk. */
+  checkpointBytes = 64 * 1024 * 1024;
   async createTemplate(checkpointId: string) {
     this.checkpoints.add(checkpointId);
   }
@@ -85,6 +90,7 @@ export class FakeDriver implements VmDriver {
       throw new Error('injected checkpoint failure');
     }
     this.checkpoints.add(checkpointId);
+    return { bytes: this.checkpointBytes };
   }
   async verifyCheckpoint(checkpointId: string): Promise<string | null> {
     this.verified.push(checkpointId);
