@@ -18,7 +18,28 @@ export class GuestAgentError extends Error {
   }
 }
 
-type Pending = { command: string; resolve: (v: unknown) => void; reject: (e: Error) => void };
+type Pending = { command: string; maxReplyBytes: number; resolve: (v: unknown) => void; reject: (e: Error) => void };
+
+/** qemu-ga keeps at most this much of each output stream of a guest-exec (GUEST_EXEC_MAX_OUTPUT). */
+const QGA_EXEC_MAX_OUTPUT = 16 * 1024 * 1024;
+/** Room for the JSON around a reply's payload. */
+const REPLY_ENVELOPE_BYTES = 64 * 1024;
+const base64Bytes = (n: number): number => 4 * Math.ceil(n / 3);
+
+/**
+ * The longest reply a request can legitimately get: its payload in base64 plus the envelope.
+ * Anything longer comes from a broken or hostile agent and ends the connection.
+ */
+export function maxReplyBytes(command: string, args?: Record<string, unknown>): number {
+  switch (command) {
+    case 'guest-exec-status':
+      return 2 * base64Bytes(QGA_EXEC_MAX_OUTPUT) + REPLY_ENVELOPE_BYTES;
+    case 'guest-file-read':
+      return base64Bytes(typeof args?.count === 'number' ? args.count : 0) + REPLY_ENVELOPE_BYTES;
+    default:
+      return REPLY_ENVELOPE_BYTES;
+  }
+}
 
 export class GuestAgentClient {
   readonly #queue: Pending[] = [];
@@ -31,8 +52,8 @@ export class GuestAgentClient {
   /** Connects and synchronizes; rejects if the agent does not answer within `timeoutMs`. */
   static async connect(path: string, timeoutMs: number): Promise<GuestAgentClient> {
     const client = new GuestAgentClient();
-    client.#stream = await JsonStream.connect(path, (msg) => client.#onMessage(msg), timeoutMs);
-    client.#stream.onClose(() => client.#failAll(new Error('guest agent connection closed')));
+    client.#stream = await JsonStream.connect(path, (msg) => client.#onMessage(msg), { maxLineBytes: () => client.#queue[0]?.maxReplyBytes ?? REPLY_ENVELOPE_BYTES }, timeoutMs);
+    client.#stream.onClose((err) => client.#failAll(new Error(err === undefined ? 'guest agent connection closed' : `guest agent connection closed: ${err.message}`)));
     try {
       const synced = new Promise<void>((resolve) => (client.#synced = resolve));
       client.#syncId = randomInt(1, 2 ** 31);
@@ -54,7 +75,7 @@ export class GuestAgentClient {
   call<T = unknown>(command: string, args?: Record<string, unknown>, timeoutMs = 30_000): Promise<T> {
     if (this.#stream.closed) return Promise.reject(new Error('guest agent connection closed'));
     const reply = new Promise<T>((resolve, reject) => {
-      this.#queue.push({ command, resolve: resolve as (v: unknown) => void, reject });
+      this.#queue.push({ command, maxReplyBytes: maxReplyBytes(command, args), resolve: resolve as (v: unknown) => void, reject });
     });
     this.#stream.send(args === undefined ? { execute: command } : { execute: command, arguments: args });
     return withTimeout(reply, timeoutMs, `guest agent ${command}`).catch((err: Error) => {

@@ -1,27 +1,39 @@
 /**
- * Newline-delimited JSON over a Unix socket, shared by the QMP and guest-agent clients. The read
- * buffer is capped: a peer that sends an endless line is cut off rather than exhausting memory.
+ * Newline-delimited JSON over a Unix socket, shared by the QMP and guest-agent clients. What
+ * arrives is hostile (a guest controls its agent): bytes are kept as the Buffers they came in,
+ * each byte is scanned for the newline once, and a line longer than its owner allows (what the
+ * pending request can legitimately produce) ends the connection, never the service.
  */
 import { createConnection, type Socket } from 'node:net';
 
-export const MAX_LINE_BYTES = 64 * 1024 * 1024;
+const NEWLINE = 0x0a;
+/** qemu-ga's resync marker, sent before the reply to guest-sync-delimited. */
+const SENTINEL = 0xff;
+
+export interface JsonStreamOptions {
+  /** The longest line acceptable right now, in bytes; asked again for every line. */
+  maxLineBytes: () => number;
+}
 
 export class JsonStream {
-  #buffer = '';
+  /** The current line's bytes so far: the chunks that held no newline yet. */
+  #partial: Buffer[] = [];
+  #partialBytes = 0;
   #closed = false;
+  #awaitingSentinel = false;
   readonly #closeListeners: Array<(err?: Error) => void> = [];
 
   private constructor(
     private readonly socket: Socket,
     private readonly onMessage: (msg: Record<string, unknown>) => void,
+    private readonly options: JsonStreamOptions,
   ) {
-    socket.setEncoding('latin1');
-    socket.on('data', (chunk: string) => this.#onData(chunk));
+    socket.on('data', (chunk: Buffer) => this.#onData(chunk));
     socket.on('error', (err) => this.#close(err));
     socket.on('close', () => this.#close());
   }
 
-  static connect(path: string, onMessage: (msg: Record<string, unknown>) => void, timeoutMs = 2000): Promise<JsonStream> {
+  static connect(path: string, onMessage: (msg: Record<string, unknown>) => void, options: JsonStreamOptions, timeoutMs = 2000): Promise<JsonStream> {
     return new Promise((resolve, reject) => {
       const socket = createConnection(path);
       const timer = setTimeout(() => {
@@ -35,7 +47,7 @@ export class JsonStream {
       socket.once('connect', () => {
         clearTimeout(timer);
         socket.removeAllListeners('error');
-        resolve(new JsonStream(socket, onMessage));
+        resolve(new JsonStream(socket, onMessage, options));
       });
     });
   }
@@ -59,51 +71,61 @@ export class JsonStream {
     this.socket.write(bytes);
   }
 
-  /** Drops everything buffered up to and including the 0xFF that precedes a delimited sync reply. */
+  /** Drops everything buffered, and what arrives, up to and including the next 0xFF. */
   discardUntilSentinel(): void {
     this.#awaitingSentinel = true;
-    this.#buffer = '';
+    this.#partial = [];
+    this.#partialBytes = 0;
   }
-
-  #awaitingSentinel = false;
 
   close(): void {
     this.socket.destroy();
     this.#close();
   }
 
-  #onData(chunk: string): void {
+  #onData(chunk: Buffer): void {
+    let start = 0;
     if (this.#awaitingSentinel) {
-      const i = chunk.indexOf('\xff');
-      if (i < 0) return;
+      const at = chunk.indexOf(SENTINEL);
+      if (at < 0) return;
       this.#awaitingSentinel = false;
-      chunk = chunk.slice(i + 1);
+      start = at + 1;
     }
-    this.#buffer += chunk;
-    if (this.#buffer.length > MAX_LINE_BYTES) {
-      this.#close(new Error('peer sent an oversized message'));
-      this.socket.destroy();
-      return;
-    }
-    let nl: number;
-    while ((nl = this.#buffer.indexOf('\n')) >= 0) {
-      const line = this.#buffer.slice(0, nl).trim();
-      this.#buffer = this.#buffer.slice(nl + 1);
-      if (line === '') continue;
-      let msg: unknown;
-      try {
-        // latin1 decoding keeps bytes intact; JSON from QEMU is UTF-8, so re-decode.
-        msg = JSON.parse(Buffer.from(line, 'latin1').toString('utf8'));
-      } catch {
-        continue; // garbage after a reconnect; the sync protocol recovers from it
+    while (start < chunk.length && !this.#closed) {
+      const nl = chunk.indexOf(NEWLINE, start);
+      const end = nl < 0 ? chunk.length : nl;
+      if (this.#partialBytes + (end - start) > this.options.maxLineBytes()) {
+        this.#close(new Error(`peer sent a message longer than the ${this.options.maxLineBytes()} bytes its request allows`));
+        this.socket.destroy();
+        return;
       }
-      if (typeof msg === 'object' && msg !== null) this.onMessage(msg as Record<string, unknown>);
+      if (nl < 0) {
+        this.#partial.push(chunk.subarray(start));
+        this.#partialBytes += chunk.length - start;
+        return;
+      }
+      const line = this.#partialBytes === 0 ? chunk.subarray(start, nl) : Buffer.concat([...this.#partial, chunk.subarray(start, nl)]);
+      this.#partial = [];
+      this.#partialBytes = 0;
+      start = nl + 1;
+      this.#deliver(line);
     }
+  }
+
+  #deliver(line: Buffer): void {
+    let msg: unknown;
+    try {
+      msg = JSON.parse(line.toString('utf8'));
+    } catch {
+      return; // garbage after a reconnect, or a blank line; the sync protocol recovers from it
+    }
+    if (typeof msg === 'object' && msg !== null && !Array.isArray(msg)) this.onMessage(msg as Record<string, unknown>);
   }
 
   #close(err?: Error): void {
     if (this.#closed) return;
     this.#closed = true;
+    this.#partial = [];
     for (const l of this.#closeListeners.splice(0)) l(err);
   }
 }

@@ -5,6 +5,9 @@
  */
 import { JsonStream } from './json-stream.js';
 
+/** QMP replies and events are small (the largest we read is query-migrate); QEMU is less trusted than us. */
+const QMP_MAX_MESSAGE_BYTES = 1024 * 1024;
+
 export class QmpError extends Error {
   constructor(
     readonly qmpClass: string,
@@ -30,7 +33,7 @@ export class QmpClient {
   static async connect(path: string, timeoutMs = 5000): Promise<QmpClient> {
     const client = new QmpClient();
     const greeted = new Promise<void>((resolve) => (client.#greeted = resolve));
-    client.#stream = await JsonStream.connect(path, (msg) => client.#onMessage(msg), timeoutMs);
+    client.#stream = await JsonStream.connect(path, (msg) => client.#onMessage(msg), { maxLineBytes: () => QMP_MAX_MESSAGE_BYTES }, timeoutMs);
     client.#stream.onClose(() => client.#onClose());
     await withTimeout(greeted, timeoutMs, 'QMP greeting');
     client.#state = 'capabilities';

@@ -82,6 +82,24 @@ test('exec: output caps are honest and decoding is lossy UTF-8', TIMEOUT, async 
   assert.equal(r.body.data.stdout_truncated, true);
 });
 
+test('exec: the largest reply the agent can send (16 MiB per stream) comes back capped while the service goes on answering', TIMEOUT, async () => {
+  let answered = 0;
+  let done = false;
+  const big = exec('vm-a', { command: 'head -c 16M /dev/zero | tr "\\0" a; head -c 16M /dev/zero | tr "\\0" b >&2', max_output_bytes: 4194304, timeout_secs: 120 }).finally(() => (done = true));
+  while (!done) {
+    if ((await fetch(`${svc.url}/healthz`)).ok) answered++;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const r = await big;
+  assert.equal(r.status, 200, JSON.stringify(r.body).slice(0, 300));
+  assert.equal(r.body.data.stdout.length, 4194304);
+  assert.equal(r.body.data.stderr.length, 4194304);
+  assert.ok(r.body.data.stdout_truncated && r.body.data.stderr_truncated);
+  assert.match(r.body.data.stdout, /^a+$/);
+  assert.ok(answered > 0, 'health checks were answered while the reply was read');
+  assert.equal(await out('vm-a', 'echo still'), 'still\n');
+});
+
 test('exec: timeout kills the whole process tree', TIMEOUT, async () => {
   const started = Date.now();
   const r = await exec('vm-a', { command: 'sleep 300 & (sleep 301 &) ; sleep 302', timeout_secs: 2 });
