@@ -11,11 +11,11 @@ import { createHash } from 'node:crypto';
 import { closeSync, createReadStream, openSync, readFileSync, rmSync, mkdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { Service } from '../test/support/service.js';
-import { readJson, type CheckpointManifest } from '../src/vm/disk-layers.js';
+import type { CheckpointManifest } from '../src/vm/disk-layers.js';
 import { digestFile } from '../src/vm/file-digest.js';
 import { findImage } from '../src/vm/guest-image.js';
 import { hostTscKhz } from '../src/vm/accel.js';
-import { migrateFromFdset, migrateToFile } from '../src/vm/migration.js';
+import { INCOMING_FDSET, migrateFromFdset, migrateToFile } from '../src/vm/migration.js';
 import { qemuArgs } from '../src/vm/qemu-args.js';
 import { QmpClient } from '../src/vm/qmp-client.js';
 import { GuestAgentClient } from '../src/vm/guest-agent-client.js';
@@ -58,7 +58,7 @@ try {
   await svc.call('POST', '/v1/runtimes', { display_name: 'warm' });
   const sys = (await svc.call('GET', '/v1/checkpoints?include_system=true')).body.data.find((c: any) => c.system);
   const cpDir = join(svc.dataDir, 'checkpoints', sys.id);
-  const manifest = readJson<CheckpointManifest>(join(cpDir, 'manifest.json'));
+  const manifest = JSON.parse(readFileSync(join(cpDir, 'manifest.json'), 'utf8')) as CheckpointManifest;
   const image = findImage(SHARED_IMAGE_DIR)!;
 
   const apiCreate: number[] = [];
@@ -81,14 +81,16 @@ try {
     mkdirSync(dir);
     t = performance.now();
     await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', join(svc.dataDir, 'layers', `${manifest.chain[0]}.qcow2`), '-F', 'qcow2', join(dir, 'disk.qcow2'), String(manifest.diskSizeBytes)]);
+    // The same command line as the driver's: the stream and the disk as inherited descriptors.
+    const fds = [openSync(join(cpDir, 'state'), 'r'), openSync(join(dir, 'disk.qcow2'), 'r+'), openSync(join(dir, 'disk.qcow2'), 'r')];
     const args = qemuArgs({
-      accel: 'tcg', kernel: image.kernel, initrd: image.initrd, disk: { file: join(dir, 'disk.qcow2'), node: 'disk-0' },
-      memory: { file: join(cpDir, 'ram'), shared: false }, incoming: true, qmpSocket: join(dir, 'qmp.sock'), agentSocket: join(dir, 'agent.sock'),
-      serialLog: join(dir, 'serial.log'), memoryMib: manifest.memoryMib, vcpus: manifest.vcpus, name: `raw-${i}`, runAs: '299999:299999', tscKhz: hostTscKhz(), tap: null,
+      accel: 'tcg', kernel: image.kernel, initrd: image.initrd, disk: { node: 'disk-0', fdset: 100 },
+      memory: { file: join(cpDir, 'ram'), shared: false }, fdsets: [{ fd: 3, set: INCOMING_FDSET }, { fd: 4, set: 100 }, { fd: 5, set: 100 }], incoming: true,
+      qmpSocket: join(dir, 'qmp.sock'), agentSocket: join(dir, 'agent.sock'), serialLog: join(dir, 'serial.log'), memoryMib: manifest.memoryMib, vcpus: manifest.vcpus,
+      name: `raw-${i}`, runAs: '299999:299999', chroot: join(svc.dataDir, 'qemu-root'), tscKhz: hostTscKhz(), tapFd: null,
     });
-    const fd = openSync(join(cpDir, 'state'), 'r');
-    const child = spawn('qemu-system-x86_64', args, { stdio: ['ignore', 'ignore', 'ignore', fd], detached: true });
-    closeSync(fd);
+    const child = spawn('qemu-system-x86_64', args, { stdio: ['ignore', 'ignore', 'ignore', ...fds], detached: true });
+    for (const fd of fds) closeSync(fd);
     const qmp = await connectRetry(() => QmpClient.connect(join(dir, 'qmp.sock'), 1000));
     await migrateFromFdset(qmp);
     await qmp.execute('cont');
@@ -173,8 +175,9 @@ try {
   let streamBytes = 0;
   for (let i = 0; i < 3; i++) {
     const t = performance.now();
+    rmSync(join(svc.dataDir, 'raw-state'), { force: true });
     await qmp.execute('stop');
-    await migrateToFile(qmp, join(rtDir, 'raw-migrate.sock'), join(svc.dataDir, 'raw-state'));
+    await migrateToFile(qmp, join(svc.dataDir, 'raw-state'));
     await qmp.execute('cont');
     rawCkpt.push(performance.now() - t);
     streamBytes = statSync(join(svc.dataDir, 'raw-state')).size;

@@ -5,12 +5,12 @@ import { join } from 'node:path';
 import { generateTokenValue } from '../core/tokens.js';
 
 /**
- * 0711: QEMU processes run as their own uids and must traverse to their runtime directory, but
- * nobody else may list the data directory; every file of ours inside is 0600.
+ * 0700: root's alone. QEMU opens what it needs as root before it drops to its own uid, and is then
+ * chrooted away from the data directory; every file of ours inside is 0600.
  */
 export function ensureDataDir(dir: string): void {
-  mkdirSync(dir, { recursive: true, mode: 0o711 });
-  chmodSync(dir, 0o711);
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  chmodSync(dir, 0o700);
 }
 
 /** Reads a file, or creates it once (0600) with the given content. */

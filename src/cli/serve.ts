@@ -12,6 +12,7 @@ import { CertificateAuthority } from '../net/certificate-authority.js';
 import { Gateway } from '../net/gateway.js';
 import { SqliteStore } from '../store/sqlite-store.js';
 import { chooseAccel } from '../vm/accel.js';
+import { VmCgroups } from '../vm/cgroups.js';
 import { buildImage } from '../vm/guest-image.js';
 import { ensureHostPackages, qemuVersion as qemuVersionOf } from '../vm/host-packages.js';
 import { QemuDriver } from '../vm/qemu-driver.js';
@@ -41,7 +42,10 @@ export async function serve(config: Config): Promise<void> {
 
   const store = new SqliteStore(join(config.dataDir, 'vessel.db'));
   const ca = await CertificateAuthority.loadOrCreate(config.dataDir);
-  const driver = new QemuDriver({ dataDir: config.dataDir, image, accel, qemuVersion, guestCaPem: ca.certPem, memoryOvercommit: config.memoryOvercommit, log });
+  const detected = VmCgroups.detect();
+  if (detected.cgroups === null) log.warn({ reason: detected.reason }, 'VMs run without cgroup limits');
+  else log.info({ version: detected.cgroups.version }, 'each VM runs in a cgroup of its own');
+  const driver = new QemuDriver({ dataDir: config.dataDir, image, accel, qemuVersion, guestCaPem: ca.certPem, memoryOvercommit: config.memoryOvercommit, cgroups: detected.cgroups, log });
   const gateway = new Gateway({ instance: createHash('sha256').update(config.dataDir).digest('hex').slice(0, 8), ca, ...config.egress, log });
   await gateway.start();
   const core = new Core({ store, driver, gateway, secretBox: new SecretBox(loadMasterKey(config.dataDir, config.masterKey)), log, warmPoolSize: config.warmPoolSize });

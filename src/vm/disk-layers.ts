@@ -1,43 +1,42 @@
 /**
- * Disk layers and the per-VM state file. A runtime's disk is a qcow2 overlay whose backing
- * chain runs through frozen layers (one per checkpoint) down to the read-only guest image. A
- * layer is kept while any runtime's chain or any checkpoint's manifest names it, and collected
- * once nothing does; the filesystem is the source of truth, so this survives crashes.
+ * Disk layers and checkpoint files. A runtime's disk is a qcow2 overlay whose backing chain runs
+ * through frozen layers (one per checkpoint) down to the read-only guest image. A layer is kept
+ * while any runtime's chain or any checkpoint's manifest names it, and collected once nothing
+ * does; the filesystem is the source of truth, so this survives crashes.
  */
-import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-
-/** What a runtime directory records about its VM, for restarts and checkpoints. */
-export interface VmState {
-  /** File name of the top overlay in the runtime directory, and its block node name. */
-  diskFile: string;
-  node: string;
-  /** Layers below the overlay, nearest first. */
-  chain: string[];
-  /** Where guest RAM lives: the VM's own shared file, a checkpoint's file mapped privately, or anonymous. */
-  ram: 'shared' | { checkpoint: string } | null;
-  diskSizeBytes: number;
-  /** The balloon target last set, in MiB; absent while the guest has all of its memory. */
-  balloonMib?: number;
-  /** Set while the VM is suspended: its saved state file in the runtime directory, and where its RAM went. */
-  suspended?: { stateFile: string; ram: 'shared' | null };
-}
+import { Type, type Static } from '@sinclair/typebox';
+import { Value } from '@sinclair/typebox/value';
+import { readVmState, VmStateError } from './vm-state.js';
 
 export const MANIFEST_VERSION = 2;
 
-export interface CheckpointManifest {
-  version: typeof MANIFEST_VERSION;
-  chain: string[];
-  hasRam: boolean;
-  memoryMib: number;
-  vcpus: number;
-  diskSizeBytes: number;
+const Digest = Type.String({ pattern: '^sha256-chunks-1m:[0-9a-f]{64}$' });
+
+const ManifestSchema = Type.Object({
+  version: Type.Literal(MANIFEST_VERSION),
+  chain: Type.Array(Type.String({ pattern: '^[0-9a-f-]{36}$' }), { minItems: 1 }),
+  hasRam: Type.Boolean(),
+  memoryMib: Type.Integer({ minimum: 1 }),
+  vcpus: Type.Integer({ minimum: 1 }),
+  diskSizeBytes: Type.Integer({ minimum: 1 }),
   /** The balloon target the guest was captured with: its forks start with that much memory given up. */
-  balloonMib: number;
+  balloonMib: Type.Integer({ minimum: 1 }),
   /** The QEMU that wrote the device state: microvm is not a versioned machine type, so another QEMU may not read it back. */
-  qemuVersion: string;
+  qemuVersion: Type.String(),
   /** What the files were when the checkpoint became ready: its own, and every disk layer of its chain. */
-  digests: { state: string; ram: string | null; layers: Record<string, string> };
+  digests: Type.Object({ state: Digest, ram: Type.Union([Digest, Type.Null()]), layers: Type.Record(Type.String(), Digest) }),
+});
+
+export type CheckpointManifest = Static<typeof ManifestSchema>;
+
+/** Why a checkpoint's manifest cannot be used: missing, torn, or written by another version. */
+export function manifestProblem(raw: unknown): string | null {
+  if (Value.Check(ManifestSchema, raw)) return null;
+  if (typeof raw === 'object' && raw !== null && (raw as { version?: unknown }).version !== MANIFEST_VERSION) return 'it was made by an older Vessel that recorded no digests of its files';
+  const first = Value.Errors(ManifestSchema, raw).First();
+  return `its manifest is damaged (${first === undefined ? 'invalid' : `${first.path || '/'}: ${first.message}`})`;
 }
 
 /**
@@ -50,13 +49,6 @@ export function sealFile(path: string): void {
   chmodSync(path, 0o400);
 }
 
-export function writeJsonAtomic(file: string, value: unknown): void {
-  writeFileSync(`${file}.tmp`, JSON.stringify(value, null, 2));
-  renameSync(`${file}.tmp`, file);
-}
-
-export const readJson = <T>(file: string): T => JSON.parse(readFileSync(file, 'utf8')) as T;
-
 export class DiskLayers {
   readonly layersDir: string;
   readonly checkpointsDir: string;
@@ -66,10 +58,12 @@ export class DiskLayers {
     this.layersDir = join(dataDir, 'layers');
     this.checkpointsDir = join(dataDir, 'checkpoints');
     this.runtimesDir = join(dataDir, 'runtimes');
-    for (const d of [this.layersDir, this.checkpointsDir]) mkdirSync(d, { recursive: true, mode: 0o700 });
-    // Each runtime directory belongs to its VM's uid, which must be able to reach it.
-    mkdirSync(this.runtimesDir, { recursive: true, mode: 0o711 });
-    chmodSync(this.runtimesDir, 0o711);
+    // Root's alone: QEMU opens what it needs as root before it drops to its uid, and is then
+    // chrooted away from all of it.
+    for (const d of [this.layersDir, this.checkpointsDir, this.runtimesDir]) {
+      mkdirSync(d, { recursive: true, mode: 0o700 });
+      chmodSync(d, 0o700);
+    }
   }
 
   layerFile = (layerId: string): string => join(this.layersDir, `${layerId}.qcow2`);
@@ -78,14 +72,36 @@ export class DiskLayers {
   checkpointDir = (checkpointId: string): string => join(this.checkpointsDir, checkpointId);
   manifestFile = (checkpointId: string): string => join(this.checkpointDir(checkpointId), 'manifest.json');
 
-  readManifest(checkpointId: string): CheckpointManifest | null {
-    const f = this.manifestFile(checkpointId);
-    return existsSync(f) ? readJson<CheckpointManifest>(f) : null;
+  /** The manifest, or why there is none to use. */
+  readManifest(checkpointId: string): { manifest: CheckpointManifest } | { problem: string } {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(readFileSync(this.manifestFile(checkpointId), 'utf8'));
+    } catch (err) {
+      return { problem: (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'its files are missing' : `its manifest cannot be read (${(err as Error).message})` };
+    }
+    const problem = manifestProblem(raw);
+    return problem === null ? { manifest: raw as CheckpointManifest } : { problem };
   }
 
   readLayerDigest(layerId: string): string | null {
     const f = this.layerDigestFile(layerId);
     return existsSync(f) ? readFileSync(f, 'utf8').trim() : null;
+  }
+
+  /**
+   * The layers a checkpoint sits on, from its manifest even when that is from an older version or
+   * fails its checks otherwise; [] when it has none yet (a capture in progress), null when unknown.
+   */
+  #chainOf(checkpointId: string): string[] | null {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(readFileSync(this.manifestFile(checkpointId), 'utf8'));
+    } catch (err) {
+      return (err as NodeJS.ErrnoException).code === 'ENOENT' ? [] : null;
+    }
+    const chain = (raw as { chain?: unknown } | null)?.chain;
+    return Array.isArray(chain) && chain.every((l) => typeof l === 'string') ? (chain as string[]) : null;
   }
 
   /** Layers linked by a checkpoint in progress and not yet recorded in its runtime's vm.json. */
@@ -94,17 +110,23 @@ export class DiskLayers {
   /**
    * Deletes layers that no runtime and no checkpoint names. A layer in flight is spared; after
    * a crash an unrecorded layer is only a second name for the runtime's own disk, so removing it
-   * is harmless.
+   * is harmless. A runtime whose state file cannot be read keeps every layer: nothing is removed
+   * on a guess.
    */
   collect(): string[] {
     const used = new Set<string>();
     for (const id of readdirSync(this.runtimesDir)) {
-      const f = join(this.runtimesDir, id, 'vm.json');
-      if (existsSync(f)) readJson<VmState>(f).chain.forEach((l) => used.add(l));
+      try {
+        readVmState(join(this.runtimesDir, id)).chain.forEach((l) => used.add(l));
+      } catch (err) {
+        if (!(err instanceof VmStateError)) throw err;
+        if (existsSync(join(this.runtimesDir, id, 'vm.json'))) return [];
+      }
     }
     for (const id of readdirSync(this.checkpointsDir)) {
-      const m = this.readManifest(id);
-      m?.chain.forEach((l) => used.add(l));
+      const chain = this.#chainOf(id);
+      if (chain === null) return [];
+      chain.forEach((l) => used.add(l));
     }
     const removed: string[] = [];
     for (const f of readdirSync(this.layersDir)) {

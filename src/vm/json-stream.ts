@@ -4,7 +4,9 @@
  * each byte is scanned for the newline once, and a line longer than its owner allows (what the
  * pending request can legitimately produce) ends the connection, never the service.
  */
+import { once } from 'node:events';
 import { createConnection, type Socket } from 'node:net';
+import { sendWithFds } from './vm-ops.js';
 
 const NEWLINE = 0x0a;
 /** qemu-ga's resync marker, sent before the reply to guest-sync-delimited. */
@@ -64,6 +66,20 @@ export class JsonStream {
   send(msg: object): void {
     if (this.#closed) throw new Error('connection closed');
     this.socket.write(JSON.stringify(msg) + '\n');
+  }
+
+  /**
+   * Sends a message with descriptors attached (QMP `getfd` and `add-fd` take the ones that come
+   * with the command). Waits until Node has nothing of its own queued, so the bytes stay in order.
+   */
+  async sendWithFds(msg: object, fds: number[]): Promise<void> {
+    if (this.#closed) throw new Error('connection closed');
+    if (this.socket.writableLength > 0) await once(this.socket, 'drain');
+    const fd = (this.socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
+    if (typeof fd !== 'number' || fd < 0) throw new Error('the connection has no descriptor to send on');
+    const data = Buffer.from(JSON.stringify(msg) + '\n');
+    const sent = sendWithFds(fd, data, fds);
+    if (sent < data.length) this.socket.write(data.subarray(sent));
   }
 
   /** Sends raw bytes (the guest agent's 0xFF resync marker). */

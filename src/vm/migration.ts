@@ -1,13 +1,21 @@
 /**
- * Saving a VM's device state (and RAM, when it is not in a shared file) through QMP migration.
- * QEMU runs under seccomp with spawn=deny, so `exec:` URIs are out, and Node cannot pass file
- * descriptors over a socket for `fd:`; QEMU connects to a Unix socket of ours instead, and we
- * write what arrives to the checkpoint file.
+ * Saving and restoring a VM's device state (and its RAM, when it is not in a shared file) through
+ * QMP migration. QEMU runs chrooted into an empty directory, so it never opens a path of ours:
+ * - out, it writes into one end of a socket pair handed to it with `getfd` (`migrate fd:`), and
+ *   the service reads the other end into the file, digesting the stream on its way;
+ * - in, the file is one of the descriptors it inherits at spawn, in INCOMING_FDSET
+ *   (`migrate-incoming file:/dev/fdset/N`; `fd:` on a file is deprecated).
  */
-import { chmodSync, createWriteStream, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { closeSync, constants, createWriteStream, openSync, rmSync } from 'node:fs';
+import { Socket } from 'node:net';
 import type { ChunkedDigest } from './file-digest.js';
 import type { QmpClient } from './qmp-client.js';
+import { socketPair } from './vm-ops.js';
+
+/** The fd set through which a QEMU started with `-incoming defer` receives its stream. */
+export const INCOMING_FDSET = 1;
+/** The name the outgoing stream's socket gets in QEMU (`getfd`), consumed by `migrate fd:`. */
+const OUTGOING_FD_NAME = 'migration-out';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -16,12 +24,25 @@ export async function enableIgnoreShared(qmp: QmpClient): Promise<void> {
 }
 
 /**
- * Migrates the (paused) VM into `target`, feeding `digest` with the stream on its way. Resolves
- * once QEMU reports completion and the file is flushed.
+ * Migrates the (paused) VM into `target`, a new file (never an existing name, never through a
+ * symlink), feeding `digest` with the stream on its way. Resolves once QEMU reports completion
+ * and the file is written; on failure the file is removed.
  */
-export async function migrateToFile(qmp: QmpClient, socketPath: string, target: string, digest?: ChunkedDigest, timeoutMs = 120_000): Promise<void> {
-  rmSync(socketPath, { force: true });
-  const out = createWriteStream(target, { mode: 0o600 });
+export async function migrateToFile(qmp: QmpClient, target: string, digest?: ChunkedDigest, timeoutMs = 120_000): Promise<void> {
+  const fileFd = openSync(target, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+  const out = createWriteStream('', { fd: fileFd });
+  const [qemuEnd, ourEnd] = socketPair();
+  try {
+    await qmp.executeWithFds('getfd', { fdname: OUTGOING_FD_NAME }, [qemuEnd]);
+  } catch (err) {
+    closeSync(ourEnd);
+    out.destroy();
+    rmSync(target, { force: true });
+    throw err;
+  } finally {
+    closeSync(qemuEnd);
+  }
+  const stream = new Socket({ fd: ourEnd, readable: true, writable: false });
   let writeError: Error | null = null;
   const written = new Promise<void>((resolve) => {
     out.on('finish', resolve);
@@ -31,20 +52,15 @@ export async function migrateToFile(qmp: QmpClient, socketPath: string, target: 
       resolve();
     });
   });
-  const server = createServer((sock) => {
-    sock.on('error', (err) => out.destroy(err));
-    // If the file cannot take more (a full disk), cut QEMU off so its migration fails now
-    // instead of blocking on a socket nobody reads.
-    out.on('error', () => sock.destroy());
-    if (digest !== undefined) sock.on('data', (chunk: Buffer) => digest.update(chunk));
-    sock.pipe(out);
-  });
-  await new Promise<void>((resolve) => server.listen(socketPath, resolve));
-  // QEMU runs as its own uid; it must be able to connect.
-  chmodSync(socketPath, 0o666);
+  // If the file cannot take more (a full disk), cut QEMU off so that its migration fails now
+  // instead of blocking on a socket nobody reads.
+  out.on('error', () => stream.destroy());
+  stream.on('error', (err) => out.destroy(err));
+  if (digest !== undefined) stream.on('data', (chunk: Buffer) => digest.update(chunk));
+  stream.pipe(out);
   try {
     await enableIgnoreShared(qmp);
-    await qmp.execute('migrate', { uri: `unix:${socketPath}` });
+    await qmp.execute('migrate', { uri: `fd:${OUTGOING_FD_NAME}` });
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const m = await qmp.execute<{ status: string; 'error-desc'?: string }>('query-migrate');
@@ -61,17 +77,13 @@ export async function migrateToFile(qmp: QmpClient, socketPath: string, target: 
     }
     await written;
     if (writeError !== null) throw writeError;
-  } finally {
-    server.close();
-    rmSync(socketPath, { force: true });
+  } catch (err) {
+    stream.destroy();
+    out.destroy();
+    rmSync(target, { force: true });
+    throw err;
   }
 }
-
-/**
- * The fd set through which a QEMU started with `-incoming defer` receives its stream (a file
- * handed over at spawn with `-add-fd`): `file:` migration, since `fd:` on a file is deprecated.
- */
-export const INCOMING_FDSET = 1;
 
 /** Loads the stream of INCOMING_FDSET and waits until done; then QEMU lets go of the file. */
 export async function migrateFromFdset(qmp: QmpClient, timeoutMs = 60_000): Promise<void> {

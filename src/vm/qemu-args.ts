@@ -1,21 +1,27 @@
 /** The QEMU command line for one runtime. Pure, so that it can be unit tested. */
 import { GUEST_NETWORK } from '../core/ports.js';
 import type { Accel } from './accel.js';
-import { INCOMING_FDSET } from './migration.js';
 
 export interface LaunchPlan {
   accel: Accel;
   kernel: string;
   initrd: string;
-  /** The top qcow2 overlay and the block node name it gets (checkpoints add nodes on top). */
-  disk: { file: string; node: string };
+  /**
+   * The top qcow2 overlay: the block node name it gets (checkpoints add nodes on top) and the fd
+   * set that holds its descriptors, one read-write and one read-only (QEMU reopens it read-only
+   * when a checkpoint puts a new overlay over it). Its backing chain QEMU opens by the paths
+   * recorded in the overlay, as root, before it drops to its uid.
+   */
+  disk: { node: string; fdset: number };
   /**
    * Guest RAM. A file shared with the VM (its own RAM file, copied at checkpoint time), a
-   * checkpoint's RAM file mapped privately (forks share its clean pages through the page cache),
-   * or anonymous memory when there is no file.
+   * checkpoint's RAM file mapped privately and read-only (forks share its clean pages through
+   * the page cache), or anonymous memory when there is no file.
    */
   memory: { file: string; shared: boolean } | null;
-  /** Wait for a migration stream (`migrate-incoming`) instead of booting; the stream is fd 3. */
+  /** Descriptors QEMU inherits and the fd set each joins (`-add-fd`); the numbers are QEMU's own. */
+  fdsets: Array<{ fd: number; set: number }>;
+  /** Wait for a migration stream (`migrate-incoming`) instead of booting; the stream is in INCOMING_FDSET. */
   incoming: boolean;
   qmpSocket: string;
   agentSocket: string;
@@ -23,12 +29,14 @@ export interface LaunchPlan {
   memoryMib: number;
   vcpus: number;
   name: string;
-  /** uid:gid QEMU drops to once its devices are open; one per VM so VMs cannot touch each other. */
+  /** uid:gid QEMU drops to once its devices are open; one per runtime so VMs cannot touch each other. */
   runAs: string;
+  /** An empty directory QEMU is chrooted into once its devices are open: no host path is left to it. */
+  chroot: string;
   /** Host TSC rate for the guest kernel under TCG (see hostTscKhz). */
   tscKhz: number | null;
-  /** The host TAP of the NIC, or null for a NIC on an empty hub (templates, which never talk). */
-  tap: string | null;
+  /** The descriptor of the NIC's TAP, or null for a NIC on an empty hub (templates, which never talk). */
+  tapFd: number | null;
 }
 
 /**
@@ -66,7 +74,7 @@ export function qemuArgs(p: LaunchPlan): string[] {
         : ['-object', `memory-backend-file,id=mem,size=${p.memoryMib}M,mem-path=${p.memory.file},share=off,readonly=on,rom=off`];
   // The guest's address is the same in every VM; it is set at boot from the kernel command line.
   const g = GUEST_NETWORK;
-  const netdev = p.tap === null ? 'hubport,id=net0,hubid=0' : `tap,id=net0,ifname=${p.tap},script=no,downscript=no`;
+  const netdev = p.tapFd === null ? 'hubport,id=net0,hubid=0' : `tap,id=net0,fd=${p.tapFd}`;
   return [
     '-name', `vessel-${p.name},debug-threads=on`,
     '-M', BOOT_PROFILE.machine,
@@ -80,7 +88,8 @@ export function qemuArgs(p: LaunchPlan): string[] {
     // Nothing per-VM on the kernel command line: forks share their template's boot. The
     // hostname and the rest of a VM's identity are set through the guest agent.
     '-append', `${BOOT_PROFILE.cmdline} vessel.net=${g.address}/${g.prefixLength},${g.gateway}${tsc}`,
-    '-blockdev', `driver=file,filename=${p.disk.file},node-name=${p.disk.node}-file,discard=unmap`,
+    ...p.fdsets.flatMap(({ fd, set }) => ['-add-fd', `fd=${fd},set=${set}`]),
+    '-blockdev', `driver=file,filename=/dev/fdset/${p.disk.fdset},node-name=${p.disk.node}-file,discard=unmap`,
     '-blockdev', `driver=qcow2,file=${p.disk.node}-file,node-name=${p.disk.node},discard=unmap`,
     '-device', `virtio-blk-device,drive=${p.disk.node}`,
     '-device', 'virtio-serial-device',
@@ -91,11 +100,13 @@ export function qemuArgs(p: LaunchPlan): string[] {
     '-netdev', netdev,
     '-device', `virtio-net-device,netdev=net0,mac=${g.mac}`,
     '-qmp', `unix:${p.qmpSocket},server=on,wait=off`,
-    '-serial', `file:${p.serialLog}`,
-    ...(p.incoming ? ['-add-fd', `fd=3,set=${INCOMING_FDSET}`, '-incoming', 'defer'] : []),
-    // elevateprivileges=deny would also forbid the setuid of -runas, which runs after the filter
-    // is installed; once QEMU runs as an unprivileged uid it cannot regain root anyway.
+    // Appended to, so that the service can cut it in place when it grows (log-rotation.ts).
+    '-chardev', `file,id=serial0,path=${p.serialLog},append=on`,
+    '-serial', 'chardev:serial0',
+    ...(p.incoming ? ['-incoming', 'defer'] : []),
+    // elevateprivileges=deny would also forbid the switch to the uid below, which comes after the
+    // filter is installed; once QEMU runs as an unprivileged uid it cannot regain root anyway.
     '-sandbox', 'on,obsolete=deny,spawn=deny,resourcecontrol=deny',
-    '-run-with', `user=${p.runAs}`,
+    '-run-with', `chroot=${p.chroot},user=${p.runAs}`,
   ];
 }

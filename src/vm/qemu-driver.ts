@@ -3,28 +3,37 @@
  * a qcow2 overlay on a chain of frozen layers over the read-only guest image, QMP for the
  * machine and the guest agent for everything inside it. Checkpoints are a QMP migration of the
  * device state plus the RAM file; forks restore them with `-incoming`.
+ *
+ * A runtime's directory (`DATA_DIR/runtimes/<id>`) is root's alone: its state file, disk
+ * overlays, RAM file, sockets and logs. QEMU gets what it needs as descriptors and runs under a
+ * uid of the runtime's own, chrooted away from all of it (vm-launcher.ts).
  */
-import { chownSync, closeSync, existsSync, linkSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createHash, randomInt } from 'node:crypto';
 import { availableParallelism, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, invalidArgument, unavailable } from '../core/errors.js';
 import type { LiveState, VmDriver, VmSpec } from '../core/ports.js';
 import type { ExecRequest, ExecResult, Resources } from '../core/types.js';
+import { runCommand } from '../platform/run-command.js';
 import { hostTscKhz, type Accel } from './accel.js';
-import { DiskLayers, MANIFEST_VERSION, readJson, sealFile, writeJsonAtomic, type CheckpointManifest, type VmState } from './disk-layers.js';
-import { ChunkedDigest, copySparseWithDigest, digestFile } from './file-digest.js';
+import type { VmCgroups } from './cgroups.js';
+import { captureCheckpoint } from './checkpoint-capture.js';
+import { DiskLayers } from './disk-layers.js';
+import { digestFile } from './file-digest.js';
 import { GuestAgentError, type GuestAgentClient } from './guest-agent-client.js';
 import { execInGuest, GUEST_CA_ENV, GUEST_CA_FILE } from './guest-exec.js';
 import { readGuestFile, writeGuestFile } from './guest-files.js';
 import { giveIdentity, syncClock } from './guest-identity.js';
 import type { GuestImage } from './guest-image.js';
-import { migrateFromFdset, migrateToFile } from './migration.js';
-import { BOOT_PROFILE, qemuArgs } from './qemu-args.js';
+import { rotateLog } from './log-rotation.js';
+import { migrateToFile } from './migration.js';
+import { BOOT_PROFILE } from './qemu-args.js';
 import { QemuVm, vmPaths } from './qemu-vm.js';
-import { runCommand } from '../platform/run-command.js';
 import { Teardown } from './teardown.js';
+import { prepareJail, VmLauncher } from './vm-launcher.js';
+import { diskFileOf, readVmState, SUSPENDED_STATE_FILE, VmStateError, writeVmState, type VmState } from './vm-state.js';
 
 export interface QemuDriverOptions {
   dataDir: string;
@@ -36,6 +45,8 @@ export interface QemuDriverOptions {
   guestCaPem: string;
   /** Multiplies host memory when admitting VMs: 1 means the sum of limits fits in RAM. */
   memoryOvercommit: number;
+  /** The host's cgroups, or null when VMs run without (the composition root logs why). */
+  cgroups: VmCgroups | null;
   bootTimeoutMs?: number;
   log: { info(o: object, m: string): void; warn(o: object, m: string): void };
 }
@@ -43,19 +54,22 @@ export interface QemuDriverOptions {
 const MiB = 1024 * 1024;
 /** Kept back for the host itself and the service. */
 const HOST_RESERVE_MIB = 1024;
+/** QEMU uids: one per runtime directory, never shared while that directory exists. */
 const UID_BASE = 200_000;
 const UID_RANGE = 100_000;
 const TEMPLATE_PREFIX = 'template-';
 /** Marks a warm-pool spare's directory until a create claims it; the sweep removes unclaimed ones. */
 const SPARE_MARKER = 'spare';
+/** Where a VM's memory goes while it moves onto memory of its own. */
+const MOVE_STATE_FILE = 'move.state';
 /** What an idle fork of a 512 MiB system checkpoint holds privately under TCG (bench/checkpoint: 45–51 MiB). */
 const FORK_FOOTPRINT_MIB = 96;
 /** How long a template's guest may take to give its balloon what it asked for. */
 const BALLOON_SETTLE_MS = 60_000;
-/** The balloon counts in pages and the guest may keep a few back; this close is there. */
-const BALLOON_SLACK_MIB = 4;
 /** How long a resume waits for the guest agent before it leaves the clock as it is. */
 const CLOCK_SYNC_AGENT_MS = 2000;
+/** How often the VMs' console and QEMU logs are checked against their cap. */
+const LOG_CHECK_MS = 5000;
 
 function availableMib(): number {
   const m = /^MemAvailable:\s+(\d+) kB/m.exec(readFileSafe('/proc/meminfo'));
@@ -64,34 +78,49 @@ function availableMib(): number {
 
 interface LiveVm {
   vm: QemuVm;
-  memoryMib: number;
-  vcpus: number;
-  tap: string | null;
-  uid: number;
-  /**
-   * Its RAM is a checkpoint's file mapped privately and read-only: clean pages are shared with
-   * every fork of that checkpoint, and QEMU cannot discard any page, so its balloon must not
-   * inflate (the guest would write every page it gives up and make it private).
-   */
-  ramMapsCheckpoint: boolean;
-  /** The balloon target in MiB (memoryMib while nothing is given up). */
-  balloonMib: number;
+  /** The runtime's state, as written to its vm.json. */
+  state: VmState;
 }
+
+/**
+ * Its RAM is a checkpoint's file mapped privately and read-only: clean pages are shared with
+ * every fork of that checkpoint, and QEMU cannot discard any page, so its balloon must not
+ * inflate (the guest would write every page it gives up and make it private).
+ */
+const mapsCheckpoint = (state: VmState): boolean => state.ram !== null && state.ram !== 'shared';
+const balloonOf = (state: VmState): number => state.balloonMib ?? state.memoryMib;
 
 export class QemuDriver implements VmDriver {
   readonly #live = new Map<string, LiveVm>();
   /** Warm-pool spares not claimed yet. */
   readonly #spares = new Set<string>();
-  readonly #tscKhz = hostTscKhz();
   readonly #layers: DiskLayers;
+  readonly #launcher: VmLauncher;
   readonly #baseSize: number;
   /** Layers whose digest was checked since this process started; layers never change, so once is enough. */
   readonly #verifiedLayers = new Map<string, string>();
+  /** The uid of every runtime directory, read from their state files once, then kept up to date. */
+  #uids: Map<string, number> | null = null;
+  readonly #logTimer: NodeJS.Timeout;
   #onExit: (runtimeId: string) => void = () => undefined;
 
   constructor(private readonly opts: QemuDriverOptions) {
     this.#layers = new DiskLayers(opts.dataDir);
     this.#baseSize = statSync(opts.image.rootfs).size;
+    const jail = join(opts.dataDir, 'qemu-root');
+    prepareJail(jail);
+    this.#launcher = new VmLauncher({
+      image: opts.image,
+      accel: opts.accel,
+      tscKhz: hostTscKhz(),
+      jail,
+      cgroups: opts.cgroups,
+      bootTimeoutMs: opts.bootTimeoutMs ?? 60_000,
+      log: opts.log,
+      checkpointRamFile: (id) => join(this.#layers.checkpointDir(id), 'ram'),
+    });
+    this.#logTimer = setInterval(() => this.#rotateLogs(), LOG_CHECK_MS);
+    this.#logTimer.unref();
   }
 
   unavailableReason(): string | null {
@@ -125,17 +154,27 @@ export class QemuDriver implements VmDriver {
     this.#admit(spec.resources, spec.fromCheckpointId !== null);
     const dir = this.runtimeDir(spec.runtimeId);
     await this.#undoOnFailure(async (undo) => {
-      mkdirSync(dir, { recursive: true, mode: 0o700 });
-      undo.push(() => rmSync(dir, { recursive: true, force: true }));
+      mkdirSync(dir, { mode: 0o700 });
+      undo.push(() => this.#removeDir(spec.runtimeId));
       // Before anything runs, so that a crash at any point leaves a spare the sweep recognizes.
       if (spare) writeFileSync(join(dir, SPARE_MARKER), '');
+      const uid = this.#allocateUid(spec.runtimeId);
       if (spec.fromCheckpointId === null) {
-        const state: VmState = { diskFile: 'disk-0.qcow2', node: 'disk-0', chain: [], ram: 'shared', diskSizeBytes: this.#baseSize };
-        await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', this.opts.image.rootfs, '-F', 'raw', join(dir, state.diskFile)]);
-        writeJsonAtomic(vmPaths(dir).state, state);
+        const state: VmState = {
+          uid,
+          memoryMib: spec.resources.limits.memory_mib,
+          vcpus: spec.resources.vcpus,
+          tap: spec.tap,
+          disk: 0,
+          chain: [],
+          ram: 'shared',
+          diskSizeBytes: this.#baseSize,
+        };
+        await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', this.opts.image.rootfs, '-F', 'raw', join(dir, diskFileOf(state))]);
+        writeVmState(dir, state);
         await this.#boot(spec, state, undo);
       } else {
-        await this.#fork(spec, spec.fromCheckpointId, undo);
+        await this.#fork(spec, spec.fromCheckpointId, uid, undo);
       }
     });
   }
@@ -159,24 +198,22 @@ export class QemuDriver implements VmDriver {
 
   async start(spec: VmSpec): Promise<void> {
     const dir = this.runtimeDir(spec.runtimeId);
-    const paths = vmPaths(dir);
-    if (!existsSync(paths.state)) throw failedPrecondition('the runtime has no disk left to boot');
-    const saved = readJson<VmState>(paths.state);
-    const suspended = saved.suspended;
+    const saved = this.#readState(spec.runtimeId);
     this.#admit(spec.resources, false);
     await this.#undoOnFailure(async (undo) => {
-      if (suspended !== undefined) {
+      if (saved.suspended !== undefined) {
         // Back from suspension: the same memory, processes and disk, restored from its own files.
-        const state: VmState = { ...saved, ram: suspended.ram, suspended: undefined };
-        await this.#boot(spec, state, undo, join(dir, suspended.stateFile));
-        writeJsonAtomic(paths.state, state);
-        rmSync(join(dir, suspended.stateFile), { force: true });
+        // Its limits are those it was saved with; pending ones wait for a real boot.
+        const state: VmState = { ...saved, tap: spec.tap, ram: saved.suspended.ram, suspended: undefined };
+        await this.#boot(spec, state, undo, join(dir, SUSPENDED_STATE_FILE));
+        writeVmState(dir, state);
+        rmSync(join(dir, SUSPENDED_STATE_FILE), { force: true });
         return;
       }
       // A fresh boot gets fresh RAM of its own; a checkpoint's RAM belongs to that snapshot only.
-      const state: VmState = { ...saved, ram: 'shared', balloonMib: undefined };
-      rmSync(paths.ram, { force: true });
-      writeJsonAtomic(paths.state, state);
+      const state: VmState = { ...saved, memoryMib: spec.resources.limits.memory_mib, vcpus: spec.resources.vcpus, tap: spec.tap, ram: 'shared', balloonMib: undefined };
+      rmSync(vmPaths(dir).ram, { force: true });
+      writeVmState(dir, state);
       await this.#boot(spec, state, undo);
     });
   }
@@ -184,21 +221,16 @@ export class QemuDriver implements VmDriver {
   async suspend(runtimeId: string): Promise<void> {
     const live = this.#running(runtimeId);
     const dir = this.runtimeDir(runtimeId);
-    const paths = vmPaths(dir);
-    const state = readJson<VmState>(paths.state);
-    const stateFile = 'suspended.state';
     await live.vm.qmp.execute('stop');
     try {
-      await migrateToFile(live.vm.qmp, paths.migrateSocket, join(dir, stateFile));
+      await migrateToFile(live.vm.qmp, join(dir, SUSPENDED_STATE_FILE));
     } catch (err) {
-      rmSync(join(dir, stateFile), { force: true });
       await live.vm.qmp.execute('cont');
       throw err;
     }
     // A shared RAM file already holds the memory; a private mapping went into the stream.
-    writeJsonAtomic(paths.state, { ...state, suspended: { stateFile, ram: state.ram === 'shared' ? 'shared' : null } });
-    await live.vm.kill();
-    this.#live.delete(runtimeId);
+    this.#saveState(runtimeId, { ...live.state, suspended: { ram: live.state.ram === 'shared' ? 'shared' : null } });
+    await this.#end(runtimeId, live.vm);
   }
 
   async pause(runtimeId: string): Promise<void> {
@@ -229,15 +261,14 @@ export class QemuDriver implements VmDriver {
     if (live === undefined) return;
     await live.vm.shutdown(deadlineMs);
     this.#live.delete(runtimeId);
+    this.opts.cgroups?.release(runtimeId);
   }
 
   async destroy(runtimeId: string): Promise<void> {
     this.#spares.delete(runtimeId);
-    const dir = this.runtimeDir(runtimeId);
-    const vm = this.#live.get(runtimeId)?.vm ?? (await QemuVm.adopt(dir));
-    if (vm !== null) await vm.kill();
-    this.#live.delete(runtimeId);
-    rmSync(dir, { recursive: true, force: true });
+    const vm = this.#live.get(runtimeId)?.vm ?? (await QemuVm.adopt(this.runtimeDir(runtimeId)));
+    if (vm !== null) await this.#end(runtimeId, vm);
+    this.#removeDir(runtimeId);
     this.#layers.collect();
   }
 
@@ -260,20 +291,19 @@ export class QemuDriver implements VmDriver {
    */
   async setMemoryTarget(runtimeId: string, mib: number): Promise<void> {
     let live = this.#running(runtimeId);
-    const target = Math.min(mib, live.memoryMib);
-    if (target === live.balloonMib) return;
+    const target = Math.min(mib, live.state.memoryMib);
+    if (target === balloonOf(live.state)) return;
     // Deflating discards nothing, so any VM may; inflating needs memory QEMU can discard.
-    if (target < live.balloonMib && live.ramMapsCheckpoint) live = await this.#moveToOwnMemory(runtimeId, live);
+    if (target < balloonOf(live.state) && mapsCheckpoint(live.state)) live = await this.#moveToOwnMemory(runtimeId, live);
     await live.vm.qmp.execute('balloon', { value: target * MiB });
-    live.balloonMib = target;
-    const paths = vmPaths(this.runtimeDir(runtimeId));
-    writeJsonAtomic(paths.state, { ...readJson<VmState>(paths.state), balloonMib: target });
+    this.#saveState(runtimeId, { ...live.state, balloonMib: target });
   }
 
   /**
-   * Waits until the guest has given its balloon what it can: the target, or as close as it gets
-   * once it stops making progress. Fails if that is not within reach, since a guest that keeps
-   * trying would go on writing pages it gives up.
+   * Waits until the guest has given its balloon all it was asked for. A template is captured only
+   * then: a fork that found its balloon still on the way would go on inflating on its
+   * checkpoint's read-only memory, writing every page it gives up. Fails when the guest stops
+   * making progress short of the target (it cannot give up that much).
    */
   async #settleBalloon(vm: QemuVm, targetMib: number): Promise<void> {
     const deadline = Date.now() + BALLOON_SETTLE_MS;
@@ -281,10 +311,10 @@ export class QemuDriver implements VmDriver {
     let still = 0;
     for (;;) {
       const actualMib = (await vm.qmp.execute<{ actual: number }>('query-balloon')).actual / MiB;
-      if (actualMib <= targetMib + BALLOON_SLACK_MIB) return;
+      if (actualMib <= targetMib) return;
       still = actualMib < last ? 0 : still + 1;
       last = Math.min(last, actualMib);
-      if (still >= 20 || Date.now() > deadline) {
+      if (still >= 50 || Date.now() > deadline) {
         throw invalidArgument(`resources.requests.memory_mib ${targetMib} is less than the guest can give up: it keeps ${Math.ceil(actualMib)} MiB`);
       }
       await new Promise((r) => setTimeout(r, 100));
@@ -299,27 +329,22 @@ export class QemuDriver implements VmDriver {
    */
   async #moveToOwnMemory(runtimeId: string, live: LiveVm): Promise<LiveVm> {
     const dir = this.runtimeDir(runtimeId);
-    const paths = vmPaths(dir);
-    const saved = readJson<VmState>(paths.state);
-    const stream = join(dir, 'move.state');
+    const stream = join(dir, MOVE_STATE_FILE);
+    rmSync(stream, { force: true });
     const t0 = performance.now();
     await live.vm.qmp.execute('stop');
     try {
-      await migrateToFile(live.vm.qmp, paths.migrateSocket, stream);
+      await migrateToFile(live.vm.qmp, stream);
     } catch (err) {
-      rmSync(stream, { force: true });
       await live.vm.qmp.execute('cont');
       throw err;
     }
     const t1 = performance.now();
-    await live.vm.kill();
-    this.#live.delete(runtimeId);
-    const state: VmState = { ...saved, ram: null };
-    const spec = { runtimeId, hostname: runtimeId, tap: live.tap, resources: { limits: { memory_mib: live.memoryMib }, requests: { memory_mib: live.memoryMib }, vcpus: live.vcpus } };
+    await this.#end(runtimeId, live.vm);
+    const state: VmState = { ...live.state, ram: null };
     try {
       await this.#undoOnFailure(async (undo) => {
-        const vm = await this.#launch(spec, state, undo, stream);
-        writeJsonAtomic(paths.state, state);
+        const vm = await this.#launch(runtimeId, runtimeId, state, undo, stream);
         await this.#syncClock(runtimeId, vm);
       });
     } catch (err) {
@@ -335,18 +360,12 @@ export class QemuDriver implements VmDriver {
   }
 
   /**
-   * Pauses the VM, freezes its disk (the current overlay becomes the checkpoint's layer and a
-   * new overlay goes on top), saves device state and RAM, and puts the VM back as it was. The
-   * disk switch comes first and is recorded at once, so a failure after it leaves the runtime
-   * on its new overlay, unharmed; only the checkpoint's own files are removed.
+   * Pauses the VM, freezes its disk into the checkpoint's layer, saves device state and RAM, and
+   * puts the VM back as it was (checkpoint-capture.ts).
    */
   async checkpoint(runtimeId: string, checkpointId: string): Promise<{ bytes: number }> {
     const live = this.#running(runtimeId);
-    const { vm, uid } = live;
-    const dir = this.runtimeDir(runtimeId);
-    const paths = vmPaths(dir);
-    const state = readJson<VmState>(paths.state);
-    const cpDir = this.#layers.checkpointDir(checkpointId);
+    const { vm } = live;
     const runState = (await vm.qmp.execute<{ status: string }>('query-status')).status;
     const wasRunning = runState === 'running';
     if (runState === 'postmigrate') {
@@ -357,55 +376,19 @@ export class QemuDriver implements VmDriver {
       await vm.qmp.execute('stop');
     }
     try {
-      mkdirSync(cpDir, { recursive: true, mode: 0o700 });
-      const layer = this.#layers.layerFile(checkpointId);
-      this.#layers.inFlight.add(checkpointId);
-      linkSync(join(dir, state.diskFile), layer);
-      const n = Number(state.node.replace('disk-', '')) + 1;
-      const next: VmState = { ...state, diskFile: `disk-${n}.qcow2`, node: `disk-${n}`, chain: [checkpointId, ...state.chain] };
-      const nextFile = join(dir, next.diskFile);
-      await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', layer, '-F', 'qcow2', nextFile, String(state.diskSizeBytes)]);
-      chownSync(nextFile, uid, uid);
-      await vm.qmp.execute('blockdev-add', { driver: 'qcow2', 'node-name': next.node, file: { driver: 'file', filename: nextFile }, backing: null });
-      // QEMU reopens the old overlay read-only here, as the new one's backing file.
-      await vm.qmp.execute('blockdev-snapshot', { node: state.node, overlay: next.node });
-      writeJsonAtomic(paths.state, next);
-      this.#layers.inFlight.delete(checkpointId);
-      rmSync(join(dir, state.diskFile), { force: true });
-      sealFile(layer);
-
-      // The layer is read for its digest while QEMU writes the device state, which is digested
-      // on its way to the file; the RAM file is digested as it is copied. Nothing is read twice.
-      const stateFile = join(cpDir, 'state');
-      const stateDigest = new ChunkedDigest();
-      const [layerDigest] = await Promise.all([digestFile(layer), migrateToFile(vm.qmp, paths.migrateSocket, stateFile, stateDigest)]);
-      writeFileSync(this.#layers.layerDigestFile(checkpointId), `${layerDigest}\n`, { mode: 0o400 });
-      sealFile(stateFile);
-      const ramFile = join(cpDir, 'ram');
-      const ramDigest = state.ram === 'shared' ? await copySparseWithDigest(paths.ram, ramFile) : null;
-      if (ramDigest !== null) sealFile(ramFile);
-      const manifest: CheckpointManifest = {
-        version: MANIFEST_VERSION,
-        chain: next.chain,
-        hasRam: state.ram === 'shared',
-        memoryMib: live.memoryMib,
-        vcpus: live.vcpus,
-        diskSizeBytes: state.diskSizeBytes,
-        balloonMib: live.balloonMib,
+      const capture = await captureCheckpoint({
+        vm,
+        dir: this.runtimeDir(runtimeId),
+        state: live.state,
+        checkpointId,
+        layers: this.#layers,
         qemuVersion: this.opts.qemuVersion,
-        digests: {
-          state: stateDigest.digest(),
-          ram: ramDigest,
-          layers: { [checkpointId]: layerDigest, ...this.#chainDigests(state.chain) },
-        },
-      };
-      for (const [id, digest] of Object.entries(manifest.digests.layers)) this.#verifiedLayers.set(id, digest);
-      writeJsonAtomic(this.#layers.manifestFile(checkpointId), manifest);
-      sealFile(this.#layers.manifestFile(checkpointId));
-      return { bytes: [stateFile, ramFile, layer].reduce((sum, f) => sum + allocatedBytes(f), 0) };
+        recordState: (next) => this.#saveState(runtimeId, next),
+      });
+      for (const [id, digest] of Object.entries(capture.manifest.digests.layers)) this.#verifiedLayers.set(id, digest);
+      return { bytes: capture.bytes };
     } catch (err) {
-      this.#layers.inFlight.delete(checkpointId);
-      rmSync(cpDir, { recursive: true, force: true });
+      rmSync(this.#layers.checkpointDir(checkpointId), { recursive: true, force: true });
       this.#layers.collect();
       throw err;
     } finally {
@@ -416,25 +399,14 @@ export class QemuDriver implements VmDriver {
     }
   }
 
-  /** The recorded digests of the layers a runtime's disk sits on. */
-  #chainDigests(chain: string[]): Record<string, string> {
-    const digests: Record<string, string> = {};
-    for (const id of chain) {
-      const d = this.#layers.readLayerDigest(id);
-      if (d === null) throw new Error(`disk layer ${id} has no recorded digest`);
-      digests[id] = d;
-    }
-    return digests;
-  }
-
   /**
    * Checks the checkpoint's files against the digests its manifest recorded when it became
    * ready. Layers are shared by many checkpoints and checked once per service start.
    */
   async verifyCheckpoint(checkpointId: string): Promise<string | null> {
-    const manifest = this.#layers.readManifest(checkpointId);
-    if (manifest === null) return 'its files are missing';
-    if (manifest.version !== MANIFEST_VERSION || manifest.digests === undefined) return 'it was made by an older Vessel that recorded no digests of its files';
+    const read = this.#layers.readManifest(checkpointId);
+    if ('problem' in read) return read.problem;
+    const { manifest } = read;
     if (manifest.qemuVersion !== this.opts.qemuVersion) return `it was made by ${manifest.qemuVersion}, and this host runs ${this.opts.qemuVersion}`;
     const cpDir = this.#layers.checkpointDir(checkpointId);
     const files: Array<[string, string, string | null]> = [
@@ -493,11 +465,19 @@ export class QemuDriver implements VmDriver {
   }
 
   async reattach(runtimeId: string): Promise<LiveState> {
-    const vm = await QemuVm.adopt(this.runtimeDir(runtimeId));
+    const dir = this.runtimeDir(runtimeId);
+    const vm = await QemuVm.adopt(dir);
     if (vm === null) return 'gone';
-    const state = readJson<VmState>(vmPaths(this.runtimeDir(runtimeId)).state);
-    const memoryMib = this.#memoryOf(vm.pid);
-    this.#track(runtimeId, { vm, memoryMib, vcpus: this.#vcpusOf(vm.pid), tap: this.#tapOf(vm.pid), uid: this.#uidOf(vm.pid), ramMapsCheckpoint: mapsCheckpoint(state), balloonMib: state.balloonMib ?? memoryMib });
+    let state: VmState;
+    try {
+      state = readVmState(dir);
+    } catch (err) {
+      // A VM whose state is unknown cannot be managed safely (its disk, its memory): it goes.
+      this.opts.log.warn({ runtimeId, err: (err as Error).message }, 'a running VM with an unreadable state file was stopped');
+      await vm.kill();
+      return 'gone';
+    }
+    this.#track(runtimeId, { vm, state });
     return vm.status();
   }
 
@@ -514,6 +494,7 @@ export class QemuDriver implements VmDriver {
   }
 
   async close(): Promise<void> {
+    clearInterval(this.#logTimer);
     for (const { vm } of this.#live.values()) vm.detach();
     this.#live.clear();
   }
@@ -528,7 +509,7 @@ export class QemuDriver implements VmDriver {
     const want = resources.limits.memory_mib;
     const ceiling = (totalmem() / MiB - HOST_RESERVE_MIB) * this.opts.memoryOvercommit;
     let committed = 0;
-    for (const v of this.#live.values()) committed += v.memoryMib;
+    for (const v of this.#live.values()) committed += v.state.memoryMib;
     if (committed + want > ceiling) {
       throw unavailable(`not enough host memory: ${want} MiB requested, ${Math.max(0, Math.floor(ceiling - committed))} MiB left under the overcommit limit`);
     }
@@ -537,27 +518,31 @@ export class QemuDriver implements VmDriver {
     if (free < need) throw unavailable(`not enough free host memory: ${need} MiB needed, ${Math.max(0, Math.floor(free))} MiB free`);
   }
 
-  async #fork(spec: VmSpec, checkpointId: string, undo: Teardown): Promise<void> {
-    const manifest = this.#layers.readManifest(checkpointId);
-    if (manifest === null) throw failedPrecondition(`the files of checkpoint ${checkpointId} are missing`);
+  async #fork(spec: VmSpec, checkpointId: string, uid: number, undo: Teardown): Promise<void> {
+    const read = this.#layers.readManifest(checkpointId);
+    if ('problem' in read) throw failedPrecondition(`checkpoint ${checkpointId} cannot be forked: ${read.problem}`);
+    const { manifest } = read;
     const dir = this.runtimeDir(spec.runtimeId);
     const state: VmState = {
-      diskFile: 'disk-0.qcow2',
-      node: 'disk-0',
+      uid,
+      memoryMib: manifest.memoryMib,
+      vcpus: manifest.vcpus,
+      tap: spec.tap,
+      disk: 0,
       chain: manifest.chain,
       ram: manifest.hasRam ? { checkpoint: checkpointId } : null,
       diskSizeBytes: manifest.diskSizeBytes,
       ...(manifest.balloonMib < manifest.memoryMib ? { balloonMib: manifest.balloonMib } : {}),
     };
-    await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', this.#layers.layerFile(manifest.chain[0]!), '-F', 'qcow2', join(dir, state.diskFile), String(manifest.diskSizeBytes)]);
-    writeJsonAtomic(vmPaths(dir).state, state);
+    await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', this.#layers.layerFile(manifest.chain[0]!), '-F', 'qcow2', join(dir, diskFileOf(state)), String(manifest.diskSizeBytes)]);
+    writeVmState(dir, state);
     await this.#boot({ ...spec, resources: { ...spec.resources, limits: { memory_mib: manifest.memoryMib }, vcpus: manifest.vcpus } }, state, undo, join(this.#layers.checkpointDir(checkpointId), 'state'));
   }
 
   /** Starts QEMU for the runtime and gives the guest its identity and its memory request. */
   async #boot(spec: VmSpec, state: VmState, undo: Teardown, restoreFrom?: string): Promise<void> {
     const t0 = performance.now();
-    const vm = await this.#launch(spec, state, undo, restoreFrom);
+    const vm = await this.#launch(spec.runtimeId, spec.hostname, state, undo, restoreFrom);
     const t1 = performance.now();
     // Entropy (with the kernel's generator reseeded), clock and hostname: until then a fork is
     // its checkpoint's twin.
@@ -568,76 +553,11 @@ export class QemuDriver implements VmDriver {
     this.opts.log.info({ runtimeId: spec.runtimeId, how: restoreFrom === undefined ? 'boot' : 'restore', vmMs: ms(t1 - t0), personalizeMs: ms(performance.now() - t1) }, 'VM ready');
   }
 
-  /** Starts QEMU for the runtime and tracks it: a cold boot, or a restore of `restoreFrom` (a migration stream). */
-  async #launch(spec: Omit<VmSpec, 'fromCheckpointId'>, state: VmState, undo: Teardown, restoreFrom?: string): Promise<QemuVm> {
-    const dir = this.runtimeDir(spec.runtimeId);
-    const paths = vmPaths(dir);
-    for (const f of [paths.qmpSocket, paths.agentSocket, paths.pidFile, paths.serialLog, paths.migrateSocket]) rmSync(f, { force: true });
-    const uid = this.#allocateUid(spec.runtimeId);
-    // QEMU, once it has dropped to its uid, must create overlays and reach sockets here.
-    chownSync(dir, uid, uid);
-    chownSync(join(dir, state.diskFile), uid, uid);
-    const args = qemuArgs({
-      accel: this.opts.accel,
-      kernel: this.opts.image.kernel,
-      initrd: this.opts.image.initrd,
-      disk: { file: join(dir, state.diskFile), node: state.node },
-      memory:
-        state.ram === 'shared'
-          ? { file: paths.ram, shared: true }
-          : state.ram === null
-            ? null
-            : { file: join(this.#layers.checkpointDir(state.ram.checkpoint), 'ram'), shared: false },
-      incoming: restoreFrom !== undefined,
-      qmpSocket: paths.qmpSocket,
-      agentSocket: paths.agentSocket,
-      serialLog: paths.serialLog,
-      memoryMib: spec.resources.limits.memory_mib,
-      vcpus: spec.resources.vcpus,
-      name: spec.hostname,
-      runAs: `${uid}:${uid}`,
-      tscKhz: this.#tscKhz,
-      tap: spec.tap,
-    });
-    const vm = restoreFrom === undefined ? await this.#launchUntilAgent(dir, args, undo) : await this.#restore(dir, args, restoreFrom, undo);
-    const memoryMib = spec.resources.limits.memory_mib;
-    this.#track(spec.runtimeId, { vm, memoryMib, vcpus: spec.resources.vcpus, tap: spec.tap, uid, ramMapsCheckpoint: mapsCheckpoint(state), balloonMib: state.balloonMib ?? memoryMib });
+  async #launch(runtimeId: string, name: string, state: VmState, undo: Teardown, restoreFrom?: string): Promise<QemuVm> {
+    const vm = await this.#launcher.launch(runtimeId, this.runtimeDir(runtimeId), name, state, undo, restoreFrom);
+    this.#track(runtimeId, { vm, state });
+    this.#saveState(runtimeId, state);
     return vm;
-  }
-
-  async #restore(dir: string, args: string[], stateFile: string, undo: Teardown): Promise<QemuVm> {
-    const fd = openSync(stateFile, 'r');
-    let vm: QemuVm;
-    try {
-      vm = await QemuVm.launch(dir, args, fd);
-    } finally {
-      closeSync(fd);
-    }
-    undo.push(() => vm.kill());
-    await migrateFromFdset(vm.qmp);
-    await vm.qmp.execute('cont');
-    await vm.waitForAgent(30_000);
-    return vm;
-  }
-
-  /**
-   * Under TCG a guest very rarely stalls before its first console line; a second boot of the
-   * same disk is cheaper than failing the create, so one retry is allowed.
-   */
-  async #launchUntilAgent(dir: string, args: string[], undo: Teardown): Promise<QemuVm> {
-    const timeout = this.opts.bootTimeoutMs ?? 60_000;
-    for (let attempt = 1; ; attempt++) {
-      const vm = await QemuVm.launch(dir, args);
-      undo.push(() => vm.kill());
-      try {
-        await vm.waitForAgent(timeout);
-        return vm;
-      } catch (err) {
-        await vm.kill();
-        if (attempt >= 2) throw err;
-        this.opts.log.warn({ dir, err: (err as Error).message }, 'guest did not come up; booting it once more');
-      }
-    }
   }
 
   #track(runtimeId: string, live: LiveVm): void {
@@ -646,9 +566,39 @@ export class QemuDriver implements VmDriver {
       if (this.#live.get(runtimeId)?.vm === live.vm) this.#live.delete(runtimeId);
       if (!expected) {
         this.opts.log.warn({ runtimeId, pid: live.vm.pid }, 'QEMU exited unexpectedly');
+        this.opts.cgroups?.release(runtimeId);
         this.#onExit(runtimeId);
       }
     });
+  }
+
+  /** Kills the VM's QEMU on purpose and lets go of it. */
+  async #end(runtimeId: string, vm: QemuVm): Promise<void> {
+    await vm.kill();
+    if (this.#live.get(runtimeId)?.vm === vm) this.#live.delete(runtimeId);
+    this.opts.cgroups?.release(runtimeId);
+  }
+
+  /** The runtime's state from its file; a damaged one is a clear failed_precondition. */
+  #readState(runtimeId: string): VmState {
+    try {
+      return readVmState(this.runtimeDir(runtimeId));
+    } catch (err) {
+      if (err instanceof VmStateError) throw failedPrecondition(`the runtime cannot be started: ${err.message}`);
+      throw err;
+    }
+  }
+
+  /** Writes the state file durably and keeps the live copy in step. */
+  #saveState(runtimeId: string, state: VmState): void {
+    writeVmState(this.runtimeDir(runtimeId), state);
+    const live = this.#live.get(runtimeId);
+    if (live !== undefined) live.state = state;
+  }
+
+  #removeDir(runtimeId: string): void {
+    rmSync(this.runtimeDir(runtimeId), { recursive: true, force: true });
+    this.#uids?.delete(runtimeId);
   }
 
   #running(runtimeId: string): LiveVm {
@@ -681,32 +631,43 @@ export class QemuDriver implements VmDriver {
     }
   }
 
-  /** One uid per VM, so a compromised QEMU cannot signal or ptrace another. */
+  /**
+   * A uid of the runtime's own for as long as its directory exists, so that no two QEMUs, and no
+   * QEMU and a former one's leftovers, ever share one. Chosen at random among the free ones.
+   */
   #allocateUid(runtimeId: string): number {
-    const used = new Set([...this.#live.values()].map((v) => v.uid));
-    let uid = UID_BASE + (parseInt(runtimeId.replace(/[^0-9a-f]/g, '').slice(0, 8) || '0', 16) % UID_RANGE);
-    while (used.has(uid)) uid = UID_BASE + ((uid - UID_BASE + 1) % UID_RANGE);
-    return uid;
+    if (this.#uids === null) {
+      this.#uids = new Map();
+      for (const id of readdirSync(this.#layers.runtimesDir)) {
+        try {
+          this.#uids.set(id, readVmState(this.runtimeDir(id)).uid);
+        } catch {
+          // a directory being made, or one whose state is damaged: it holds no uid we can know
+        }
+      }
+    }
+    const used = new Set(this.#uids.values());
+    const start = randomInt(UID_RANGE);
+    for (let i = 0; i < UID_RANGE; i++) {
+      const uid = UID_BASE + ((start + i) % UID_RANGE);
+      if (used.has(uid)) continue;
+      this.#uids.set(runtimeId, uid);
+      return uid;
+    }
+    throw unavailable('no free uid for another VM');
   }
 
-  #uidOf(pid: number): number {
-    const m = /^Uid:\s+(\d+)/m.exec(readFileSafe(`/proc/${pid}/status`));
-    return m === null ? -1 : Number(m[1]);
-  }
-
-  #memoryOf(pid: number): number {
-    const m = /\0-m\0(\d+)M\0/.exec(readFileSafe(`/proc/${pid}/cmdline`));
-    return m === null ? 0 : Number(m[1]);
-  }
-
-  #tapOf(pid: number): string | null {
-    const m = /\0tap,id=net0,ifname=([^,\0]+),/.exec(readFileSafe(`/proc/${pid}/cmdline`));
-    return m === null ? null : m[1]!;
-  }
-
-  #vcpusOf(pid: number): number {
-    const m = /\0-smp\0(\d+)\0/.exec(readFileSafe(`/proc/${pid}/cmdline`));
-    return m === null ? 1 : Number(m[1]);
+  #rotateLogs(): void {
+    for (const runtimeId of this.#live.keys()) {
+      const paths = vmPaths(this.runtimeDir(runtimeId));
+      for (const log of [paths.serialLog, paths.qemuLog]) {
+        try {
+          if (rotateLog(log)) this.opts.log.warn({ runtimeId, log }, 'log cut at its size limit');
+        } catch (err) {
+          this.opts.log.warn({ runtimeId, log, err: (err as Error).message }, 'could not cut a log');
+        }
+      }
+    }
   }
 }
 
@@ -717,18 +678,6 @@ function readFileSafe(path: string): string {
     return '';
   }
 }
-
-/** The disk space a file takes (sparse files take less than their size); 0 when it does not exist. */
-function allocatedBytes(path: string): number {
-  try {
-    return statSync(path).blocks * 512;
-  } catch {
-    return 0;
-  }
-}
-
-/** Whether the VM's RAM is a checkpoint's file, mapped privately and read-only. */
-const mapsCheckpoint = (state: VmState): boolean => state.ram !== null && state.ram !== 'shared';
 
 /** Why the file no longer matches its recorded digest, or null when it does. */
 async function checkDigest(path: string, expected: string): Promise<string | null> {

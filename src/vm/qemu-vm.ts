@@ -1,18 +1,19 @@
 /**
  * One QEMU process and its two control channels (QMP for the machine, the guest agent for the
  * OS inside). The process is detached, so it outlives the service; after a restart adopt()
- * finds it again through the pid file and the sockets in its directory.
+ * finds it again through the pid file and the sockets in its directory. It starts in a network
+ * namespace of its own (`unshare --net`): its NIC is a TAP descriptor it inherits, and it can
+ * open no socket on the host's networks.
  */
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
+import { writeFileDurably } from '../platform/durable-files.js';
 import { join } from 'node:path';
 import { GuestAgentClient } from './guest-agent-client.js';
 import { QmpClient } from './qmp-client.js';
 
 export const vmPaths = (dir: string) => ({
-  state: join(dir, 'vm.json'),
   ram: join(dir, 'ram'),
-  migrateSocket: join(dir, 'migrate.sock'),
   qmpSocket: join(dir, 'qmp.sock'),
   agentSocket: join(dir, 'agent.sock'),
   serialLog: join(dir, 'serial.log'),
@@ -67,13 +68,16 @@ export class QemuVm {
     qmp.onClose(() => void this.#watchExit());
   }
 
-  /** `extraFd`, if given, becomes fd 3 of QEMU (the migration stream of a fork). */
-  static async launch(dir: string, args: string[], extraFd?: number): Promise<QemuVm> {
+  /**
+   * `inherited[i]` becomes QEMU's descriptor 3 + i. `onSpawn` gets the pid at once, before QEMU
+   * has done anything (the driver moves it into the VM's cgroup there).
+   */
+  static async launch(dir: string, args: string[], inherited: number[] = [], onSpawn: (pid: number) => void = () => undefined): Promise<QemuVm> {
     const paths = vmPaths(dir);
     const log = openSync(paths.qemuLog, 'a');
     let child;
     try {
-      child = spawn('qemu-system-x86_64', args, { detached: true, stdio: ['ignore', log, log, ...(extraFd === undefined ? [] : [extraFd])] });
+      child = spawn('unshare', ['--net', '--', 'qemu-system-x86_64', ...args], { detached: true, stdio: ['ignore', log, log, ...inherited] });
     } finally {
       closeSync(log);
     }
@@ -83,7 +87,13 @@ export class QemuVm {
     child.unref();
     const pid = child.pid;
     if (pid === undefined) throw new Error('could not start qemu-system-x86_64');
-    writeFileSync(paths.pidFile, String(pid));
+    try {
+      onSpawn(pid);
+    } catch (err) {
+      process.kill(pid, 'SIGKILL');
+      throw err;
+    }
+    writeFileDurably(paths.pidFile, String(pid));
     const started = Date.now();
     for (;;) {
       if (exited) throw new Error(`QEMU exited at start: ${tail(paths.qemuLog) || 'no output'}`);

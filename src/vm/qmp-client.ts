@@ -51,6 +51,15 @@ export class QmpClient {
   }
 
   execute<T = unknown>(command: string, args?: Record<string, unknown>, timeoutMs = 30_000): Promise<T> {
+    return this.#execute<T>(command, args, timeoutMs, null);
+  }
+
+  /** A command that takes descriptors (`getfd`, `add-fd`): they travel with it (SCM_RIGHTS). */
+  executeWithFds<T = unknown>(command: string, args: Record<string, unknown>, fds: number[], timeoutMs = 30_000): Promise<T> {
+    return this.#execute<T>(command, args, timeoutMs, fds);
+  }
+
+  #execute<T>(command: string, args: Record<string, unknown> | undefined, timeoutMs: number, fds: number[] | null): Promise<T> {
     if (this.#state === 'closed') return Promise.reject(new Error('QMP connection closed'));
     const id = this.#nextId++;
     return new Promise<T>((resolve, reject) => {
@@ -59,7 +68,13 @@ export class QmpClient {
         reject(new Error(`QMP ${command} timed out`));
       }, timeoutMs);
       this.#pending.set(id, { resolve: resolve as (v: unknown) => void, reject, timer });
-      this.#stream.send(args === undefined ? { execute: command, id } : { execute: command, arguments: args, id });
+      const msg = args === undefined ? { execute: command, id } : { execute: command, arguments: args, id };
+      if (fds === null) return this.#stream.send(msg);
+      this.#stream.sendWithFds(msg, fds).catch((err: Error) => {
+        clearTimeout(timer);
+        this.#pending.delete(id);
+        reject(err);
+      });
     });
   }
 

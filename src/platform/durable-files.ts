@@ -1,0 +1,50 @@
+/**
+ * Writes that survive a crash of the service or of the host. A file is written under a temporary
+ * name, flushed to disk, renamed over its final name, and the directory is flushed too, so that
+ * after a power cut the name holds either the old content or the new one, whole: never nothing,
+ * never half. (A rename alone is atomic for processes, not for the disk.)
+ */
+import { closeSync, constants, fsyncSync, openSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+
+/** Flushes a directory's entries (names created, renamed or removed in it). */
+export function fsyncDir(dir: string): void {
+  const fd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY);
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Flushes a file's data and metadata. */
+export function fsyncFile(path: string): void {
+  const fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * Replaces `path` with `data`, durably and atomically. The temporary file is made with O_EXCL
+ * and O_NOFOLLOW, so a name planted beside it is never written through.
+ */
+export function writeFileDurably(path: string, data: string | Buffer, mode = 0o600): void {
+  const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.tmp`);
+  rmSync(tmp, { force: true });
+  const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
+  try {
+    const bytes = typeof data === 'string' ? Buffer.from(data) : data;
+    for (let at = 0; at < bytes.length; ) at += writeSync(fd, bytes, at, bytes.length - at);
+    fsyncSync(fd);
+  } catch (err) {
+    closeSync(fd);
+    rmSync(tmp, { force: true });
+    throw err;
+  }
+  closeSync(fd);
+  renameSync(tmp, path);
+  fsyncDir(dirname(path));
+}

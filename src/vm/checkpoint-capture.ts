@@ -1,0 +1,133 @@
+/**
+ * Capturing a running or paused VM into a checkpoint: its disk frozen into a layer, its device
+ * state (and RAM, when that is a private mapping) saved through migration, its own RAM file
+ * copied, every file sealed and digested, the manifest written last.
+ *
+ * The disk switch comes first and is recorded at once (`recordState`), so a failure after it
+ * leaves the runtime on its new overlay, unharmed; only the checkpoint's own files are removed
+ * by the caller.
+ */
+import { closeSync, linkSync, mkdirSync, rmSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { fsyncDir, fsyncFile, writeFileDurably } from '../platform/durable-files.js';
+import { runCommand } from '../platform/run-command.js';
+import { DiskLayers, MANIFEST_VERSION, sealFile, type CheckpointManifest } from './disk-layers.js';
+import { ChunkedDigest, copySparseWithDigest, digestFile } from './file-digest.js';
+import { migrateToFile } from './migration.js';
+import type { QemuVm } from './qemu-vm.js';
+import { diskFdset, openForQemu } from './vm-launcher.js';
+import { diskFileOf, diskNodeOf, type VmState } from './vm-state.js';
+
+export interface CaptureRequest {
+  vm: QemuVm;
+  /** The runtime's directory and its state as it is now. */
+  dir: string;
+  state: VmState;
+  checkpointId: string;
+  layers: DiskLayers;
+  qemuVersion: string;
+  /** Writes the runtime's new state (its disk now sits on the new layer) durably. */
+  recordState(next: VmState): void;
+}
+
+export interface Capture {
+  manifest: CheckpointManifest;
+  /** The disk space the checkpoint's own files take. */
+  bytes: number;
+}
+
+/** Captures the paused VM; the caller pauses it before and puts it back after. */
+export async function captureCheckpoint(c: CaptureRequest): Promise<Capture> {
+  const { vm, dir, state, checkpointId, layers } = c;
+  const cpDir = layers.checkpointDir(checkpointId);
+  mkdirSync(cpDir, { recursive: true, mode: 0o700 });
+  const layer = layers.layerFile(checkpointId);
+  const next = await switchDisk(c, layer);
+
+  // The layer is read for its digest while QEMU writes the device state, which is digested on
+  // its way to the file; the RAM file is digested as it is copied. Nothing is read twice.
+  const stateFile = join(cpDir, 'state');
+  const stateDigest = new ChunkedDigest();
+  const [layerDigest] = await Promise.all([digestFile(layer), migrateToFile(vm.qmp, stateFile, stateDigest)]);
+  writeFileDurably(layers.layerDigestFile(checkpointId), `${layerDigest}\n`, 0o400);
+  const ramFile = join(cpDir, 'ram');
+  const ramDigest = state.ram === 'shared' ? await copySparseWithDigest(join(dir, 'ram'), ramFile) : null;
+  for (const f of ramDigest === null ? [stateFile] : [stateFile, ramFile]) {
+    fsyncFile(f);
+    sealFile(f);
+  }
+  fsyncDir(cpDir);
+
+  const manifest: CheckpointManifest = {
+    version: MANIFEST_VERSION,
+    chain: next.chain,
+    hasRam: state.ram === 'shared',
+    memoryMib: state.memoryMib,
+    vcpus: state.vcpus,
+    diskSizeBytes: state.diskSizeBytes,
+    balloonMib: state.balloonMib ?? state.memoryMib,
+    qemuVersion: c.qemuVersion,
+    digests: { state: stateDigest.digest(), ram: ramDigest, layers: { [checkpointId]: layerDigest, ...chainDigests(layers, state.chain) } },
+  };
+  // Last: a checkpoint without its manifest is not complete.
+  writeFileDurably(layers.manifestFile(checkpointId), JSON.stringify(manifest, null, 2), 0o400);
+  sealFile(layers.manifestFile(checkpointId));
+  return { manifest, bytes: [stateFile, ramFile, layer].reduce((sum, f) => sum + allocatedBytes(f), 0) };
+}
+
+/**
+ * Freezes the current overlay as the checkpoint's layer and puts the VM on a new overlay above
+ * it: the old overlay is hard-linked into the layers, the new one is made and handed to QEMU as
+ * descriptors (`add-fd`), `blockdev-snapshot` switches to it (QEMU reopens the old one read-only
+ * from its fd set), and the old set, which held a read-write descriptor, is dropped. The layer
+ * is sealed once QEMU holds it read-only.
+ */
+async function switchDisk(c: CaptureRequest, layer: string): Promise<VmState> {
+  const { vm, dir, state, checkpointId, layers } = c;
+  layers.inFlight.add(checkpointId);
+  try {
+    linkSync(join(dir, diskFileOf(state)), layer);
+    fsyncDir(layers.layersDir);
+    const next: VmState = { ...state, disk: state.disk + 1, chain: [checkpointId, ...state.chain] };
+    const nextFile = join(dir, diskFileOf(next));
+    await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', layer, '-F', 'qcow2', nextFile, String(state.diskSizeBytes)]);
+    fsyncFile(nextFile);
+    for (const writable of [true, false]) {
+      const fd = openForQemu(nextFile, writable);
+      try {
+        await vm.qmp.executeWithFds('add-fd', { 'fdset-id': diskFdset(next) }, [fd]);
+      } finally {
+        closeSync(fd);
+      }
+    }
+    await vm.qmp.execute('blockdev-add', { driver: 'qcow2', 'node-name': diskNodeOf(next), file: { driver: 'file', filename: `/dev/fdset/${diskFdset(next)}` }, backing: null });
+    await vm.qmp.execute('blockdev-snapshot', { node: diskNodeOf(state), overlay: diskNodeOf(next) });
+    await vm.qmp.execute('remove-fd', { 'fdset-id': diskFdset(state) });
+    c.recordState(next);
+    rmSync(join(dir, diskFileOf(state)), { force: true });
+    sealFile(layer);
+    return next;
+  } finally {
+    layers.inFlight.delete(checkpointId);
+  }
+}
+
+/** The recorded digests of the layers a runtime's disk sits on. */
+function chainDigests(layers: DiskLayers, chain: string[]): Record<string, string> {
+  const digests: Record<string, string> = {};
+  for (const id of chain) {
+    const d = layers.readLayerDigest(id);
+    if (d === null) throw new Error(`disk layer ${id} has no recorded digest`);
+    digests[id] = d;
+  }
+  return digests;
+}
+
+/** The disk space a file takes (sparse files take less than their size); 0 when it does not exist. */
+function allocatedBytes(path: string): number {
+  try {
+    return statSync(path).blocks * 512;
+  } catch {
+    return 0;
+  }
+}
