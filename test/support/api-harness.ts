@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance, InjectOptions } from 'fastify';
 import { buildApi } from '../../src/api/app.js';
+import { loadAdminToken } from '../../src/cli/data-dir.js';
 import { Core } from '../../src/core/core.js';
 import type { VmDriver } from '../../src/core/ports.js';
 import { SecretBox } from '../../src/core/secret-box.js';
@@ -32,7 +33,9 @@ export async function apiHarness(opts: { driver?: VmDriver; rate?: { ratePerSec:
   const store = new SqliteStore(join(dir, 'vessel.db'));
   const driver = opts.driver ?? new FakeDriver();
   const core = new Core({ store, driver, gateway: new FakeGateway(), secretBox: new SecretBox(randomBytes(32)), log: silentLog });
-  const admin = 'vsl_test_admin_' + randomBytes(8).toString('hex');
+  // Kept in the directory as the service keeps it: a harness reopening `dir` is a restarted
+  // service, and must not revoke the admin token its predecessor's tests still hold.
+  const admin = loadAdminToken(dir, undefined).token;
   await core.tokens.installAdmin(admin);
   const app = await buildApi({ core, logger: false, rateLimit: opts.rate ?? { ratePerSec: 0, burst: 0 }, maxFileBytes: 1024 * 1024 });
   await app.ready();
