@@ -148,13 +148,18 @@ export interface NetworkGateway {
 
 export type LiveState = 'running' | 'paused' | 'gone';
 
+export interface HostLimits {
+  vcpus: number;
+  memoryMib: number;
+}
+
 export interface VmDriver {
   /** Human-readable reason when the driver cannot run VMs on this host; null when it can. */
   unavailableReason(): string | null;
   /** Identifies the guest image; system checkpoints are made per image. */
   imageId(): string;
   /** The largest VM this host could ever run: its CPUs, and its memory less what the host keeps. */
-  hostLimits(): { vcpus: number; memoryMib: number };
+  hostLimits(): HostLimits;
   /** Boots the image once with these resources and captures it as the checkpoint's files. */
   createTemplate(checkpointId: string, resources: Resources): Promise<void>;
   /** Removes leftovers of work cut short by a crash (template VMs, unreferenced disk layers). */

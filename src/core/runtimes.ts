@@ -6,7 +6,7 @@ import { normalizeHostPattern } from './host-pattern.js';
 import { KeyedMutex } from './keyed-mutex.js';
 import { LIVE_STATUSES, RESULT_OF, requireState, type LifecycleOp } from './lifecycle.js';
 import { checkDisplayName } from './names.js';
-import type { Store, VmDriver, VmSpec } from './ports.js';
+import type { HostLimits, Store, VmDriver, VmSpec } from './ports.js';
 import type { Checkpoint, EgressPolicy, ExecRequest, ExecResult, IngressSpec, Page, PageRequest, Resources, Runtime } from './types.js';
 import type { WarmPool } from './warm-pool.js';
 
@@ -53,7 +53,15 @@ export interface Logger {
   error(obj: object, msg: string): void;
 }
 
-function checkResources(r: Resources): Resources {
+/**
+ * Requests within limits, and no VM larger than the host could ever run: the schema keeps the
+ * spec's ranges (vcpus up to 2^31-1, memory up to 2^64), which no host has.
+ */
+function checkResources(r: Resources, host: HostLimits): Resources {
+  if (r.vcpus > host.vcpus) throw invalidArgument(`resources.vcpus ${r.vcpus} is more than this host's ${host.vcpus} CPUs`);
+  if (r.limits.memory_mib > host.memoryMib) {
+    throw invalidArgument(`resources.limits.memory_mib ${r.limits.memory_mib} is more than this host's ${host.memoryMib} MiB`);
+  }
   if (r.requests.memory_mib > r.limits.memory_mib) {
     throw invalidArgument(
       `resources.requests.memory_mib (${r.requests.memory_mib}) must not exceed resources.limits.memory_mib (${r.limits.memory_mib})`,
@@ -142,10 +150,10 @@ export class RuntimeService {
         throw invalidArgument(`a fork has its checkpoint's vcpus (${cp.resources.vcpus})`);
       }
       await this.#checkpoints?.ensureIntact(cp);
-      resources = checkResources({
-        ...cp.resources,
-        requests: { memory_mib: input.resources?.requests?.memory_mib ?? cp.resources.requests.memory_mib },
-      });
+      resources = checkResources(
+        { ...cp.resources, requests: { memory_mib: input.resources?.requests?.memory_mib ?? cp.resources.requests.memory_mib } },
+        this.driver.hostLimits(),
+      );
       baseCheckpointId = cp.id;
     } else if (this.#checkpoints !== null) {
       try {
@@ -207,11 +215,14 @@ export class RuntimeService {
       const changes: Partial<Runtime> = {};
       if (input.egress_policy !== undefined) changes.egressPolicy = normalizeEgressPolicy(input.egress_policy);
       if (input.resources !== undefined) {
-        const target = checkResources({
-          vcpus: rt.resources.vcpus,
-          limits: { memory_mib: input.resources.limits?.memory_mib ?? (rt.pendingResources ?? rt.resources).limits.memory_mib },
-          requests: { memory_mib: input.resources.requests?.memory_mib ?? rt.resources.requests.memory_mib },
-        });
+        const target = checkResources(
+          {
+            vcpus: rt.resources.vcpus,
+            limits: { memory_mib: input.resources.limits?.memory_mib ?? (rt.pendingResources ?? rt.resources).limits.memory_mib },
+            requests: { memory_mib: input.resources.requests?.memory_mib ?? rt.resources.requests.memory_mib },
+          },
+          this.driver.hostLimits(),
+        );
         const live = rt.status === 'running' || rt.status === 'paused';
         if (live && target.requests.memory_mib !== rt.resources.requests.memory_mib) {
           // Fits inside the limit in force now; a larger request waits for the limit to grow at the next start.
@@ -410,11 +421,10 @@ export class RuntimeService {
 
   #resourcesFromInput(input: RuntimeCreateInput['resources']): Resources {
     const limit = input?.limits?.memory_mib ?? DEFAULT_MEMORY_MIB;
-    return checkResources({
-      limits: { memory_mib: limit },
-      requests: { memory_mib: input?.requests?.memory_mib ?? limit },
-      vcpus: input?.vcpus ?? 1,
-    });
+    return checkResources(
+      { limits: { memory_mib: limit }, requests: { memory_mib: input?.requests?.memory_mib ?? limit }, vcpus: input?.vcpus ?? 1 },
+      this.driver.hostLimits(),
+    );
   }
 
   #spec(rt: Runtime, tap: string): VmSpec {
