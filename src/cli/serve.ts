@@ -44,7 +44,7 @@ export async function serve(config: Config): Promise<void> {
   const driver = new QemuDriver({ dataDir: config.dataDir, image, accel, qemuVersion, guestCaPem: ca.certPem, memoryOvercommit: config.memoryOvercommit, log });
   const gateway = new Gateway({ instance: createHash('sha256').update(config.dataDir).digest('hex').slice(0, 8), ca, ...config.egress, log });
   await gateway.start();
-  const core = new Core({ store, driver, gateway, secretBox: new SecretBox(loadMasterKey(config.dataDir, config.masterKey)), log, warmPoolSize: config.warmPoolSize });
+  const core = new Core({ store, driver, gateway, secretBox: new SecretBox(loadMasterKey(config.dataDir, config.masterKey)), log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize });
   gateway.connect(core.egress);
 
   const admin = loadAdminToken(config.dataDir, config.adminToken);

@@ -17,6 +17,8 @@ import type {
   Resources,
   Runtime,
   Secret,
+  TenantLimits,
+  TenantUsage,
   Token,
 } from './types.js';
 
@@ -32,6 +34,7 @@ export interface Store {
   readonly rules: RuleRepo;
   readonly checkpoints: CheckpointRepo;
   readonly audits: AuditRepo;
+  readonly quotas: QuotaRepo;
   close(): void;
 }
 
@@ -74,6 +77,21 @@ export interface CheckpointRepo {
   update(checkpoint: Checkpoint): Promise<void>;
   /** Removes the row for good; the core calls it once no runtime needs the files. */
   purge(id: string): Promise<void>;
+}
+
+/** A tenant's own limits, where an operator set them; null puts one back to the default. */
+export type TenantLimitOverrides = { [K in keyof TenantLimits]?: number | null };
+
+export interface QuotaRepo {
+  /**
+   * What the tenant holds: all its runtimes, the vCPUs and memory limits (in force, not pending)
+   * of those that hold a VM (LIVE_STATUSES), its checkpoints not deleted, and the disk bytes of
+   * the ready ones.
+   */
+  usage(tenantId: string): Promise<TenantUsage>;
+  overrides(tenantId: string): Promise<Partial<TenantLimits>>;
+  /** Changes only the limits given. */
+  setOverrides(tenantId: string, overrides: TenantLimitOverrides): Promise<void>;
 }
 
 export interface AuditFilter {

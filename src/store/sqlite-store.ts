@@ -6,9 +6,10 @@
 import { chmodSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import { alreadyExists, invalidArgument } from '../core/errors.js';
+import { LIVE_STATUSES } from '../core/lifecycle.js';
 import { isUuid } from '../core/names.js';
-import type { AuditFilter, AuditRepo, CheckpointRepo, RuleRepo, Store, TenantRepo, TokenRepo } from '../core/ports.js';
-import type { Audit, Checkpoint, InjectionRule, Page, PageRequest, Runtime, Secret, Token } from '../core/types.js';
+import type { AuditFilter, AuditRepo, CheckpointRepo, QuotaRepo, RuleRepo, Store, TenantLimitOverrides, TenantRepo, TokenRepo } from '../core/ports.js';
+import type { Audit, Checkpoint, InjectionRule, Page, PageRequest, Runtime, Secret, TenantLimits, Token } from '../core/types.js';
 import { MIGRATIONS } from './migrations.js';
 
 type Row = Record<string, unknown>;
@@ -16,6 +17,7 @@ type Db = Database.Database;
 
 const str = (v: unknown): string => v as string;
 const strOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : (v as string));
+const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
 const json = <T>(v: unknown): T => JSON.parse(v as string) as T;
 const jsonOrNull = <T>(v: unknown): T | null => (v === null || v === undefined ? null : json<T>(v));
 
@@ -249,6 +251,7 @@ const checkpointToRow = (c: Checkpoint): Row => ({
   source_runtime_id: c.sourceRuntimeId,
   parent_checkpoint_id: c.parentCheckpointId,
   deleted: c.deleted ? 1 : 0,
+  disk_bytes: c.diskBytes,
   created_at: c.createdAt,
 });
 const checkpointFromRow = (r: Row): Checkpoint => ({
@@ -261,6 +264,7 @@ const checkpointFromRow = (r: Row): Checkpoint => ({
   sourceRuntimeId: strOrNull(r.source_runtime_id),
   parentCheckpointId: strOrNull(r.parent_checkpoint_id),
   deleted: r.deleted === 1,
+  diskBytes: numOrNull(r.disk_bytes),
   createdAt: str(r.created_at),
 });
 
@@ -281,6 +285,7 @@ export class SqliteStore implements Store {
   readonly rules: RuleRepo;
   readonly checkpoints: CheckpointRepo;
   readonly audits: AuditRepo;
+  readonly quotas: QuotaRepo;
 
   constructor(file: string) {
     const db = (this.#db = openDatabase(file));
@@ -290,6 +295,7 @@ export class SqliteStore implements Store {
     this.rules = ruleRepo(db);
     this.checkpoints = checkpointRepo(db);
     this.audits = auditRepo(db);
+    this.quotas = quotaRepo(db);
   }
 
   close(): void {
@@ -356,7 +362,7 @@ function ruleRepo(db: Db): RuleRepo {
 }
 
 function checkpointRepo(db: Db): CheckpointRepo {
-  const cols = ['id', 'tenant_id', 'display_name', 'state', 'state_message', 'resources', 'source_runtime_id', 'parent_checkpoint_id', 'deleted', 'created_at'];
+  const cols = ['id', 'tenant_id', 'display_name', 'state', 'state_message', 'resources', 'source_runtime_id', 'parent_checkpoint_id', 'deleted', 'disk_bytes', 'created_at'];
   const insert = db.prepare(`INSERT INTO checkpoints (${cols.join(', ')}) VALUES (${cols.map((c) => '@' + c).join(', ')})`);
   const update = db.prepare(`UPDATE checkpoints SET ${cols.filter((c) => c !== 'id').map((c) => `${c} = @${c}`).join(', ')} WHERE id = @id`);
   const visible = '(tenant_id = @tenant OR (@system = 1 AND tenant_id IS NULL)) AND deleted = 0';
@@ -405,5 +411,60 @@ function auditRepo(db: Db): AuditRepo {
     list: async (tenantId, f: AuditFilter) =>
       (list.all({ tenant: tenantId, category: f.category ?? null, runtime: f.runtimeId ?? null, limit: f.limit }) as Row[]).map(auditFromRow),
     prune: async (keep) => prune.run(keep).changes,
+  };
+}
+
+/** Columns of tenant_limits, by the limit they hold. */
+const LIMIT_COLUMNS: Record<keyof TenantLimits, string> = {
+  runtimes: 'runtimes',
+  vcpus: 'vcpus',
+  memoryMib: 'memory_mib',
+  checkpoints: 'checkpoints',
+  checkpointGib: 'checkpoint_gib',
+};
+const LIMIT_NAMES = Object.keys(LIMIT_COLUMNS) as Array<keyof TenantLimits>;
+
+function quotaRepo(db: Db): QuotaRepo {
+  const runtimeUsage = db.prepare(
+    `SELECT count(*) AS runtimes,
+       coalesce(sum(json_extract(resources, '$.vcpus')) FILTER (WHERE holds_vm), 0) AS vcpus,
+       coalesce(sum(json_extract(resources, '$.limits.memory_mib')) FILTER (WHERE holds_vm), 0) AS memory_mib
+     FROM (SELECT resources, status IN (SELECT value FROM json_each(@live)) AS holds_vm FROM runtimes WHERE tenant_id = @tenant)`,
+  );
+  const checkpointUsage = db.prepare(
+    `SELECT count(*) AS checkpoints, coalesce(sum(disk_bytes) FILTER (WHERE state = 'ready'), 0) AS bytes
+     FROM checkpoints WHERE tenant_id = ? AND deleted = 0`,
+  );
+  const live = JSON.stringify(LIVE_STATUSES);
+  const find = db.prepare('SELECT * FROM tenant_limits WHERE tenant_id = ?');
+  const put = db.prepare(
+    `INSERT OR REPLACE INTO tenant_limits (tenant_id, ${LIMIT_NAMES.map((n) => LIMIT_COLUMNS[n]).join(', ')}, updated_at)
+     VALUES (@tenant, ${LIMIT_NAMES.map((n) => '@' + n).join(', ')}, @at)`,
+  );
+  const remove = db.prepare('DELETE FROM tenant_limits WHERE tenant_id = ?');
+  const overrides = (tenantId: string): Partial<TenantLimits> => {
+    const row = find.get(tenantId) as Row | undefined;
+    const set: Partial<TenantLimits> = {};
+    for (const name of LIMIT_NAMES) {
+      const value = numOrNull(row?.[LIMIT_COLUMNS[name]]);
+      if (value !== null) set[name] = value;
+    }
+    return set;
+  };
+  const setOverrides = db.transaction((tenantId: string, changes: TenantLimitOverrides) => {
+    const current = overrides(tenantId);
+    const merged: Record<string, number | null> = {};
+    for (const name of LIMIT_NAMES) merged[name] = changes[name] === undefined ? (current[name] ?? null) : changes[name];
+    if (LIMIT_NAMES.every((name) => merged[name] === null)) remove.run(tenantId);
+    else put.run({ ...merged, tenant: tenantId, at: new Date().toISOString() });
+  });
+  return {
+    usage: async (tenantId) => {
+      const r = runtimeUsage.get({ tenant: tenantId, live }) as { runtimes: number; vcpus: number; memory_mib: number };
+      const c = checkpointUsage.get(tenantId) as { checkpoints: number; bytes: number };
+      return { runtimes: r.runtimes, vcpus: r.vcpus, memoryMib: r.memory_mib, checkpoints: c.checkpoints, checkpointBytes: c.bytes };
+    },
+    overrides: async (tenantId) => overrides(tenantId),
+    setOverrides: async (tenantId, changes) => setOverrides(tenantId, changes),
   };
 }

@@ -9,7 +9,7 @@ import { loadAdminToken } from '../../src/cli/data-dir.js';
 import { Core } from '../../src/core/core.js';
 import type { VmDriver } from '../../src/core/ports.js';
 import { SecretBox } from '../../src/core/secret-box.js';
-import type { Scope } from '../../src/core/types.js';
+import type { Scope, TenantLimits } from '../../src/core/types.js';
 import { SqliteStore } from '../../src/store/sqlite-store.js';
 import { FakeDriver } from './fake-driver.js';
 import { FakeGateway } from './fake-gateway.js';
@@ -22,17 +22,23 @@ export interface ApiHarness {
   driver: VmDriver;
   admin: string;
   dir: string;
+  store: SqliteStore;
   call(method: InjectOptions['method'], url: string, body?: unknown, token?: string | null): Promise<{ status: number; body: any; headers: Record<string, unknown> }>;
   token(tenant: string, scopes: Scope[]): Promise<string>;
   close(): Promise<void>;
 }
 
 /** `dir` reopens the store of an earlier harness, as a restarted service would (it is then left in place). */
-export async function apiHarness(opts: { driver?: VmDriver; rate?: { ratePerSec: number; burst: number }; dir?: string } = {}): Promise<ApiHarness> {
+/** Limits for every tenant that no test reaches unless it means to. */
+export const ROOMY_TENANT_LIMITS: TenantLimits = { runtimes: 1000, vcpus: 1000, memoryMib: 1024 * 1024, checkpoints: 1000, checkpointGib: 1024 };
+
+export async function apiHarness(
+  opts: { driver?: VmDriver; rate?: { ratePerSec: number; burst: number }; dir?: string; tenantLimits?: TenantLimits } = {},
+): Promise<ApiHarness> {
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'vessel-api-'));
   const store = new SqliteStore(join(dir, 'vessel.db'));
   const driver = opts.driver ?? new FakeDriver();
-  const core = new Core({ store, driver, gateway: new FakeGateway(), secretBox: new SecretBox(randomBytes(32)), log: silentLog });
+  const core = new Core({ store, driver, gateway: new FakeGateway(), secretBox: new SecretBox(randomBytes(32)), log: silentLog, tenantLimits: opts.tenantLimits ?? ROOMY_TENANT_LIMITS });
   // Kept in the directory as the service keeps it: a harness reopening `dir` is a restarted
   // service, and must not revoke the admin token its predecessor's tests still hold.
   const admin = loadAdminToken(dir, undefined).token;
@@ -45,6 +51,7 @@ export async function apiHarness(opts: { driver?: VmDriver; rate?: { ratePerSec:
     driver,
     admin,
     dir,
+    store,
     async call(method, url, body, token = admin) {
       const headers: Record<string, string> = {};
       if (token !== null) headers.authorization = `Bearer ${token}`;
