@@ -100,11 +100,20 @@ export interface AuditFilter {
   limit: number;
 }
 
+/** How many audits are kept: per tenant, and per runtime whatever its tenant's other runtimes record. */
+export interface AuditRetention {
+  perTenant: number;
+  perRuntime: number;
+}
+
 export interface AuditRepo {
   insert(audits: Audit[]): Promise<void>;
   list(tenantId: string, filter: AuditFilter): Promise<Audit[]>;
-  /** Bounded retention: keep the newest `keep` audits. */
-  prune(keep: number): Promise<number>;
+  /**
+   * For each of these tenants, deletes its audits older than its newest `perTenant`, except the
+   * newest `perRuntime` of each of its runtimes that still exists. Returns how many went.
+   */
+  prune(tenantIds: string[], retention: AuditRetention): Promise<number>;
 }
 
 /**

@@ -8,7 +8,7 @@ import Database from 'better-sqlite3';
 import { alreadyExists, invalidArgument } from '../core/errors.js';
 import { LIVE_STATUSES } from '../core/lifecycle.js';
 import { isUuid } from '../core/names.js';
-import type { AuditFilter, AuditRepo, CheckpointRepo, QuotaRepo, RuleRepo, Store, TenantLimitOverrides, TenantRepo, TokenRepo } from '../core/ports.js';
+import type { AuditFilter, AuditRepo, AuditRetention, CheckpointRepo, QuotaRepo, RuleRepo, Store, TenantLimitOverrides, TenantRepo, TokenRepo } from '../core/ports.js';
 import type { Audit, Checkpoint, InjectionRule, Page, PageRequest, Runtime, Secret, TenantLimits, Token } from '../core/types.js';
 import { MIGRATIONS } from './migrations.js';
 
@@ -405,12 +405,34 @@ function auditRepo(db: Db): AuditRepo {
     `SELECT * FROM audits WHERE tenant_id = @tenant AND (@category IS NULL OR category = @category)
        AND (@runtime IS NULL OR runtime_id = @runtime) ORDER BY seq DESC LIMIT @limit`,
   );
-  const prune = db.prepare('DELETE FROM audits WHERE seq <= (SELECT max(seq) FROM audits) - ?');
+  /*
+   * Per tenant, in index order only: `cutoff` is the newest audit past the tenant's retention
+   * (an OFFSET walk of audits_tenant; none, and nothing is deleted, while the tenant is within
+   * it). Each runtime of the tenant that has audits that old keeps its newest `perRuntime`: its
+   * floor is found by an OFFSET walk of audits_runtime (-1: it has fewer). The delete then reads
+   * only the tenant's audits up to the cutoff. A runtime deleted since has no floor: its audits
+   * go with the tenant's oldest. (Ranking the tenant's audits with row_number() windows instead
+   * sorts all of them at every prune: 1.8 s against 0.5 s for 150,000 here.)
+   */
+  const prune = db.prepare(
+    `WITH cutoff AS (SELECT seq FROM audits WHERE tenant_id = @tenant ORDER BY seq DESC LIMIT 1 OFFSET @perTenant),
+       floors AS MATERIALIZED (
+         SELECT r.id AS runtime_id,
+           coalesce((SELECT seq FROM audits WHERE runtime_id = r.id ORDER BY seq DESC LIMIT 1 OFFSET @perRuntime - 1), -1) AS seq
+         FROM runtimes r
+         WHERE r.tenant_id = @tenant AND EXISTS (SELECT 1 FROM audits WHERE runtime_id = r.id AND seq <= (SELECT seq FROM cutoff)))
+     DELETE FROM audits
+     WHERE tenant_id = @tenant AND seq <= (SELECT seq FROM cutoff)
+       AND seq < coalesce((SELECT seq FROM floors WHERE floors.runtime_id = audits.runtime_id), ${Number.MAX_SAFE_INTEGER})`,
+  );
+  const pruneTenants = db.transaction((tenantIds: string[], retention: AuditRetention) =>
+    tenantIds.reduce((deleted, tenant) => deleted + prune.run({ tenant, ...retention }).changes, 0),
+  );
   return {
     insert: async (audits) => insertMany(audits),
     list: async (tenantId, f: AuditFilter) =>
       (list.all({ tenant: tenantId, category: f.category ?? null, runtime: f.runtimeId ?? null, limit: f.limit }) as Row[]).map(auditFromRow),
-    prune: async (keep) => prune.run(keep).changes,
+    prune: async (tenantIds, retention) => pruneTenants(tenantIds, retention),
   };
 }
 
