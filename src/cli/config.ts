@@ -11,6 +11,8 @@ export interface Config {
   masterKey: string | undefined;
   accel: 'kvm' | 'tcg' | 'auto';
   rateLimit: { ratePerSec: number; burst: number };
+  /** Per client address, for requests without a valid token. */
+  unauthenticatedRateLimit: { ratePerSec: number; burst: number };
   maxFileBytes: number;
   memoryOvercommit: number;
   logLevel: string;
@@ -70,6 +72,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     masterKey: env.VESSEL_MASTER_KEY || undefined,
     accel,
     rateLimit: { ratePerSec: int(env, 'VESSEL_RATE_LIMIT_RPS', 200), burst: int(env, 'VESSEL_RATE_LIMIT_BURST', 1000) },
+    // A client with no valid token has nothing to do but mistype one a few times: 20 attempts
+    // at once, then 2 a second, keeps failed logins from becoming load (each is a hash and a
+    // store read) without getting in the way of a client fixing its configuration.
+    unauthenticatedRateLimit: { ratePerSec: int(env, 'VESSEL_UNAUTH_RATE_LIMIT_RPS', 2), burst: int(env, 'VESSEL_UNAUTH_RATE_LIMIT_BURST', 20) },
     maxFileBytes: int(env, 'VESSEL_MAX_FILE_BYTES', 1024 ** 3),
     memoryOvercommit: int(env, 'VESSEL_MEMORY_OVERCOMMIT', 8),
     logLevel: env.VESSEL_LOG_LEVEL ?? 'info',

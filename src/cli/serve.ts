@@ -58,7 +58,13 @@ export async function serve(config: Config): Promise<void> {
   log.info(reconciled, 'reconciled runtimes with live VMs');
   core.runtimes.startIdleSuspension(config.idleSuspendSecs);
 
-  const app = await buildApi({ core, logger: log, rateLimit: config.rateLimit, maxFileBytes: config.maxFileBytes });
+  const app = await buildApi({
+    core,
+    logger: log,
+    rateLimit: config.rateLimit,
+    unauthenticatedRateLimit: config.unauthenticatedRateLimit,
+    maxFileBytes: config.maxFileBytes,
+  });
   await app.listen({ host: config.host, port: config.port });
 
   let closing = false;

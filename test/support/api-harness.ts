@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance, InjectOptions } from 'fastify';
 import { buildApi } from '../../src/api/app.js';
+import type { RateLimitConfig } from '../../src/api/rate-limit.js';
 import { loadAdminToken } from '../../src/cli/data-dir.js';
 import { Core } from '../../src/core/core.js';
 import type { VmDriver } from '../../src/core/ports.js';
@@ -33,7 +34,7 @@ export interface ApiHarness {
 export const ROOMY_TENANT_LIMITS: TenantLimits = { runtimes: 1000, vcpus: 1000, memoryMib: 1024 * 1024, checkpoints: 1000, checkpointGib: 1024 };
 
 export async function apiHarness(
-  opts: { driver?: VmDriver; rate?: { ratePerSec: number; burst: number }; dir?: string; tenantLimits?: TenantLimits } = {},
+  opts: { driver?: VmDriver; rate?: RateLimitConfig; unauthenticatedRate?: RateLimitConfig; dir?: string; tenantLimits?: TenantLimits } = {},
 ): Promise<ApiHarness> {
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'vessel-api-'));
   const store = new SqliteStore(join(dir, 'vessel.db'));
@@ -43,7 +44,13 @@ export async function apiHarness(
   // service, and must not revoke the admin token its predecessor's tests still hold.
   const admin = loadAdminToken(dir, undefined).token;
   await core.tokens.installAdmin(admin);
-  const app = await buildApi({ core, logger: false, rateLimit: opts.rate ?? { ratePerSec: 0, burst: 0 }, maxFileBytes: 1024 * 1024 });
+  const app = await buildApi({
+    core,
+    logger: false,
+    rateLimit: opts.rate ?? { ratePerSec: 0, burst: 0 },
+    unauthenticatedRateLimit: opts.unauthenticatedRate ?? { ratePerSec: 0, burst: 0 },
+    maxFileBytes: 1024 * 1024,
+  });
   await app.ready();
   return {
     app,
