@@ -3,7 +3,7 @@
  * domain rules of its own.
  */
 import { randomBytes } from 'node:crypto';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type onRequestHookHandler, type onResponseHookHandler } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyContextConfig, type FastifyInstance, type onRequestHookHandler, type onResponseHookHandler } from 'fastify';
 import swagger from '@fastify/swagger';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv, type Options as AjvOptions } from 'ajv';
@@ -13,6 +13,7 @@ import { VesselError } from '../core/errors.js';
 import { hasScope } from '../core/tokens.js';
 import type { Principal, Scope } from '../core/types.js';
 import { errorHandler, sendError } from './errors.js';
+import { isLoopbackHost } from './loopback.js';
 import { Metrics } from './metrics.js';
 import { RateLimiter, clientKey, type RateLimitConfig } from './rate-limit.js';
 import { SHARED_SCHEMAS } from './schemas.js';
@@ -41,6 +42,8 @@ export interface ApiOptions {
   unauthenticatedRateLimit: RateLimitConfig;
   /** Largest file a PUT accepts. */
   maxFileBytes: number;
+  /** The address the API listens on: beyond loopback, /metrics needs an admin token. */
+  listenHost: string;
 }
 
 export const API_VERSION = '0.0.4';
@@ -197,7 +200,9 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
     data: { status: 'ok' },
   }));
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
-  app.get('/metrics', { schema: { hide: true } }, async (_req, reply) => reply.type(metrics.contentType).send(await metrics.render()));
+  // Open to a local Prometheus; from elsewhere, route names and counts tell what tenants do.
+  const metricsConfig: FastifyContextConfig = isLoopbackHost(options.listenHost) ? {} : { scope: 'admin' };
+  app.get('/metrics', { schema: { hide: true }, config: metricsConfig }, async (_req, reply) => reply.type(metrics.contentType).send(await metrics.render()));
 
   const core = options.core;
   await app.register(runtimeRoutes, { core });

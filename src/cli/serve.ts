@@ -64,6 +64,7 @@ export async function serve(config: Config): Promise<void> {
     rateLimit: config.rateLimit,
     unauthenticatedRateLimit: config.unauthenticatedRateLimit,
     maxFileBytes: config.maxFileBytes,
+    listenHost: config.host,
   });
   await app.listen({ host: config.host, port: config.port });
 

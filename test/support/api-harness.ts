@@ -34,7 +34,15 @@ export interface ApiHarness {
 export const ROOMY_TENANT_LIMITS: TenantLimits = { runtimes: 1000, vcpus: 1000, memoryMib: 1024 * 1024, checkpoints: 1000, checkpointGib: 1024 };
 
 export async function apiHarness(
-  opts: { driver?: VmDriver; rate?: RateLimitConfig; unauthenticatedRate?: RateLimitConfig; dir?: string; tenantLimits?: TenantLimits } = {},
+  opts: {
+    driver?: VmDriver;
+    rate?: RateLimitConfig;
+    unauthenticatedRate?: RateLimitConfig;
+    dir?: string;
+    tenantLimits?: TenantLimits;
+    /** Where the API would listen (default loopback). */
+    listenHost?: string;
+  } = {},
 ): Promise<ApiHarness> {
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'vessel-api-'));
   const store = new SqliteStore(join(dir, 'vessel.db'));
@@ -50,6 +58,7 @@ export async function apiHarness(
     rateLimit: opts.rate ?? { ratePerSec: 0, burst: 0 },
     unauthenticatedRateLimit: opts.unauthenticatedRate ?? { ratePerSec: 0, burst: 0 },
     maxFileBytes: 1024 * 1024,
+    listenHost: opts.listenHost ?? '127.0.0.1',
   });
   await app.ready();
   return {
