@@ -13,8 +13,9 @@ export const AUDIT_RETENTION: AuditRetention = { perTenant: 100_000, perRuntime:
 
 /**
  * A tenant is pruned once it has recorded this many audits since its last prune. A prune costs
- * a walk over the runtimes' floors plus each deleted row, so in batches of this size it costs
- * less per audit than recording one; a tenant's retention is exceeded by at most this many.
+ * a walk over its runtimes' floors plus each deleted row, so in batches of this size it costs
+ * less per audit than recording one. The count lives in memory: a tenant holds at most this many
+ * beyond its retention, twice that across a restart.
  */
 export const PRUNE_AFTER = 5_000;
 

@@ -15,7 +15,7 @@ import type { Resources, TenantLimits, TenantUsage } from './types.js';
 
 const GiB = 1024 ** 3;
 
-export const TENANT_LIMIT_NAMES: ReadonlyArray<keyof TenantLimits> = ['runtimes', 'vcpus', 'memoryMib', 'checkpoints', 'checkpointGib'];
+const TENANT_LIMIT_NAMES: ReadonlyArray<keyof TenantLimits> = ['runtimes', 'vcpus', 'memoryMib', 'checkpoints', 'checkpointGib'];
 
 /** A runtime about to hold a VM: a create, a start or resume, or a resize. */
 export interface VmRequest {
