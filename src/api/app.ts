@@ -3,7 +3,7 @@
  * domain rules of its own.
  */
 import { randomBytes } from 'node:crypto';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type onRequestHookHandler, type onResponseHookHandler } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyContextConfig, type FastifyInstance, type onRequestHookHandler, type onResponseHookHandler } from 'fastify';
 import swagger from '@fastify/swagger';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv, type Options as AjvOptions } from 'ajv';
@@ -13,8 +13,9 @@ import { VesselError } from '../core/errors.js';
 import { hasScope } from '../core/tokens.js';
 import type { Principal, Scope } from '../core/types.js';
 import { errorHandler, sendError } from './errors.js';
+import { isLoopbackHost } from './loopback.js';
 import { Metrics } from './metrics.js';
-import { RateLimiter, type RateLimitConfig } from './rate-limit.js';
+import { RateLimiter, clientKey, type RateLimitConfig } from './rate-limit.js';
 import { SHARED_SCHEMAS } from './schemas.js';
 import { checkpointRoutes } from './routes/checkpoints.js';
 import { fileRoutes } from './routes/files.js';
@@ -35,13 +36,21 @@ export interface ApiOptions {
   core: Core;
   /** The service's pino logger; false for none (tests). */
   logger: FastifyBaseLogger | false;
+  /** Per bearer token. */
   rateLimit: RateLimitConfig;
+  /** Per client address, for requests without a valid token (missing, malformed or rejected). */
+  unauthenticatedRateLimit: RateLimitConfig;
   /** Largest file a PUT accepts. */
   maxFileBytes: number;
+  /** The address the API listens on: beyond loopback, /metrics needs an admin token. */
+  listenHost: string;
 }
 
 export const API_VERSION = '0.0.4';
 export const JSON_BODY_LIMIT = 1024 * 1024;
+
+const tooManyFailures = (retryAfterSecs: number): VesselError =>
+  new VesselError('rate_limited', 'too many requests without a valid bearer token from this address', { retryAfterSecs });
 
 function makeAjv(options: AjvOptions): Ajv {
   const ajv = new Ajv({ strict: false, useDefaults: true, allErrors: false, ...options });
@@ -103,6 +112,7 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   });
 
   const limiter = new RateLimiter(options.rateLimit);
+  const unauthenticatedLimiter = new RateLimiter(options.unauthenticatedRateLimit);
   const tokens = options.core.tokens;
   app.decorateRequest('principal', null as unknown as Principal);
 
@@ -110,13 +120,21 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
    * Authentication, rate limiting and authorization for a route that needs `scope`. A callback
    * hook, so that a token seen in the last seconds is admitted without a promise in between;
    * only a token not in the cache waits for the store.
+   *
+   * A request without a valid token draws on its client address's bucket, so that failed
+   * logins cannot be turned into load: a token not in the cache is charged before it is looked
+   * up (over the limit, the store is never asked), and refunded if it turns out valid.
    */
   const guard = (scope: Scope): onRequestHookHandler => (request, reply, done) => {
+    const client = clientKey(request.ip);
+    const refuse = (message: string): void => {
+      const wait = unauthenticatedLimiter.take(client);
+      sendError(reply, wait > 0 ? tooManyFailures(wait) : new VesselError('unauthenticated', message));
+    };
     const header = request.headers.authorization;
     const match = typeof header === 'string' ? /^Bearer ([\x21-\x7e]{1,512})$/i.exec(header) : null;
-    if (match === null) return void sendError(reply, new VesselError('unauthenticated', 'missing or malformed bearer token'));
-    const admit = (principal: Principal | null): void => {
-      if (principal === null) return void sendError(reply, new VesselError('unauthenticated', 'the bearer token was not accepted'));
+    if (match === null) return refuse('missing or malformed bearer token');
+    const admit = (principal: Principal): void => {
       const wait = limiter.take(principal.tokenId);
       if (wait > 0) return void sendError(reply, new VesselError('rate_limited', 'rate limit exceeded for this token', { retryAfterSecs: wait }));
       if (!hasScope(principal, scope)) return void sendError(reply, new VesselError('permission_denied', `this token lacks the '${scope}' scope`));
@@ -125,7 +143,13 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
     };
     const cached = tokens.cachedPrincipal(match[1]!);
     if (cached !== undefined) return admit(cached);
-    tokens.authenticate(match[1]!).then(admit, done);
+    const wait = unauthenticatedLimiter.take(client);
+    if (wait > 0) return void sendError(reply, tooManyFailures(wait));
+    tokens.authenticate(match[1]!).then((principal) => {
+      if (principal === null) return void sendError(reply, new VesselError('unauthenticated', 'the bearer token was not accepted'));
+      unauthenticatedLimiter.refund(client);
+      admit(principal);
+    }, done);
   };
 
   const metrics = new Metrics();
@@ -176,7 +200,9 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
     data: { status: 'ok' },
   }));
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
-  app.get('/metrics', { schema: { hide: true } }, async (_req, reply) => reply.type(metrics.contentType).send(await metrics.render()));
+  // Open to a local Prometheus; from elsewhere, route names and counts tell what tenants do.
+  const metricsConfig: FastifyContextConfig = isLoopbackHost(options.listenHost) ? {} : { scope: 'admin' };
+  app.get('/metrics', { schema: { hide: true }, config: metricsConfig }, async (_req, reply) => reply.type(metrics.contentType).send(await metrics.render()));
 
   const core = options.core;
   await app.register(runtimeRoutes, { core });

@@ -1,5 +1,6 @@
 /** Configuration from the environment (DESIGN.md lists every variable), read once at start. */
 import { resolve } from 'node:path';
+import type { TenantLimits } from '../core/types.js';
 import { parseCidrList } from '../net/blocked-ranges.js';
 
 export interface Config {
@@ -10,6 +11,8 @@ export interface Config {
   masterKey: string | undefined;
   accel: 'kvm' | 'tcg' | 'auto';
   rateLimit: { ratePerSec: number; burst: number };
+  /** Per client address, for requests without a valid token. */
+  unauthenticatedRateLimit: { ratePerSec: number; burst: number };
   maxFileBytes: number;
   memoryOvercommit: number;
   logLevel: string;
@@ -17,6 +20,8 @@ export interface Config {
   idleSuspendSecs: number;
   /** Spare VMs kept forked and ready for creates without a checkpoint; 0 = none. */
   warmPoolSize: number;
+  /** What each tenant may hold unless `vessel tenant limits set` gave it limits of its own. */
+  tenantLimits: TenantLimits;
   egress: {
     allowCidrs: string[];
     extraCaFile: string | undefined;
@@ -38,6 +43,24 @@ function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
   return n;
 }
 
+function wholeNumber(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+  const n = int(env, name, fallback);
+  if (!Number.isSafeInteger(n)) throw new Error(`${name} must be a whole number, got '${env[name]}'`);
+  return n;
+}
+
+/**
+ * Per-tenant defaults for a small team's host (8 to 16 cores, 32 to 64 GiB, a few hundred GB of
+ * disk, a handful of tenants). A tenant can run 50 runtimes of the default shape (1 vCPU,
+ * 512 MiB) at once, so the runtime count is the limit it meets first; larger shapes meet the
+ * sums before they take the host: 64 vCPUs (idle guests cost little CPU, so 4 to 8 per core is
+ * fair sharing, not capacity) and 32 GiB of memory limits (what the guests may grow to, half to
+ * all of such a host's RAM). A checkpoint of an idle 512 MiB runtime takes about 100 MiB, one
+ * whose guest filled its memory about 600 MiB: 50 checkpoints within 20 GiB keeps a tenant to a
+ * tenth or less of the disk.
+ */
+export const DEFAULT_TENANT_LIMITS: TenantLimits = { runtimes: 50, vcpus: 64, memoryMib: 32 * 1024, checkpoints: 50, checkpointGib: 20 };
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const accel = (env.VESSEL_ACCEL ?? 'auto').toLowerCase();
   if (accel !== 'kvm' && accel !== 'tcg' && accel !== 'auto') throw new Error(`VESSEL_ACCEL must be kvm, tcg or auto, got '${accel}'`);
@@ -49,11 +72,22 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     masterKey: env.VESSEL_MASTER_KEY || undefined,
     accel,
     rateLimit: { ratePerSec: int(env, 'VESSEL_RATE_LIMIT_RPS', 200), burst: int(env, 'VESSEL_RATE_LIMIT_BURST', 1000) },
+    // A client with no valid token has nothing to do but mistype one a few times: 20 attempts
+    // at once, then 2 a second, keeps failed logins from becoming load (each is a hash and a
+    // store read) without getting in the way of a client fixing its configuration.
+    unauthenticatedRateLimit: { ratePerSec: int(env, 'VESSEL_UNAUTH_RATE_LIMIT_RPS', 2), burst: int(env, 'VESSEL_UNAUTH_RATE_LIMIT_BURST', 20) },
     maxFileBytes: int(env, 'VESSEL_MAX_FILE_BYTES', 1024 ** 3),
     memoryOvercommit: int(env, 'VESSEL_MEMORY_OVERCOMMIT', 8),
     logLevel: env.VESSEL_LOG_LEVEL ?? 'info',
     idleSuspendSecs: int(env, 'VESSEL_IDLE_SUSPEND_SECS', 0),
     warmPoolSize: int(env, 'VESSEL_WARM_POOL', 2),
+    tenantLimits: {
+      runtimes: wholeNumber(env, 'VESSEL_TENANT_MAX_RUNTIMES', DEFAULT_TENANT_LIMITS.runtimes),
+      vcpus: wholeNumber(env, 'VESSEL_TENANT_MAX_VCPUS', DEFAULT_TENANT_LIMITS.vcpus),
+      memoryMib: wholeNumber(env, 'VESSEL_TENANT_MAX_MEMORY_MIB', DEFAULT_TENANT_LIMITS.memoryMib),
+      checkpoints: wholeNumber(env, 'VESSEL_TENANT_MAX_CHECKPOINTS', DEFAULT_TENANT_LIMITS.checkpoints),
+      checkpointGib: wholeNumber(env, 'VESSEL_TENANT_MAX_CHECKPOINT_GIB', DEFAULT_TENANT_LIMITS.checkpointGib),
+    },
     egress: {
       allowCidrs: parseCidrList(env.VESSEL_EGRESS_ALLOW_CIDRS),
       extraCaFile: env.VESSEL_EGRESS_EXTRA_CA || undefined,

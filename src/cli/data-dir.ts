@@ -1,8 +1,11 @@
 /** Files the service keeps in its data directory: the lock, the master key and the bootstrap admin token. */
 import { randomBytes } from 'node:crypto';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync, writeSync, chmodSync } from 'node:fs';
+import { closeSync, lstatSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync, writeSync, chmodSync } from 'node:fs';
 import { join } from 'node:path';
 import { generateTokenValue } from '../core/tokens.js';
+import { readPrivateFile } from '../platform/private-files.js';
+
+const lstatExists = (path: string): boolean => lstatSync(path, { throwIfNoEntry: false }) !== undefined;
 
 /**
  * 0700: root's alone. QEMU opens what it needs as root before it drops to its own uid, and is then
@@ -13,9 +16,10 @@ export function ensureDataDir(dir: string): void {
   chmodSync(dir, 0o700);
 }
 
-/** Reads a file, or creates it once (0600) with the given content. */
+/** Reads a private file (see readPrivateFile), or creates it once (0600) with the given content. */
 function readOrCreate(path: string, make: () => string): { value: string; created: boolean } {
-  if (existsSync(path)) return { value: readFileSync(path, 'utf8').trim(), created: false };
+  // lstat: a dangling link exists too, and readPrivateFile refuses it rather than write through it.
+  if (lstatExists(path)) return { value: readPrivateFile(path).trim(), created: false };
   const value = make();
   writeFileSync(path, value + '\n', { mode: 0o600, flag: 'wx' });
   chmodSync(path, 0o600);

@@ -38,6 +38,9 @@ export async function serve(config: Config): Promise<void> {
   process.on('unhandledRejection', (err) => log.error({ err }, 'unhandled rejection'));
   ensureDataDir(config.dataDir);
   const unlock = lockDataDir(config.dataDir);
+  // Before anything slow: a key or token file that others can read is refused at once.
+  const secretBox = new SecretBox(loadMasterKey(config.dataDir, config.masterKey));
+  const admin = loadAdminToken(config.dataDir, config.adminToken);
   const { image, accel, qemuVersion } = await prepareHost(config, log);
 
   const store = new SqliteStore(join(config.dataDir, 'vessel.db'));
@@ -48,10 +51,9 @@ export async function serve(config: Config): Promise<void> {
   const driver = new QemuDriver({ dataDir: config.dataDir, image, accel, qemuVersion, guestCaPem: ca.certPem, memoryOvercommit: config.memoryOvercommit, cgroups: detected.cgroups, log });
   const gateway = new Gateway({ instance: createHash('sha256').update(config.dataDir).digest('hex').slice(0, 8), ca, ...config.egress, log });
   await gateway.start();
-  const core = new Core({ store, driver, gateway, secretBox: new SecretBox(loadMasterKey(config.dataDir, config.masterKey)), log, warmPoolSize: config.warmPoolSize });
+  const core = new Core({ store, driver, gateway, secretBox, log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize });
   gateway.connect(core.egress);
 
-  const admin = loadAdminToken(config.dataDir, config.adminToken);
   await core.tokens.installAdmin(admin.token);
   if (admin.created) {
     // Printed once, to the terminal only; the file keeps it for the operator.
@@ -62,7 +64,14 @@ export async function serve(config: Config): Promise<void> {
   log.info(reconciled, 'reconciled runtimes with live VMs');
   core.runtimes.startIdleSuspension(config.idleSuspendSecs);
 
-  const app = await buildApi({ core, logger: log, rateLimit: config.rateLimit, maxFileBytes: config.maxFileBytes });
+  const app = await buildApi({
+    core,
+    logger: log,
+    rateLimit: config.rateLimit,
+    unauthenticatedRateLimit: config.unauthenticatedRateLimit,
+    maxFileBytes: config.maxFileBytes,
+    listenHost: config.host,
+  });
   await app.listen({ host: config.host, port: config.port });
 
   let closing = false;

@@ -1,10 +1,23 @@
 /** Egress audits: recorded by the gateway, listed by tenants. */
 import { notFound } from './errors.js';
 import { isUuid } from './names.js';
-import type { Store } from './ports.js';
+import type { AuditRetention, Store } from './ports.js';
 import type { Audit } from './types.js';
 
-export const AUDIT_RETENTION = 100_000;
+/**
+ * Retention is per tenant, so that one tenant's flood of denied connections evicts nothing of
+ * another's; and a runtime keeps its newest thousand whatever its siblings record, so that one
+ * noisy guest does not erase what its tenant needs to see of the others.
+ */
+export const AUDIT_RETENTION: AuditRetention = { perTenant: 100_000, perRuntime: 1_000 };
+
+/**
+ * A tenant is pruned once it has recorded this many audits since its last prune. A prune costs
+ * a walk over its runtimes' floors plus each deleted row, so in batches of this size it costs
+ * less per audit than recording one. The count lives in memory: a tenant holds at most this many
+ * beyond its retention, twice that across a restart.
+ */
+export const PRUNE_AFTER = 5_000;
 
 export interface AuditQuery {
   category?: string | undefined;
@@ -13,6 +26,9 @@ export interface AuditQuery {
 }
 
 export class AuditService {
+  /** Audits recorded per tenant since its last prune. */
+  readonly #sincePrune = new Map<string, number>();
+
   constructor(private readonly store: Store) {}
 
   async list(tenantId: string, q: AuditQuery): Promise<Audit[]> {
@@ -30,7 +46,14 @@ export class AuditService {
   async record(audits: Audit[]): Promise<void> {
     if (audits.length === 0) return;
     await this.store.audits.insert(audits);
+    for (const a of audits) this.#sincePrune.set(a.tenantId, (this.#sincePrune.get(a.tenantId) ?? 0) + 1);
   }
 
-  prune = (): Promise<number> => this.store.audits.prune(AUDIT_RETENTION);
+  /** Prunes the tenants that recorded PRUNE_AFTER audits or more since their last prune; the others are left alone. */
+  async prune(): Promise<number> {
+    const due = [...this.#sincePrune].filter(([, n]) => n >= PRUNE_AFTER).map(([tenantId]) => tenantId);
+    if (due.length === 0) return 0;
+    for (const tenantId of due) this.#sincePrune.delete(tenantId);
+    return this.store.audits.prune(due, AUDIT_RETENTION);
+  }
 }

@@ -8,6 +8,7 @@ import { failedPrecondition, invalidArgument, notFound } from './errors.js';
 import { requireState } from './lifecycle.js';
 import { checkDisplayName } from './names.js';
 import type { Store, VmDriver } from './ports.js';
+import type { TenantQuotas } from './quotas.js';
 import type { Logger, RuntimeService } from './runtimes.js';
 import type { Checkpoint, Page, PageRequest, Resources } from './types.js';
 import { KeyedMutex } from './keyed-mutex.js';
@@ -43,6 +44,7 @@ export class CheckpointService {
     private readonly store: Store,
     private readonly runtimes: RuntimeService,
     private readonly driver: VmDriver,
+    private readonly quotas: TenantQuotas,
     private readonly log: Logger,
   ) {}
 
@@ -62,9 +64,10 @@ export class CheckpointService {
       sourceRuntimeId: runtime.id,
       parentCheckpointId: runtime.baseCheckpointId,
       deleted: false,
+      diskBytes: null,
       createdAt: new Date().toISOString(),
     };
-    await this.store.checkpoints.insert(cp);
+    await this.quotas.admitCheckpoint(tenantId, () => this.store.checkpoints.insert(cp));
     const capture = this.#capture(cp, runtime.id)
       .catch((err: unknown) => this.log.error({ checkpointId: cp.id, err }, 'checkpoint capture crashed'))
       .finally(() => this.#captures.delete(capture));
@@ -122,6 +125,7 @@ export class CheckpointService {
         sourceRuntimeId: null,
         parentCheckpointId: null,
         deleted: false,
+        diskBytes: null,
         createdAt: new Date().toISOString(),
       };
       await this.store.checkpoints.insert(cp);
@@ -209,11 +213,11 @@ export class CheckpointService {
         const rt = await this.store.runtimes.findById(runtimeId);
         if (rt === undefined) throw new Error('the runtime was deleted before the capture');
         requireState('checkpoint', rt.status, rt.displayName);
-        await this.driver.checkpoint(runtimeId, cp.id);
+        const { bytes } = await this.driver.checkpoint(runtimeId, cp.id);
         // The runtime's overlay now sits on the checkpoint's frozen layer.
         await this.store.runtimes.update({ ...rt, baseCheckpointId: cp.id, updatedAt: new Date().toISOString() });
         this.#intact.set(cp.id, Promise.resolve());
-        await this.store.checkpoints.update({ ...cp, state: 'ready', resources: rt.resources });
+        await this.store.checkpoints.update({ ...cp, state: 'ready', resources: rt.resources, diskBytes: bytes });
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
         this.log.warn({ checkpointId: cp.id, runtimeId, err: message }, 'checkpoint failed');

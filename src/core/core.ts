@@ -3,11 +3,13 @@ import { AuditService } from './audits.js';
 import { CheckpointService } from './checkpoints.js';
 import { EgressService } from './egress.js';
 import type { NetworkGateway, Store, VmDriver } from './ports.js';
+import { TenantQuotas } from './quotas.js';
 import { RuleService } from './rules.js';
 import { RuntimeService, type Logger } from './runtimes.js';
 import type { SecretBox } from './secret-box.js';
 import { SecretService } from './secrets.js';
 import { TokenService } from './tokens.js';
+import type { TenantLimits } from './types.js';
 import { WarmPool } from './warm-pool.js';
 
 export interface CorePorts {
@@ -16,6 +18,8 @@ export interface CorePorts {
   gateway: NetworkGateway;
   secretBox: SecretBox;
   log: Logger;
+  /** What each tenant may hold unless an operator set limits of its own (docs/api.md, "Quotas"). */
+  tenantLimits: TenantLimits;
   /** Spare VMs kept ready for creates without a checkpoint (0 or absent: none). */
   warmPoolSize?: number;
 }
@@ -40,9 +44,10 @@ export class Core {
     this.audits = new AuditService(store);
     this.egress = new EgressService(store, gateway, this.secrets, this.audits, (id) => this.runtimes.touch(id));
     this.#pool = new WarmPool(driver, gateway, ports.warmPoolSize ?? 0, log);
-    this.runtimes = new RuntimeService(store, driver, this.egress, log, this.#pool);
+    const quotas = new TenantQuotas(store, ports.tenantLimits);
+    this.runtimes = new RuntimeService(store, driver, this.egress, quotas, log, this.#pool);
     this.rules = new RuleService(store, this.runtimes, this.secrets);
-    this.checkpoints = new CheckpointService(store, this.runtimes, driver, log);
+    this.checkpoints = new CheckpointService(store, this.runtimes, driver, quotas, log);
     // A PATCHed policy or a rule change applies to the gateway's next connection.
     this.runtimes.observe({ policyChanged: (rt) => void this.egress.refresh(rt.id) });
     this.rules.onChange((runtimeId) => void this.egress.refresh(runtimeId));

@@ -17,6 +17,8 @@ import type {
   Resources,
   Runtime,
   Secret,
+  TenantLimits,
+  TenantUsage,
   Token,
 } from './types.js';
 
@@ -32,6 +34,7 @@ export interface Store {
   readonly rules: RuleRepo;
   readonly checkpoints: CheckpointRepo;
   readonly audits: AuditRepo;
+  readonly quotas: QuotaRepo;
   close(): void;
 }
 
@@ -76,17 +79,41 @@ export interface CheckpointRepo {
   purge(id: string): Promise<void>;
 }
 
+/** A tenant's own limits, where an operator set them; null puts one back to the default. */
+export type TenantLimitOverrides = { [K in keyof TenantLimits]?: number | null };
+
+export interface QuotaRepo {
+  /**
+   * What the tenant holds: all its runtimes, the vCPUs and memory limits (in force, not pending)
+   * of those that hold a VM (LIVE_STATUSES), its checkpoints not deleted, and the disk bytes of
+   * the ready ones.
+   */
+  usage(tenantId: string): Promise<TenantUsage>;
+  overrides(tenantId: string): Promise<Partial<TenantLimits>>;
+  /** Changes only the limits given. */
+  setOverrides(tenantId: string, overrides: TenantLimitOverrides): Promise<void>;
+}
+
 export interface AuditFilter {
   category?: string | undefined;
   runtimeId?: string | undefined;
   limit: number;
 }
 
+/** How many audits are kept: per tenant, and per runtime whatever its tenant's other runtimes record. */
+export interface AuditRetention {
+  perTenant: number;
+  perRuntime: number;
+}
+
 export interface AuditRepo {
   insert(audits: Audit[]): Promise<void>;
   list(tenantId: string, filter: AuditFilter): Promise<Audit[]>;
-  /** Bounded retention: keep the newest `keep` audits. */
-  prune(keep: number): Promise<number>;
+  /**
+   * For each of these tenants, deletes its audits older than its newest `perTenant`, except the
+   * newest `perRuntime` of each of its runtimes that still exists. Returns how many went.
+   */
+  prune(tenantIds: string[], retention: AuditRetention): Promise<number>;
 }
 
 /**
@@ -148,13 +175,18 @@ export interface NetworkGateway {
 
 export type LiveState = 'running' | 'paused' | 'gone';
 
+export interface HostLimits {
+  vcpus: number;
+  memoryMib: number;
+}
+
 export interface VmDriver {
   /** Human-readable reason when the driver cannot run VMs on this host; null when it can. */
   unavailableReason(): string | null;
   /** Identifies the guest image; system checkpoints are made per image. */
   imageId(): string;
   /** The largest VM this host could ever run: its CPUs, and its memory less what the host keeps. */
-  hostLimits(): { vcpus: number; memoryMib: number };
+  hostLimits(): HostLimits;
   /** Boots the image once with these resources and captures it as the checkpoint's files. */
   createTemplate(checkpointId: string, resources: Resources): Promise<void>;
   /** Removes leftovers of work cut short by a crash (template VMs, unreferenced disk layers). */

@@ -6,7 +6,8 @@ import { normalizeHostPattern } from './host-pattern.js';
 import { KeyedMutex } from './keyed-mutex.js';
 import { LIVE_STATUSES, RESULT_OF, requireState, type LifecycleOp } from './lifecycle.js';
 import { checkDisplayName } from './names.js';
-import type { Store, VmDriver, VmSpec } from './ports.js';
+import type { HostLimits, Store, VmDriver, VmSpec } from './ports.js';
+import type { TenantQuotas } from './quotas.js';
 import type { Checkpoint, EgressPolicy, ExecRequest, ExecResult, IngressSpec, Page, PageRequest, Resources, Runtime } from './types.js';
 import type { WarmPool } from './warm-pool.js';
 
@@ -53,7 +54,15 @@ export interface Logger {
   error(obj: object, msg: string): void;
 }
 
-function checkResources(r: Resources): Resources {
+/**
+ * Requests within limits, and no VM larger than the host could ever run: the schema keeps the
+ * spec's ranges (vcpus up to 2^31-1, memory up to 2^64), which no host has.
+ */
+function checkResources(r: Resources, host: HostLimits): Resources {
+  if (r.vcpus > host.vcpus) throw invalidArgument(`resources.vcpus ${r.vcpus} is more than this host's ${host.vcpus} CPUs`);
+  if (r.limits.memory_mib > host.memoryMib) {
+    throw invalidArgument(`resources.limits.memory_mib ${r.limits.memory_mib} is more than this host's ${host.memoryMib} MiB`);
+  }
   if (r.requests.memory_mib > r.limits.memory_mib) {
     throw invalidArgument(
       `resources.requests.memory_mib (${r.requests.memory_mib}) must not exceed resources.limits.memory_mib (${r.limits.memory_mib})`,
@@ -97,6 +106,7 @@ export class RuntimeService {
     private readonly store: Store,
     private readonly driver: VmDriver,
     private readonly network: RuntimeNetwork,
+    private readonly quotas: TenantQuotas,
     private readonly log: Logger,
     private readonly pool: Pick<WarmPool, 'take' | 'discard'> | null = null,
   ) {
@@ -124,61 +134,44 @@ export class RuntimeService {
 
   async create(tenantId: string, input: RuntimeCreateInput): Promise<Runtime> {
     this.#requireDriver();
-    // All input is checked before anything costly (a system template boot) happens.
+    // All input, and the tenant's quota, is checked before anything costly (a system template
+    // boot, a check of a checkpoint's files) happens.
     const name = checkDisplayName(input.display_name);
     const egressPolicy = normalizeEgressPolicy(input.egress_policy ?? { enabled: true, allowed_hosts: [] });
     const ingressSpecs = checkIngress(input.ingress_specs ?? []);
-    let resources = this.#resourcesFromInput(input.resources);
-    let baseCheckpointId: string | null = null;
-    let spareId: string | null = null;
-    if (input.checkpoint !== undefined) {
-      const cp = await this.store.checkpoints.find(tenantId, input.checkpoint, true);
-      if (cp === undefined) throw notFound('checkpoint', input.checkpoint);
-      if (cp.state !== 'ready') throw failedPrecondition(`checkpoint '${cp.displayName}' is ${cp.state}, not ready${cp.stateMessage === null ? '' : `: ${cp.stateMessage}`}`);
-      if (input.resources?.limits !== undefined && input.resources.limits.memory_mib !== cp.resources.limits.memory_mib) {
-        throw invalidArgument(`a fork has its checkpoint's memory limit (${cp.resources.limits.memory_mib} MiB)`);
-      }
-      if (input.resources?.vcpus !== undefined && input.resources.vcpus !== cp.resources.vcpus) {
-        throw invalidArgument(`a fork has its checkpoint's vcpus (${cp.resources.vcpus})`);
-      }
-      await this.#checkpoints?.ensureIntact(cp);
-      resources = checkResources({
-        ...cp.resources,
-        requests: { memory_mib: input.resources?.requests?.memory_mib ?? cp.resources.requests.memory_mib },
-      });
-      baseCheckpointId = cp.id;
-    } else if (this.#checkpoints !== null) {
-      try {
-        baseCheckpointId = (await this.#checkpoints.systemFor(resources)).id;
-        spareId = this.pool?.take(baseCheckpointId, resources) ?? null;
-      } catch (err) {
-        if (err instanceof VesselError) throw err;
-        this.log.error({ err }, 'could not make the system checkpoint');
-        throw unavailable(`the guest image could not be booted into a template: ${err instanceof Error ? err.message : String(err)}`);
-      }
-    }
-    const now = new Date().toISOString();
-    const runtime: Runtime = {
-      // A spare from the warm pool already runs under the id it was made for.
-      id: spareId ?? randomUUID(),
-      tenantId,
-      displayName: name,
-      status: 'creating',
-      statusMessage: null,
-      egressPolicy,
-      ingressSpecs,
-      resources,
-      pendingResources: null,
-      baseCheckpointId,
-      createdAt: now,
-      updatedAt: now,
-    };
+    const fork = input.checkpoint === undefined ? null : await this.#forkOf(tenantId, input.checkpoint, input.resources);
+    const resources = fork?.resources ?? this.#resourcesFromInput(input.resources);
+    const claim = await this.quotas.claimVm(tenantId, { runtimeName: name, resources, newRuntime: true, replacing: null });
+    let runtime: Runtime;
     try {
-      await this.store.runtimes.insert(runtime);
-    } catch (err) {
-      // A duplicate name, say: the spare taken for it goes, rather than run unowned.
-      if (spareId !== null) await this.pool?.discard(spareId);
-      throw err;
+      if (fork !== null) await this.#checkpoints?.ensureIntact(fork.checkpoint);
+      const { baseCheckpointId, spareId } = fork === null ? await this.#template(resources) : { baseCheckpointId: fork.checkpoint.id, spareId: null };
+      const now = new Date().toISOString();
+      runtime = {
+        // A spare from the warm pool already runs under the id it was made for.
+        id: spareId ?? randomUUID(),
+        tenantId,
+        displayName: name,
+        status: 'creating',
+        statusMessage: null,
+        egressPolicy,
+        ingressSpecs,
+        resources,
+        pendingResources: null,
+        baseCheckpointId,
+        createdAt: now,
+        updatedAt: now,
+      };
+      try {
+        // From here the record, `creating`, holds the VM against the quota.
+        await claim.commit(() => this.store.runtimes.insert(runtime));
+      } catch (err) {
+        // A duplicate name, say: the spare taken for it goes, rather than run unowned.
+        if (spareId !== null) await this.pool?.discard(spareId);
+        throw err;
+      }
+    } finally {
+      claim.release();
     }
     return this.#lock.run(runtime.id, async () => {
       try {
@@ -207,11 +200,22 @@ export class RuntimeService {
       const changes: Partial<Runtime> = {};
       if (input.egress_policy !== undefined) changes.egressPolicy = normalizeEgressPolicy(input.egress_policy);
       if (input.resources !== undefined) {
-        const target = checkResources({
-          vcpus: rt.resources.vcpus,
-          limits: { memory_mib: input.resources.limits?.memory_mib ?? (rt.pendingResources ?? rt.resources).limits.memory_mib },
-          requests: { memory_mib: input.resources.requests?.memory_mib ?? rt.resources.requests.memory_mib },
-        });
+        const target = checkResources(
+          {
+            vcpus: rt.resources.vcpus,
+            limits: { memory_mib: input.resources.limits?.memory_mib ?? (rt.pendingResources ?? rt.resources).limits.memory_mib },
+            requests: { memory_mib: input.resources.requests?.memory_mib ?? rt.resources.requests.memory_mib },
+          },
+          this.driver.hostLimits(),
+        );
+        const next = rt.pendingResources ?? rt.resources;
+        if (target.limits.memory_mib > next.limits.memory_mib) {
+          // A resize holds nothing more until the next start, which claims the VM again; this
+          // refuses now a size the tenant could not run beside what it holds.
+          const holdsVm = LIVE_STATUSES.includes(rt.status);
+          const replacing = holdsVm ? rt.resources : null;
+          (await this.quotas.claimVm(tenantId, { runtimeName: rt.displayName, resources: target, newRuntime: false, replacing })).release();
+        }
         const live = rt.status === 'running' || rt.status === 'paused';
         if (live && target.requests.memory_mib !== rt.resources.requests.memory_mib) {
           // Fits inside the limit in force now; a larger request waits for the limit to grow at the next start.
@@ -379,16 +383,21 @@ export class RuntimeService {
     // A suspended VM comes back with the memory it was saved with; pending limits wait for a real boot.
     const resources = rt.status === 'suspended' ? rt.resources : (rt.pendingResources ?? rt.resources);
     const pendingResources = rt.status === 'suspended' ? rt.pendingResources : null;
+    const claim = await this.quotas.claimVm(rt.tenantId, { runtimeName: rt.displayName, resources, newRuntime: false, replacing: null });
     try {
-      await this.driver.start(this.#spec({ ...rt, resources }, await this.network.attach(rt)));
-    } catch (err) {
-      const reason = err instanceof Error ? err.message : String(err);
-      if (err instanceof VesselError && err.code === 'unavailable') throw err;
-      await this.#save(rt, { status: 'crashed', statusMessage: `start failed: ${reason}` });
-      throw unavailable(`runtime '${rt.displayName}' failed to start: ${reason}`);
+      try {
+        await this.driver.start(this.#spec({ ...rt, resources }, await this.network.attach(rt)));
+      } catch (err) {
+        const reason = err instanceof Error ? err.message : String(err);
+        if (err instanceof VesselError && err.code === 'unavailable') throw err;
+        await this.#save(rt, { status: 'crashed', statusMessage: `start failed: ${reason}` });
+        throw unavailable(`runtime '${rt.displayName}' failed to start: ${reason}`);
+      }
+      this.touch(rt.id);
+      return await claim.commit(() => this.#save(rt, { status: 'running', statusMessage: null, resources, pendingResources }));
+    } finally {
+      claim.release();
     }
-    this.touch(rt.id);
-    return this.#save(rt, { status: 'running', statusMessage: null, resources, pendingResources });
   }
 
   async #finishDelete(rt: Runtime): Promise<void> {
@@ -408,13 +417,40 @@ export class RuntimeService {
     });
   }
 
+  /** The ready checkpoint a create forks, and the resources the fork gets: its checkpoint's, with a request of its own. */
+  async #forkOf(tenantId: string, ref: string, input: RuntimeCreateInput['resources']): Promise<{ checkpoint: Checkpoint; resources: Resources }> {
+    const cp = await this.store.checkpoints.find(tenantId, ref, true);
+    if (cp === undefined) throw notFound('checkpoint', ref);
+    if (cp.state !== 'ready') throw failedPrecondition(`checkpoint '${cp.displayName}' is ${cp.state}, not ready${cp.stateMessage === null ? '' : `: ${cp.stateMessage}`}`);
+    if (input?.limits !== undefined && input.limits.memory_mib !== cp.resources.limits.memory_mib) {
+      throw invalidArgument(`a fork has its checkpoint's memory limit (${cp.resources.limits.memory_mib} MiB)`);
+    }
+    if (input?.vcpus !== undefined && input.vcpus !== cp.resources.vcpus) {
+      throw invalidArgument(`a fork has its checkpoint's vcpus (${cp.resources.vcpus})`);
+    }
+    const requests = { memory_mib: input?.requests?.memory_mib ?? cp.resources.requests.memory_mib };
+    return { checkpoint: cp, resources: checkResources({ ...cp.resources, requests }, this.driver.hostLimits()) };
+  }
+
+  /** The system checkpoint a plain create forks (made on first use of its shape), and a warm spare of it if one is ready. */
+  async #template(resources: Resources): Promise<{ baseCheckpointId: string | null; spareId: string | null }> {
+    if (this.#checkpoints === null) return { baseCheckpointId: null, spareId: null };
+    try {
+      const baseCheckpointId = (await this.#checkpoints.systemFor(resources)).id;
+      return { baseCheckpointId, spareId: this.pool?.take(baseCheckpointId, resources) ?? null };
+    } catch (err) {
+      if (err instanceof VesselError) throw err;
+      this.log.error({ err }, 'could not make the system checkpoint');
+      throw unavailable(`the guest image could not be booted into a template: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+
   #resourcesFromInput(input: RuntimeCreateInput['resources']): Resources {
     const limit = input?.limits?.memory_mib ?? DEFAULT_MEMORY_MIB;
-    return checkResources({
-      limits: { memory_mib: limit },
-      requests: { memory_mib: input?.requests?.memory_mib ?? limit },
-      vcpus: input?.vcpus ?? 1,
-    });
+    return checkResources(
+      { limits: { memory_mib: limit }, requests: { memory_mib: input?.requests?.memory_mib ?? limit }, vcpus: input?.vcpus ?? 1 },
+      this.driver.hostLimits(),
+    );
   }
 
   #spec(rt: Runtime, tap: string): VmSpec {

@@ -84,7 +84,31 @@ export interface Checkpoint {
   parentCheckpointId: string | null;
   /** Hidden from users (deleted) but kept while forks still need its files. */
   deleted: boolean;
+  /** Disk space its files take, known once it is ready; null before, and for checkpoints captured before it was measured. */
+  diskBytes: number | null;
   createdAt: string;
+}
+
+/** What one tenant may hold at once, whatever the host could give it (docs/api.md, "Quotas"). */
+export interface TenantLimits {
+  /** Runtimes in any state. */
+  runtimes: number;
+  /** Sums over the runtimes that hold a VM (creating, running, paused). */
+  vcpus: number;
+  memoryMib: number;
+  /** Checkpoints not deleted, in any state. */
+  checkpoints: number;
+  /** Disk space of the ready checkpoints. */
+  checkpointGib: number;
+}
+
+/** What a tenant holds, counted as its limits are. */
+export interface TenantUsage {
+  runtimes: number;
+  vcpus: number;
+  memoryMib: number;
+  checkpoints: number;
+  checkpointBytes: number;
 }
 
 export type EgressAuditKind = 'tcp_connection' | 'http_request' | 'icmp_drop';

@@ -78,4 +78,23 @@ export const MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
       CREATE INDEX audits_runtime ON audits (runtime_id, seq);
     `,
   },
+  {
+    // Per-tenant quotas: the disk space of each capture (NULL where it was not measured), the
+    // tenant's checkpoints found without a scan, and the limits an operator set per tenant
+    // (NULL: the configured default).
+    version: 2,
+    sql: `
+      ALTER TABLE checkpoints ADD COLUMN disk_bytes INTEGER;
+      CREATE INDEX checkpoints_tenant ON checkpoints (tenant_id) WHERE deleted = 0;
+      CREATE TABLE tenant_limits (
+        tenant_id TEXT PRIMARY KEY,
+        runtimes INTEGER,
+        vcpus INTEGER,
+        memory_mib INTEGER,
+        checkpoints INTEGER,
+        checkpoint_gib INTEGER,
+        updated_at TEXT NOT NULL
+      );
+    `,
+  },
 ];

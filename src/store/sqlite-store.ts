@@ -6,9 +6,10 @@
 import { chmodSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import { alreadyExists, invalidArgument } from '../core/errors.js';
+import { LIVE_STATUSES } from '../core/lifecycle.js';
 import { isUuid } from '../core/names.js';
-import type { AuditFilter, AuditRepo, CheckpointRepo, RuleRepo, Store, TenantRepo, TokenRepo } from '../core/ports.js';
-import type { Audit, Checkpoint, InjectionRule, Page, PageRequest, Runtime, Secret, Token } from '../core/types.js';
+import type { AuditFilter, AuditRepo, AuditRetention, CheckpointRepo, QuotaRepo, RuleRepo, Store, TenantLimitOverrides, TenantRepo, TokenRepo } from '../core/ports.js';
+import type { Audit, Checkpoint, InjectionRule, Page, PageRequest, Runtime, Secret, TenantLimits, Token } from '../core/types.js';
 import { MIGRATIONS } from './migrations.js';
 
 type Row = Record<string, unknown>;
@@ -16,6 +17,7 @@ type Db = Database.Database;
 
 const str = (v: unknown): string => v as string;
 const strOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : (v as string));
+const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
 const json = <T>(v: unknown): T => JSON.parse(v as string) as T;
 const jsonOrNull = <T>(v: unknown): T | null => (v === null || v === undefined ? null : json<T>(v));
 
@@ -249,6 +251,7 @@ const checkpointToRow = (c: Checkpoint): Row => ({
   source_runtime_id: c.sourceRuntimeId,
   parent_checkpoint_id: c.parentCheckpointId,
   deleted: c.deleted ? 1 : 0,
+  disk_bytes: c.diskBytes,
   created_at: c.createdAt,
 });
 const checkpointFromRow = (r: Row): Checkpoint => ({
@@ -261,6 +264,7 @@ const checkpointFromRow = (r: Row): Checkpoint => ({
   sourceRuntimeId: strOrNull(r.source_runtime_id),
   parentCheckpointId: strOrNull(r.parent_checkpoint_id),
   deleted: r.deleted === 1,
+  diskBytes: numOrNull(r.disk_bytes),
   createdAt: str(r.created_at),
 });
 
@@ -281,6 +285,7 @@ export class SqliteStore implements Store {
   readonly rules: RuleRepo;
   readonly checkpoints: CheckpointRepo;
   readonly audits: AuditRepo;
+  readonly quotas: QuotaRepo;
 
   constructor(file: string) {
     const db = (this.#db = openDatabase(file));
@@ -290,6 +295,7 @@ export class SqliteStore implements Store {
     this.rules = ruleRepo(db);
     this.checkpoints = checkpointRepo(db);
     this.audits = auditRepo(db);
+    this.quotas = quotaRepo(db);
   }
 
   close(): void {
@@ -356,7 +362,7 @@ function ruleRepo(db: Db): RuleRepo {
 }
 
 function checkpointRepo(db: Db): CheckpointRepo {
-  const cols = ['id', 'tenant_id', 'display_name', 'state', 'state_message', 'resources', 'source_runtime_id', 'parent_checkpoint_id', 'deleted', 'created_at'];
+  const cols = ['id', 'tenant_id', 'display_name', 'state', 'state_message', 'resources', 'source_runtime_id', 'parent_checkpoint_id', 'deleted', 'disk_bytes', 'created_at'];
   const insert = db.prepare(`INSERT INTO checkpoints (${cols.join(', ')}) VALUES (${cols.map((c) => '@' + c).join(', ')})`);
   const update = db.prepare(`UPDATE checkpoints SET ${cols.filter((c) => c !== 'id').map((c) => `${c} = @${c}`).join(', ')} WHERE id = @id`);
   const visible = '(tenant_id = @tenant OR (@system = 1 AND tenant_id IS NULL)) AND deleted = 0';
@@ -399,11 +405,88 @@ function auditRepo(db: Db): AuditRepo {
     `SELECT * FROM audits WHERE tenant_id = @tenant AND (@category IS NULL OR category = @category)
        AND (@runtime IS NULL OR runtime_id = @runtime) ORDER BY seq DESC LIMIT @limit`,
   );
-  const prune = db.prepare('DELETE FROM audits WHERE seq <= (SELECT max(seq) FROM audits) - ?');
+  /*
+   * Per tenant, in index order only: `cutoff` is the newest audit past the tenant's retention
+   * (an OFFSET walk of audits_tenant; none, and nothing is deleted, while the tenant is within
+   * it). Each runtime of the tenant that has audits that old keeps its newest `perRuntime`: its
+   * floor is found by an OFFSET walk of audits_runtime (-1: it has fewer). The delete then reads
+   * only the tenant's audits up to the cutoff. A runtime deleted since has no floor: its audits
+   * go with the tenant's oldest. (Ranking the tenant's audits with row_number() windows instead
+   * sorts all of them at every prune: 1.8 s against 0.5 s for 150,000 here.)
+   */
+  const prune = db.prepare(
+    `WITH cutoff AS (SELECT seq FROM audits WHERE tenant_id = @tenant ORDER BY seq DESC LIMIT 1 OFFSET @perTenant),
+       floors AS MATERIALIZED (
+         SELECT r.id AS runtime_id,
+           coalesce((SELECT seq FROM audits WHERE runtime_id = r.id ORDER BY seq DESC LIMIT 1 OFFSET @perRuntime - 1), -1) AS seq
+         FROM runtimes r
+         WHERE r.tenant_id = @tenant AND EXISTS (SELECT 1 FROM audits WHERE runtime_id = r.id AND seq <= (SELECT seq FROM cutoff)))
+     DELETE FROM audits
+     WHERE tenant_id = @tenant AND seq <= (SELECT seq FROM cutoff)
+       AND seq < coalesce((SELECT seq FROM floors WHERE floors.runtime_id = audits.runtime_id), ${Number.MAX_SAFE_INTEGER})`,
+  );
+  const pruneTenants = db.transaction((tenantIds: string[], retention: AuditRetention) =>
+    tenantIds.reduce((deleted, tenant) => deleted + prune.run({ tenant, ...retention }).changes, 0),
+  );
   return {
     insert: async (audits) => insertMany(audits),
     list: async (tenantId, f: AuditFilter) =>
       (list.all({ tenant: tenantId, category: f.category ?? null, runtime: f.runtimeId ?? null, limit: f.limit }) as Row[]).map(auditFromRow),
-    prune: async (keep) => prune.run(keep).changes,
+    prune: async (tenantIds, retention) => pruneTenants(tenantIds, retention),
+  };
+}
+
+/** Columns of tenant_limits, by the limit they hold. */
+const LIMIT_COLUMNS: Record<keyof TenantLimits, string> = {
+  runtimes: 'runtimes',
+  vcpus: 'vcpus',
+  memoryMib: 'memory_mib',
+  checkpoints: 'checkpoints',
+  checkpointGib: 'checkpoint_gib',
+};
+const LIMIT_NAMES = Object.keys(LIMIT_COLUMNS) as Array<keyof TenantLimits>;
+
+function quotaRepo(db: Db): QuotaRepo {
+  const runtimeUsage = db.prepare(
+    `SELECT count(*) AS runtimes,
+       coalesce(sum(json_extract(resources, '$.vcpus')) FILTER (WHERE holds_vm), 0) AS vcpus,
+       coalesce(sum(json_extract(resources, '$.limits.memory_mib')) FILTER (WHERE holds_vm), 0) AS memory_mib
+     FROM (SELECT resources, status IN (SELECT value FROM json_each(@live)) AS holds_vm FROM runtimes WHERE tenant_id = @tenant)`,
+  );
+  const checkpointUsage = db.prepare(
+    `SELECT count(*) AS checkpoints, coalesce(sum(disk_bytes) FILTER (WHERE state = 'ready'), 0) AS bytes
+     FROM checkpoints WHERE tenant_id = ? AND deleted = 0`,
+  );
+  const live = JSON.stringify(LIVE_STATUSES);
+  const find = db.prepare('SELECT * FROM tenant_limits WHERE tenant_id = ?');
+  const put = db.prepare(
+    `INSERT OR REPLACE INTO tenant_limits (tenant_id, ${LIMIT_NAMES.map((n) => LIMIT_COLUMNS[n]).join(', ')}, updated_at)
+     VALUES (@tenant, ${LIMIT_NAMES.map((n) => '@' + n).join(', ')}, @at)`,
+  );
+  const remove = db.prepare('DELETE FROM tenant_limits WHERE tenant_id = ?');
+  const overrides = (tenantId: string): Partial<TenantLimits> => {
+    const row = find.get(tenantId) as Row | undefined;
+    const set: Partial<TenantLimits> = {};
+    for (const name of LIMIT_NAMES) {
+      const value = numOrNull(row?.[LIMIT_COLUMNS[name]]);
+      if (value !== null) set[name] = value;
+    }
+    return set;
+  };
+  const setOverrides = db.transaction((tenantId: string, changes: TenantLimitOverrides) => {
+    const current = overrides(tenantId);
+    const merged: Record<string, number | null> = {};
+    for (const name of LIMIT_NAMES) merged[name] = changes[name] === undefined ? (current[name] ?? null) : changes[name];
+    if (LIMIT_NAMES.every((name) => merged[name] === null)) remove.run(tenantId);
+    else put.run({ ...merged, tenant: tenantId, at: new Date().toISOString() });
+  });
+  return {
+    usage: async (tenantId) => {
+      const r = runtimeUsage.get({ tenant: tenantId, live }) as { runtimes: number; vcpus: number; memory_mib: number };
+      const c = checkpointUsage.get(tenantId) as { checkpoints: number; bytes: number };
+      return { runtimes: r.runtimes, vcpus: r.vcpus, memoryMib: r.memory_mib, checkpoints: c.checkpoints, checkpointBytes: c.bytes };
+    },
+    overrides: async (tenantId) => overrides(tenantId),
+    setOverrides: async (tenantId, changes) => setOverrides(tenantId, changes),
   };
 }

@@ -377,6 +377,16 @@ describe('checkpoints and audits', () => {
     assert.equal((await h.call('GET', '/v1/checkpoints/snap1')).status, 404);
     assert.equal((await h.call('POST', '/v1/runtimes', { display_name: 'cp-fork2', checkpoint: 'snap1' })).status, 404);
   });
+  test("a fork takes its checkpoint's resources, with a request of its own up to the checkpoint's limit", async () => {
+    await h.call('POST', '/v1/runtimes', { display_name: 'wide-src', resources: { limits: { memory_mib: 2048 }, vcpus: 2 } });
+    await h.call('POST', '/v1/runtimes/wide-src/checkpoints', { name: 'wide-cp' });
+    await h.core.checkpoints.settled();
+    const fork = await h.call('POST', '/v1/runtimes', { display_name: 'wide-fork', checkpoint: 'wide-cp', resources: { requests: { memory_mib: 1024 } } });
+    assert.equal(fork.status, 201, JSON.stringify(fork.body));
+    assert.deepEqual(fork.body.data.resources, { limits: { memory_mib: 2048 }, requests: { memory_mib: 1024 }, vcpus: 2 });
+    const over = await h.call('POST', '/v1/runtimes', { display_name: 'wide-fork2', checkpoint: 'wide-cp', resources: { requests: { memory_mib: 4096 } } });
+    assert.equal(over.status, 400);
+  });
   test('a failed capture is failed, and a stopped runtime cannot be checkpointed', async () => {
     const driver = h.driver as FakeDriver;
     driver.failNextCheckpoint = true;

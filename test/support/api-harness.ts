@@ -5,10 +5,12 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance, InjectOptions } from 'fastify';
 import { buildApi } from '../../src/api/app.js';
+import type { RateLimitConfig } from '../../src/api/rate-limit.js';
+import { loadAdminToken } from '../../src/cli/data-dir.js';
 import { Core } from '../../src/core/core.js';
 import type { VmDriver } from '../../src/core/ports.js';
 import { SecretBox } from '../../src/core/secret-box.js';
-import type { Scope } from '../../src/core/types.js';
+import type { Scope, TenantLimits } from '../../src/core/types.js';
 import { SqliteStore } from '../../src/store/sqlite-store.js';
 import { FakeDriver } from './fake-driver.js';
 import { FakeGateway } from './fake-gateway.js';
@@ -21,20 +23,43 @@ export interface ApiHarness {
   driver: VmDriver;
   admin: string;
   dir: string;
+  store: SqliteStore;
   call(method: InjectOptions['method'], url: string, body?: unknown, token?: string | null): Promise<{ status: number; body: any; headers: Record<string, unknown> }>;
   token(tenant: string, scopes: Scope[]): Promise<string>;
   close(): Promise<void>;
 }
 
 /** `dir` reopens the store of an earlier harness, as a restarted service would (it is then left in place). */
-export async function apiHarness(opts: { driver?: VmDriver; rate?: { ratePerSec: number; burst: number }; dir?: string } = {}): Promise<ApiHarness> {
+/** Limits for every tenant that no test reaches unless it means to. */
+export const ROOMY_TENANT_LIMITS: TenantLimits = { runtimes: 1000, vcpus: 1000, memoryMib: 1024 * 1024, checkpoints: 1000, checkpointGib: 1024 };
+
+export async function apiHarness(
+  opts: {
+    driver?: VmDriver;
+    rate?: RateLimitConfig;
+    unauthenticatedRate?: RateLimitConfig;
+    dir?: string;
+    tenantLimits?: TenantLimits;
+    /** Where the API would listen (default loopback). */
+    listenHost?: string;
+  } = {},
+): Promise<ApiHarness> {
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'vessel-api-'));
   const store = new SqliteStore(join(dir, 'vessel.db'));
   const driver = opts.driver ?? new FakeDriver();
-  const core = new Core({ store, driver, gateway: new FakeGateway(), secretBox: new SecretBox(randomBytes(32)), log: silentLog });
-  const admin = 'vsl_test_admin_' + randomBytes(8).toString('hex');
+  const core = new Core({ store, driver, gateway: new FakeGateway(), secretBox: new SecretBox(randomBytes(32)), log: silentLog, tenantLimits: opts.tenantLimits ?? ROOMY_TENANT_LIMITS });
+  // Kept in the directory as the service keeps it: a harness reopening `dir` is a restarted
+  // service, and must not revoke the admin token its predecessor's tests still hold.
+  const admin = loadAdminToken(dir, undefined).token;
   await core.tokens.installAdmin(admin);
-  const app = await buildApi({ core, logger: false, rateLimit: opts.rate ?? { ratePerSec: 0, burst: 0 }, maxFileBytes: 1024 * 1024 });
+  const app = await buildApi({
+    core,
+    logger: false,
+    rateLimit: opts.rate ?? { ratePerSec: 0, burst: 0 },
+    unauthenticatedRateLimit: opts.unauthenticatedRate ?? { ratePerSec: 0, burst: 0 },
+    maxFileBytes: 1024 * 1024,
+    listenHost: opts.listenHost ?? '127.0.0.1',
+  });
   await app.ready();
   return {
     app,
@@ -42,6 +67,7 @@ export async function apiHarness(opts: { driver?: VmDriver; rate?: { ratePerSec:
     driver,
     admin,
     dir,
+    store,
     async call(method, url, body, token = admin) {
       const headers: Record<string, string> = {};
       if (token !== null) headers.authorization = `Bearer ${token}`;

@@ -11,6 +11,8 @@ export class FakeDriver implements VmDriver {
   readonly vms = new Map<string, { state: LiveState; files: Map<string, Buffer>; memoryTarget: number }>();
   readonly checkpoints = new Set<string>();
   capacityMib = 64 * 1024;
+  /** How long a create or start takes, so that tests can overlap them. */
+  delayMs = 0;
   failNextCheckpoint = false;
   /** Checkpoints whose files the test has "damaged": verification reports them. */
   readonly damaged = new Set<string>();
@@ -41,11 +43,13 @@ export class FakeDriver implements VmDriver {
   }
 
   async create(spec: VmSpec): Promise<void> {
+    await this.#delay();
     if (this.spares.delete(spec.runtimeId) && this.vms.has(spec.runtimeId)) return;
     if (this.#used() + spec.resources.limits.memory_mib > this.capacityMib) throw unavailable('not enough host memory');
     this.vms.set(spec.runtimeId, { state: 'running', files: new Map(), memoryTarget: spec.resources.requests.memory_mib });
   }
   async start(spec: VmSpec): Promise<void> {
+    await this.#delay();
     const vm = this.vms.get(spec.runtimeId) ?? { state: 'running' as LiveState, files: new Map(), memoryTarget: 0 };
     vm.state = 'running';
     this.vms.set(spec.runtimeId, vm);
@@ -112,6 +116,9 @@ export class FakeDriver implements VmDriver {
     this.#exit(id);
   }
   async close() {}
+  async #delay(): Promise<void> {
+    if (this.delayMs > 0) await new Promise((r) => setTimeout(r, this.delayMs));
+  }
   #used(): number {
     return this.vms.size * 512;
   }

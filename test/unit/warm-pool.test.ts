@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { Core } from '../../src/core/core.js';
 import { SecretBox } from '../../src/core/secret-box.js';
 import { SqliteStore } from '../../src/store/sqlite-store.js';
-import { silentLog } from '../support/api-harness.js';
+import { ROOMY_TENANT_LIMITS, silentLog } from '../support/api-harness.js';
 import { FakeDriver } from '../support/fake-driver.js';
 import { FakeGateway } from '../support/fake-gateway.js';
 
@@ -21,7 +21,7 @@ test('creates take spares once the pool has a target, and the pool refills', asy
   const driver = new FakeDriver();
   const gateway = new FakeGateway();
   const store = new SqliteStore(join(mkdtempSync(join(tmpdir(), 'vessel-pool-')), 'db'));
-  const core = new Core({ store, driver, gateway, secretBox: new SecretBox(randomBytes(32)), log: silentLog, warmPoolSize: 2 });
+  const core = new Core({ store, driver, gateway, secretBox: new SecretBox(randomBytes(32)), log: silentLog, tenantLimits: ROOMY_TENANT_LIMITS, warmPoolSize: 2 });
   const first = await core.runtimes.create('t', { display_name: 'first' });
   assert.ok(!driver.spares.has(first.id), 'the first create sets the target and boots as usual');
   await settle(driver, 2);
