@@ -1,8 +1,9 @@
 /** Files the service keeps in its data directory: the lock, the master key and the bootstrap admin token. */
 import { randomBytes } from 'node:crypto';
-import { closeSync, lstatSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync, writeSync, chmodSync } from 'node:fs';
+import { closeSync, lstatSync, mkdirSync, openSync, readFileSync, rmSync, writeSync, chmodSync } from 'node:fs';
 import { join } from 'node:path';
 import { generateTokenValue } from '../core/tokens.js';
+import { createFileDurably } from '../platform/durable-files.js';
 import { readPrivateFile } from '../platform/private-files.js';
 
 const lstatExists = (path: string): boolean => lstatSync(path, { throwIfNoEntry: false }) !== undefined;
@@ -21,8 +22,8 @@ function readOrCreate(path: string, make: () => string): { value: string; create
   // lstat: a dangling link exists too, and readPrivateFile refuses it rather than write through it.
   if (lstatExists(path)) return { value: readPrivateFile(path).trim(), created: false };
   const value = make();
-  writeFileSync(path, value + '\n', { mode: 0o600, flag: 'wx' });
-  chmodSync(path, 0o600);
+  // Durable before anything is sealed with it: a key lost in a crash would lose every secret.
+  createFileDurably(path, value + '\n', 0o600);
   return { value, created: true };
 }
 

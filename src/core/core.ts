@@ -55,7 +55,7 @@ export class Core {
   }
 
   /** Brings the store in line with reality after a (possibly unclean) restart. */
-  async reconcile(): Promise<{ adopted: number; crashed: number }> {
+  async reconcile(): Promise<{ adopted: number; crashed: number; orphans: number }> {
     const result = await this.runtimes.reconcile();
     await this.checkpoints.reconcile();
     await this.egress.restore();

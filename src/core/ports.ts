@@ -221,8 +221,13 @@ export interface VmDriver {
   /** Checks a ready checkpoint's files against what they were at capture: what is wrong, or null. */
   verifyCheckpoint(checkpointId: string): Promise<string | null>;
   deleteCheckpoint(checkpointId: string): Promise<void>;
-  /** After a service restart: reattach to a VM left running, or report it gone. */
+  /**
+   * After a service restart: reattach to a VM left running, or report it gone. Throws, saying
+   * why, when a VM is there but cannot be taken back (its state file is damaged); it is stopped.
+   */
   reattach(runtimeId: string): Promise<LiveState>;
+  /** The runtimes this host has files of (templates and warm-pool spares aside). */
+  runtimeIds(): string[];
   /** Called when a VM's process exits without being asked to. */
   onUnexpectedExit(listener: (runtimeId: string) => void): void;
   /** Stops watching VMs and closes sockets; the VMs themselves keep running. */

@@ -351,20 +351,25 @@ export class RuntimeService {
    * At start-up: find every VM the store believes is alive. One that still runs is adopted;
    * one that is gone is crashed; a delete or create that was cut short is finished or failed.
    */
-  async reconcile(): Promise<{ adopted: number; crashed: number }> {
+  async reconcile(): Promise<{ adopted: number; crashed: number; orphans: number }> {
     let adopted = 0;
     let crashed = 0;
-    for (const rt of await this.store.runtimes.listAll()) {
+    const all = await this.store.runtimes.listAll();
+    for (const rt of all) {
       if (rt.status === 'deleting') {
         await this.#finishDelete(rt);
         continue;
       }
       if (!LIVE_STATUSES.includes(rt.status)) continue;
-      const state = await this.driver.reattach(rt.id).catch(() => 'gone' as const);
+      let gone = 'the VM process was gone after a service restart';
+      const state = await this.driver.reattach(rt.id).catch((err: unknown) => {
+        gone = `the VM could not be taken back after a service restart: ${err instanceof Error ? err.message : String(err)}`;
+        return 'gone' as const;
+      });
       if (state === 'gone' || rt.status === 'creating') {
         if (state !== 'gone') await this.driver.destroy(rt.id).catch(() => undefined);
         const status = rt.status === 'creating' ? 'error' : 'crashed';
-        await this.#save(rt, { status, statusMessage: status === 'error' ? 'service restarted during creation' : 'the VM process was gone after a service restart' });
+        await this.#save(rt, { status, statusMessage: status === 'error' ? 'service restarted during creation' : gone });
         crashed++;
       } else {
         if (rt.status === 'running' && state === 'paused') {
@@ -376,7 +381,17 @@ export class RuntimeService {
         adopted++;
       }
     }
-    return { adopted, crashed };
+    // The reverse case: files, maybe a running VM, whose record is gone (lost in a crash between
+    // the two, or the store restored from a backup). Nothing owns them; they are removed, loudly.
+    const known = new Set(all.map((rt) => rt.id));
+    let orphans = 0;
+    for (const id of this.driver.runtimeIds()) {
+      if (known.has(id)) continue;
+      this.log.warn({ runtimeId: id }, 'a VM with no runtime record was found and removed');
+      await this.driver.destroy(id);
+      orphans++;
+    }
+    return { adopted, crashed, orphans };
   }
 
   async #boot(rt: Runtime): Promise<Runtime> {

@@ -4,7 +4,7 @@
  * after a power cut the name holds either the old content or the new one, whole: never nothing,
  * never half. (A rename alone is atomic for processes, not for the disk.)
  */
-import { closeSync, constants, fsyncSync, openSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, constants, fsyncSync, linkSync, openSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 
 /** Flushes a directory's entries (names created, renamed or removed in it). */
@@ -32,6 +32,27 @@ export function fsyncFile(path: string): void {
  * and O_NOFOLLOW, so a name planted beside it is never written through.
  */
 export function writeFileDurably(path: string, data: string | Buffer, mode = 0o600): void {
+  const tmp = writeTemporary(path, data, mode);
+  renameSync(tmp, path);
+  fsyncDir(dirname(path));
+}
+
+/**
+ * Creates `path` with `data`, durably, and only if no file of that name exists (EEXIST
+ * otherwise): the name appears with the whole content or not at all.
+ */
+export function createFileDurably(path: string, data: string | Buffer, mode = 0o600): void {
+  const tmp = writeTemporary(path, data, mode);
+  try {
+    linkSync(tmp, path);
+  } finally {
+    rmSync(tmp, { force: true });
+  }
+  fsyncDir(dirname(path));
+}
+
+/** `data` in a new, flushed file beside `path`; returns its name. */
+function writeTemporary(path: string, data: string | Buffer, mode: number): string {
   const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.tmp`);
   rmSync(tmp, { force: true });
   const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
@@ -45,6 +66,5 @@ export function writeFileDurably(path: string, data: string | Buffer, mode = 0o6
     throw err;
   }
   closeSync(fd);
-  renameSync(tmp, path);
-  fsyncDir(dirname(path));
+  return tmp;
 }

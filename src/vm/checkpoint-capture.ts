@@ -100,7 +100,7 @@ async function switchDisk(c: CaptureRequest, layer: string): Promise<VmState> {
         closeSync(fd);
       }
     }
-    await vm.qmp.execute('blockdev-add', { driver: 'qcow2', 'node-name': diskNodeOf(next), file: { driver: 'file', filename: `/dev/fdset/${diskFdset(next)}` }, backing: null });
+    await vm.qmp.execute('blockdev-add', { driver: 'qcow2', 'node-name': diskNodeOf(next), file: { driver: 'file', filename: `/dev/fdset/${diskFdset(next)}`, cache: { direct: false, 'no-flush': false } }, backing: null });
     await vm.qmp.execute('blockdev-snapshot', { node: diskNodeOf(state), overlay: diskNodeOf(next) });
     await vm.qmp.execute('remove-fd', { 'fdset-id': diskFdset(state) });
     c.recordState(next);

@@ -7,6 +7,8 @@ import { VesselError, invalidArgument, notFound } from '../core/errors.js';
 import { GuestAgentError, type GuestAgentClient } from './guest-agent-client.js';
 
 export const FILE_CHUNK_BYTES = 4 * 1024 * 1024;
+/** How long (in polls, at most 20 ms apart) a mkdir or a sync in the guest may take: a minute. */
+const GUEST_COMMAND_POLLS = 3000;
 
 type Agent = () => Promise<GuestAgentClient>;
 
@@ -60,6 +62,17 @@ export async function readGuestFile(agent: Agent, path: string): Promise<Readabl
   return Readable.from(chunks(), { objectMode: false });
 }
 
+/** Runs a small guest command to its end (mkdir, sync) and returns its exit code. */
+async function runToExit(ga: GuestAgentClient, path: string, arg: string[]): Promise<number> {
+  const { pid } = await ga.call<{ pid: number }>('guest-exec', { path, arg, 'capture-output': true });
+  for (let i = 0; ; i++) {
+    const s = await ga.call<{ exited: boolean; exitcode?: number; signal?: number }>('guest-exec-status', { pid });
+    if (s.exited) return s.exitcode ?? 128 + (s.signal ?? 0);
+    if (i >= GUEST_COMMAND_POLLS) throw new Error(`${path} did not finish in the guest`);
+    await new Promise((r) => setTimeout(r, i < 5 ? 2 : 20));
+  }
+}
+
 async function openForWrite(agent: Agent, path: string): Promise<number> {
   const ga = await agent();
   try {
@@ -68,13 +81,7 @@ async function openForWrite(agent: Agent, path: string): Promise<number> {
     if (!(err instanceof GuestAgentError && /No such file/i.test(err.desc))) throw mapFileError(err, path);
   }
   // Missing parents: create them, then try once more.
-  const dir = path.slice(0, path.lastIndexOf('/')) || '/';
-  const { pid } = await ga.call<{ pid: number }>('guest-exec', { path: '/bin/mkdir', arg: ['-p', '--', dir], 'capture-output': true });
-  for (let i = 0; i < 100; i++) {
-    const s = await ga.call<{ exited: boolean }>('guest-exec-status', { pid });
-    if (s.exited) break;
-    await new Promise((r) => setTimeout(r, 10));
-  }
+  await runToExit(ga, '/bin/mkdir', ['-p', '--', parentOf(path)]);
   try {
     return await ga.call<number>('guest-file-open', { path, mode: 'w' });
   } catch (err) {
@@ -82,6 +89,21 @@ async function openForWrite(agent: Agent, path: string): Promise<number> {
   }
 }
 
+const parentOf = (path: string): string => path.slice(0, path.lastIndexOf('/')) || '/';
+
+/** The file and every directory above it: what must reach the disk for the file to be found after a crash. */
+function fileAndAncestors(path: string): string[] {
+  const out = [path];
+  for (let p = path; p !== '/'; ) out.push((p = parentOf(p)));
+  return out;
+}
+
+/**
+ * Writes the file and makes it durable before answering: written, closed (which flushes qemu-ga's
+ * buffer, and reports a write that failed late, ENOSPC included), then fsync'd with its parent
+ * directories (coreutils `sync FILE...`), so that it is found, whole, after the VM crashes. The
+ * host honours the guest's flushes (the overlay's cache mode is writeback with flushes).
+ */
 export async function writeGuestFile(agent: Agent, path: string, body: Readable, maxBytes: number): Promise<number> {
   const handle = await openForWrite(agent, path);
   let total = 0;
@@ -111,8 +133,17 @@ export async function writeGuestFile(agent: Agent, path: string, body: Readable,
       if (pendingBytes >= FILE_CHUNK_BYTES) await flush();
     }
     await flush();
-  } finally {
+  } catch (err) {
     await (await agent()).call('guest-file-close', { handle }).catch(() => undefined);
+    throw err;
   }
+  const ga = await agent();
+  try {
+    await ga.call('guest-file-close', { handle });
+  } catch (err) {
+    throw mapFileError(err, path);
+  }
+  const synced = await runToExit(ga, '/bin/sync', ['--', ...fileAndAncestors(path)]);
+  if (synced !== 0) throw new VesselError('failed_precondition', `'${path}' was written but could not be flushed to the runtime's disk`);
   return total;
 }

@@ -89,7 +89,10 @@ export function qemuArgs(p: LaunchPlan): string[] {
     // hostname and the rest of a VM's identity are set through the guest agent.
     '-append', `${BOOT_PROFILE.cmdline} vessel.net=${g.address}/${g.prefixLength},${g.gateway}${tsc}`,
     ...p.fdsets.flatMap(({ fd, set }) => ['-add-fd', `fd=${fd},set=${set}`]),
-    '-blockdev', `driver=file,filename=/dev/fdset/${p.disk.fdset},node-name=${p.disk.node}-file,discard=unmap`,
+    // Writeback through the host's page cache, with every guest flush passed on as an fdatasync
+    // of the overlay (cache.no-flush=off): what the guest has synced survives a crash of QEMU or
+    // of the host. These are QEMU's defaults, spelled out because durability depends on them.
+    '-blockdev', `driver=file,filename=/dev/fdset/${p.disk.fdset},node-name=${p.disk.node}-file,discard=unmap,cache.direct=off,cache.no-flush=off`,
     '-blockdev', `driver=qcow2,file=${p.disk.node}-file,node-name=${p.disk.node},discard=unmap`,
     '-device', `virtio-blk-device,drive=${p.disk.node}`,
     '-device', 'virtio-serial-device',

@@ -473,12 +473,15 @@ export class QemuDriver implements VmDriver {
       state = readVmState(dir);
     } catch (err) {
       // A VM whose state is unknown cannot be managed safely (its disk, its memory): it goes.
-      this.opts.log.warn({ runtimeId, err: (err as Error).message }, 'a running VM with an unreadable state file was stopped');
       await vm.kill();
-      return 'gone';
+      throw new Error(`it was stopped: ${(err as Error).message}`);
     }
     this.#track(runtimeId, { vm, state });
     return vm.status();
+  }
+
+  runtimeIds(): string[] {
+    return readdirSync(this.#layers.runtimesDir).filter((id) => !id.startsWith(TEMPLATE_PREFIX) && !existsSync(join(this.runtimeDir(id), SPARE_MARKER)));
   }
 
   /** Template VMs left by a crash mid-template, and spares a previous run kept, are of no use to anyone. */

@@ -49,12 +49,18 @@ export const diskNodeOf = (state: Pick<VmState, 'disk'>): string => `disk-${stat
 export class VmStateError extends Error {}
 
 export function readVmState(dir: string): VmState {
-  let raw: unknown;
+  let text: string;
   try {
-    raw = JSON.parse(readFileSync(join(dir, VM_STATE_FILE), 'utf8'));
+    text = readFileSync(join(dir, VM_STATE_FILE), 'utf8');
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     throw new VmStateError(code === 'ENOENT' ? 'the runtime has no state file' : `the runtime's state file cannot be read (${code ?? (err as Error).message})`);
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    throw new VmStateError(`the runtime's state file is damaged (${text.length === 0 ? 'empty' : (err as Error).message})`);
   }
   if (!Value.Check(VmStateSchema, raw)) {
     const first = Value.Errors(VmStateSchema, raw).First();

@@ -104,6 +104,9 @@ export class FakeDriver implements VmDriver {
   async deleteCheckpoint(checkpointId: string) {
     this.checkpoints.delete(checkpointId);
   }
+  runtimeIds(): string[] {
+    return [...this.vms.keys()].filter((id) => !this.spares.has(id));
+  }
   async reattach(id: string): Promise<LiveState> {
     return this.vms.get(id)?.state ?? 'gone';
   }

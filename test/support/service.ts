@@ -4,7 +4,7 @@
  * between runs through VESSEL_IMAGE_DIR and built once if missing.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -40,9 +40,14 @@ export class Service {
   ingressPort = 0;
   log = '';
 
+  /**
+   * `wrapper` runs the service under another program (strace): its argv, before the service's
+   * own. Signals then go to the service itself, found through its DATA_DIR/service.pid.
+   */
   constructor(
     readonly env: Record<string, string> = {},
     dataDir?: string,
+    readonly wrapper: string[] = [],
   ) {
     this.dataDir = dataDir ?? mkdtempSync(join(tmpdir(), 'vessel-svc-'));
   }
@@ -56,7 +61,8 @@ export class Service {
     // Several services may share the host in one test: each gets its own gateway ports.
     const [proxyPort, dnsPort, ingressPort] = [await freePort(), await freePort(), await freePort()];
     this.ingressPort = ingressPort;
-    const child = spawn(process.execPath, [CLI, 'serve'], {
+    const argv = [...this.wrapper, process.execPath, CLI, 'serve'];
+    const child = spawn(argv[0]!, argv.slice(1), {
       env: {
         ...process.env,
         VESSEL_DATA_DIR: this.dataDir,
@@ -90,18 +96,19 @@ export class Service {
 
   /** kill -9: no graceful shutdown, exactly what a crash looks like. */
   async kill9(): Promise<void> {
-    const child = this.#child;
-    if (child === null || child.exitCode !== null) return;
-    const exited = new Promise((r) => child.once('exit', r));
-    child.kill('SIGKILL');
-    await exited;
+    await this.#signal('SIGKILL');
   }
 
   async stop(): Promise<void> {
+    await this.#signal('SIGTERM');
+  }
+
+  async #signal(signal: NodeJS.Signals): Promise<void> {
     const child = this.#child;
     if (child === null || child.exitCode !== null) return;
     const exited = new Promise((r) => child.once('exit', r));
-    child.kill('SIGTERM');
+    if (this.wrapper.length === 0) child.kill(signal);
+    else process.kill(Number(readFileSync(join(this.dataDir, 'service.pid'), 'utf8')), signal);
     await exited;
   }
 
