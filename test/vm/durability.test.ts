@@ -13,7 +13,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import Database from 'better-sqlite3';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Service } from '../support/service.js';
@@ -95,6 +96,20 @@ test('a torn or empty state file is found after a restart and reported; the serv
   assert.equal(e.status, 'crashed');
   assert.match(e.status_message, /state file is damaged/);
   for (const name of ['torn', 'empty']) assert.equal((await svc.call('DELETE', `/v1/runtimes/${name}`)).status, 200);
+});
+
+test('a VM whose record was lost is removed at the next start, with a log line, never adopted', TIMEOUT, async () => {
+  const rt = (await svc.call('POST', '/v1/runtimes', { display_name: 'orphan' })).body.data;
+  const pid = qemuPid(rt.id);
+  await svc.kill9();
+  const db = new Database(join(svc.dataDir, 'vessel.db'));
+  db.prepare('DELETE FROM runtimes WHERE id = ?').run(rt.id);
+  db.close();
+  await svc.start();
+  assert.equal(existsSync(join(svc.dataDir, 'runtimes', rt.id)), false, 'its directory is gone');
+  assert.throws(() => process.kill(pid, 0), 'its QEMU is gone');
+  assert.match(svc.log, new RegExp(`"runtimeId":"${rt.id}".*no runtime record`));
+  assert.equal((await svc.call('GET', `/v1/runtimes/${rt.id}`)).status, 404);
 });
 
 /** The trace as lines (strace's \" unescaped), the syscalls of the service's main thread in the order they ran. */
