@@ -96,7 +96,8 @@ export class Ingress {
       // A leaf is signed only for a name that routes to an https port.
       const route = first.sni === null ? null : await this.#route(first.sni);
       if (route === null || 'status' in route || route.protocol !== 'https') return void socket.destroy();
-      const secureContext = await this.opts.ca.contextFor(first.sni!.toLowerCase());
+      // The name the route was found by, in the form a certificate holds (lowercase, no final dot).
+      const secureContext = await this.opts.ca.contextFor(first.sni!.toLowerCase().replace(/\.$/, ''));
       if (socket.destroyed) return;
       const tls = new TLSSocket(socket, { isServer: true, secureContext, ALPNProtocols: ['http/1.1'] });
       tls.on('error', () => socket.destroy());
