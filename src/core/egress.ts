@@ -60,12 +60,13 @@ export class EgressService implements GatewayHooks {
     this.onActivity(runtimeId);
   }
 
-  async ingressTarget(runtimeRef: string, port: number): Promise<{ runtimeId: string; protocol: 'http' | 'https' } | null> {
-    // Host names are case-insensitive and names are unique only per tenant: an ambiguous name
-    // routes nowhere (the id always works).
-    const ref = runtimeRef.toLowerCase();
-    const matches = (await this.store.runtimes.listAll()).filter((rt) => rt.id === ref || rt.displayName.toLowerCase() === ref);
-    const rt = matches.length === 1 ? matches[0]! : undefined;
+  /**
+   * Ingress routes by runtime id alone: display names are unique only per tenant, so routing by
+   * name would let one tenant make another's URL ambiguous, or take its traffic once it deletes.
+   * One indexed lookup, since this runs for every unauthenticated ingress connection.
+   */
+  async ingressTarget(runtimeId: string, port: number): Promise<{ runtimeId: string; protocol: 'http' | 'https' } | null> {
+    const rt = await this.store.runtimes.findById(runtimeId);
     if (rt === undefined || rt.status !== 'running') return null;
     const spec = rt.ingressSpecs.find((s) => s.runtime_port === port);
     return spec === undefined ? null : { runtimeId: rt.id, protocol: spec.protocol };

@@ -1,7 +1,8 @@
 /**
  * Path patterns of injection rules: `*` matches within one segment, `**` across segments.
- * Request paths are canonicalized before matching so that `/api/../admin` or `%2e%2e` cannot
- * slip a request past (or into) a rule.
+ * Request paths are canonicalized before matching so that `/api/../admin`, `%2e%2e` or a path
+ * parameter (`/api/..;/admin`, which Tomcat and servers like it resolve to `/admin`) cannot slip
+ * a request past (or into) a rule.
  */
 import { invalidArgument } from './errors.js';
 
@@ -9,8 +10,8 @@ export const MATCH_ALL_PATHS = '/**';
 
 export function normalizePathPattern(raw: string | null | undefined): string {
   if (raw === null || raw === undefined) return MATCH_ALL_PATHS;
-  if (!raw.startsWith('/') || raw.length > 1024 || /[\s?#]/.test(raw)) {
-    throw invalidArgument(`path pattern '${raw}' must start with '/' and contain no spaces, '?' or '#'`);
+  if (!raw.startsWith('/') || raw.length > 1024 || /[\s?#;]/.test(raw)) {
+    throw invalidArgument(`path pattern '${raw}' must start with '/' and contain no spaces, '?', '#' or ';'`);
   }
   if (raw.split('/').some((seg) => seg === '.' || seg === '..')) {
     throw invalidArgument(`path pattern '${raw}' must not contain '.' or '..' segments`);
@@ -36,23 +37,44 @@ export function compilePathGlob(pattern: string): RegExp {
   return new RegExp(`^${re}$`);
 }
 
+/** A segment without its path parameters: everything from the first `;` on, as Tomcat strips it. */
+const withoutParams = (segment: string): string => segment.split(';', 1)[0]!;
+
+const isDotSegment = (segment: string): boolean => segment === '.' || segment === '..';
+
 /**
- * Canonical form of a request path (query removed): percent-decoded, dot segments resolved,
- * duplicate slashes kept as they are. Returns null when the path tries to climb above the root
- * or cannot be decoded, which the gateway treats as a non-match.
+ * Canonical form of a request path (query removed): path parameters stripped from each segment
+ * the way Tomcat strips them (literal `;` and decoded `%3B` alike), percent-decoded, dot segments
+ * resolved, duplicate slashes kept as they are. Returns null, which the gateway treats as a
+ * non-match, when the path cannot be decoded, climbs above the root, or is ambiguous: a dot
+ * segment that is one only once a parameter is stripped (`..;`) or an encoded slash is split
+ * (`..%2F`) means `/admin/..;/v1/x` to Tomcat and a path under `/admin` to a server that keeps
+ * the `;`, so no reading of it may enter (or leave) a rule.
  */
 export function canonicalRequestPath(rawPath: string): string | null {
   const path = rawPath.split('?', 1)[0]!;
   if (!path.startsWith('/')) return null;
-  let decoded: string;
-  try {
-    decoded = decodeURIComponent(path);
-  } catch {
-    return null;
+  const segments: string[] = [];
+  for (const raw of path.split('/').slice(1)) {
+    // A backslash or NUL anywhere, parameters included, is read as a separator or an end by some.
+    if (/\\|\0|%5c|%00/i.test(raw)) return null;
+    let decoded: string;
+    try {
+      decoded = decodeURIComponent(withoutParams(raw));
+    } catch {
+      return null;
+    }
+    // An encoded slash separates segments here, as it does for the servers that decode it.
+    const parts = decoded.split('/');
+    const rewritten = parts.length > 1 || raw.includes(';') || decoded.includes(';');
+    for (const part of parts) {
+      const segment = withoutParams(part);
+      if (rewritten && isDotSegment(segment)) return null;
+      segments.push(segment);
+    }
   }
-  if (decoded.includes('\\') || decoded.includes('\0')) return null;
   const out: string[] = [];
-  for (const seg of decoded.split('/').slice(1)) {
+  for (const seg of segments) {
     if (seg === '.') continue;
     if (seg === '..') {
       if (out.length === 0) return null;

@@ -154,8 +154,11 @@ export interface GatewayHooks {
   audit(runtimeId: string, tenantId: string, kind: EgressAuditKind, detail: EgressAuditDetail): void;
   /** Egress and ingress are activity: they keep a runtime from being suspended as idle. */
   activity(runtimeId: string): void;
-  /** The running runtime (by id or display name) whose ingress_specs expose `port`, or null. */
-  ingressTarget(runtimeRef: string, port: number): Promise<{ runtimeId: string; protocol: 'http' | 'https' } | null>;
+  /**
+   * The running runtime with this id (never a display name: names are unique only per tenant)
+   * whose ingress_specs expose `port`, or null. Called for unauthenticated ingress connections.
+   */
+  ingressTarget(runtimeId: string, port: number): Promise<{ runtimeId: string; protocol: 'http' | 'https' } | null>;
 }
 
 export interface NetworkGateway {

@@ -1,7 +1,8 @@
 /**
  * Addresses the gateway never dials on a guest's behalf: private, loopback, link-local,
  * multicast, metadata and other special-purpose ranges, in IPv4 and IPv6 (with IPv4-mapped and
- * NAT64 forms unwrapped). The operator can open chosen ranges with VESSEL_EGRESS_ALLOW_CIDRS.
+ * NAT64 forms unwrapped), and the host's own addresses. The operator can open chosen ranges with
+ * VESSEL_EGRESS_ALLOW_CIDRS.
  */
 import { BlockList, isIP } from 'node:net';
 import { GUEST_NETWORK } from '../core/ports.js';
@@ -11,10 +12,17 @@ const SPECIAL_V4 = [
   '0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12',
   '192.0.0.0/24', '192.0.2.0/24', '192.88.99.0/24', '192.168.0.0/16', '198.18.0.0/15',
   '198.51.100.0/24', '203.0.113.0/24', '224.0.0.0/4', '240.0.0.0/4',
+  // Azure's wireserver: the host agent's channel, reachable from every Azure VM like metadata.
+  '168.63.129.16/32',
 ];
 /** The gateway's own networks: never dialed, whatever VESSEL_EGRESS_ALLOW_CIDRS says. */
 const GATEWAY_V4 = [`${GUEST_NETWORK.gateway}/${GUEST_NETWORK.prefixLength}`, IDENTITY_POOL];
-const SPECIAL_V6 = ['::/127', '100::/64', '2001:db8::/32', 'fc00::/7', 'fe80::/10', 'ff00::/8', '2001::/32', '2002::/16'];
+const SPECIAL_V6 = [
+  '::/127', '100::/64', '2001:db8::/32', 'fc00::/7', 'fe80::/10', 'ff00::/8', '2001::/32', '2002::/16',
+  // IPv4-compatible and IPv4-mapped addresses in any spelling embeddedV4 does not unwrap, the
+  // local-use NAT64 prefix, and deprecated site-local addresses.
+  '::/96', '::ffff:0:0/96', '64:ff9b:1::/48', 'fec0::/10',
+];
 
 function addCidr(list: BlockList, cidr: string): void {
   const [net, bits] = cidr.split('/');
@@ -37,15 +45,31 @@ function embeddedV4(ip: string): string | null {
 }
 
 export class DialPolicy {
-  readonly #special = new BlockList();
+  /**
+   * One list per family: Node's BlockList checks an IPv4 address against IPv6 rules as if it were
+   * IPv4-mapped, so `::ffff:0:0/96` in a shared list would refuse every IPv4 address.
+   */
+  readonly #special = { ipv4: new BlockList(), ipv6: new BlockList() };
   readonly #allowed = new BlockList();
   readonly #never = new BlockList();
+  /** The host's own addresses: special like the ranges above, replaced whole when they change. */
+  #host = new BlockList();
 
-  constructor(allowCidrs: readonly string[] = []) {
+  constructor(allowCidrs: readonly string[] = [], hostAddresses: readonly string[] = []) {
     for (const c of GATEWAY_V4) addCidr(this.#never, c);
-    for (const c of SPECIAL_V4) addCidr(this.#special, c);
-    for (const c of SPECIAL_V6) addCidr(this.#special, c);
+    for (const c of SPECIAL_V4) addCidr(this.#special.ipv4, c);
+    for (const c of SPECIAL_V6) addCidr(this.#special.ipv6, c);
     for (const c of allowCidrs) addCidr(this.#allowed, c);
+    this.setHostAddresses(hostAddresses);
+  }
+
+  setHostAddresses(addresses: readonly string[]): void {
+    const host = new BlockList();
+    for (const ip of addresses) {
+      const family = isIP(ip);
+      if (family !== 0) host.addAddress(ip, family === 4 ? 'ipv4' : 'ipv6');
+    }
+    this.#host = host;
   }
 
   /** Whether the gateway may open a connection to `ip`. Anything that is not an IP is refused. */
@@ -56,7 +80,7 @@ export class DialPolicy {
     const [addr, type] = v4 !== null ? [v4, 'ipv4' as const] : [ip, 'ipv6' as const];
     if (this.#never.check(addr, type)) return false;
     if (this.#allowed.check(addr, type)) return true;
-    return !this.#special.check(addr, type);
+    return !this.#special[type].check(addr, type) && !this.#host.check(addr, type);
   }
 
   /** Addresses a guest cannot route to the gateway itself (its own loopback, link-local, ...). */

@@ -9,6 +9,7 @@ import { createHash, randomBytes, webcrypto } from 'node:crypto';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createSecureContext, type SecureContext } from 'node:tls';
+import { normalizeHostName } from '../core/host-pattern.js';
 
 x509.cryptoProvider.set(webcrypto as unknown as Crypto);
 
@@ -17,6 +18,7 @@ const DAY = 86_400_000;
 const LEAF_DAYS = 30;
 /** Leaves are reissued well before they expire. */
 const LEAF_REFRESH_DAYS = 20;
+/** Leaves kept in memory: bounds what clients naming many hosts can make the service hold. */
 const MAX_CACHED_LEAVES = 5000;
 
 function pem(label: string, der: ArrayBuffer): string {
@@ -34,10 +36,27 @@ const serial = () => {
   return b.toString('hex');
 };
 
+interface Leaf {
+  context: SecureContext;
+  certPem: string;
+  keyPem: string;
+  issued: number;
+}
+
+interface LeafKey {
+  pair: CryptoKeyPair;
+  pem: string;
+}
+
 export class CertificateAuthority {
-  readonly #leaves = new Map<string, { context: SecureContext; certPem: string; keyPem: string; issued: number }>();
-  #leafKeys: CryptoKeyPair | null = null;
-  #leafKeyPem = '';
+  readonly #leaves = new Map<string, Leaf>();
+  /** Leaves being signed: concurrent handshakes for one name wait for the same signature. */
+  readonly #signing = new Map<string, Promise<Leaf>>();
+  /**
+   * One key for every leaf: the CA signature binds each name, and a key pair per host would only
+   * cost time. It lives in memory alone. Made once, however many handshakes ask at the same time.
+   */
+  #leafKey: Promise<LeafKey> | null = null;
 
   private constructor(
     readonly certPem: string,
@@ -80,20 +99,33 @@ export class CertificateAuthority {
     return new CertificateAuthority(certPem, cert, keys.privateKey);
   }
 
-  /** A TLS context presenting a leaf for `host` (a DNS name) signed by this CA. */
+  /**
+   * A TLS context presenting a leaf for `host` signed by this CA. `host` must be a DNS name in
+   * its normal form (it comes from a client's SNI): anything else is refused before it reaches a
+   * certificate's subject.
+   */
   async contextFor(host: string): Promise<SecureContext> {
-    return (await this.#leaf(host)).context;
+    if (normalizeHostName(host) !== host) throw new Error('not a host name a certificate can be issued for');
+    const cached = this.#leaves.get(host);
+    if (cached !== undefined && Date.now() - cached.issued < LEAF_REFRESH_DAYS * DAY) return cached.context;
+    let signing = this.#signing.get(host);
+    if (signing === undefined) {
+      signing = this.#sign(host).finally(() => this.#signing.delete(host));
+      this.#signing.set(host, signing);
+    }
+    return (await signing).context;
   }
 
-  async #leaf(host: string) {
-    const cached = this.#leaves.get(host);
-    if (cached !== undefined && Date.now() - cached.issued < LEAF_REFRESH_DAYS * DAY) return cached;
-    if (this.#leafKeys === null) {
-      // One key for every leaf: the CA signature binds each name, and a key pair per host would
-      // only cost time. It lives in memory alone.
-      this.#leafKeys = (await webcrypto.subtle.generateKey(ALG, true, ['sign', 'verify'])) as CryptoKeyPair;
-      this.#leafKeyPem = pem('PRIVATE KEY', await webcrypto.subtle.exportKey('pkcs8', this.#leafKeys.privateKey));
-    }
+  #key(): Promise<LeafKey> {
+    this.#leafKey ??= (async () => {
+      const pair = (await webcrypto.subtle.generateKey(ALG, true, ['sign', 'verify'])) as CryptoKeyPair;
+      return { pair, pem: pem('PRIVATE KEY', await webcrypto.subtle.exportKey('pkcs8', pair.privateKey)) };
+    })();
+    return this.#leafKey;
+  }
+
+  async #sign(host: string): Promise<Leaf> {
+    const key = await this.#key();
     const now = Date.now();
     const cert = await x509.X509CertificateGenerator.create({
       serialNumber: serial(),
@@ -102,7 +134,7 @@ export class CertificateAuthority {
       notBefore: new Date(now - DAY),
       notAfter: new Date(now + LEAF_DAYS * DAY),
       signingKey: this.key,
-      publicKey: this.#leafKeys.publicKey,
+      publicKey: key.pair.publicKey,
       signingAlgorithm: ALG,
       extensions: [
         new x509.BasicConstraintsExtension(false, undefined, true),
@@ -113,7 +145,7 @@ export class CertificateAuthority {
       ],
     });
     const certPem = cert.toString('pem');
-    const leaf = { context: createSecureContext({ cert: certPem, key: this.#leafKeyPem }), certPem, keyPem: this.#leafKeyPem, issued: now };
+    const leaf = { context: createSecureContext({ cert: certPem, key: key.pem }), certPem, keyPem: key.pem, issued: now };
     if (this.#leaves.size >= MAX_CACHED_LEAVES) this.#leaves.delete(this.#leaves.keys().next().value!);
     this.#leaves.set(host, leaf);
     return leaf;

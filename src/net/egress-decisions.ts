@@ -7,7 +7,16 @@ import type { DialPolicy } from './blocked-ranges.js';
 import type { NameResolver } from './resolver.js';
 import type { RuntimeNet } from './runtime-registry.js';
 
-export type DenyReason = 'host_not_allowed' | 'private_address' | 'unresolvable' | 'not_resolved_by_gateway' | 'no_host' | 'sni_host_mismatch' | 'bad_request';
+export type DenyReason =
+  | 'host_not_allowed'
+  | 'private_address'
+  | 'unresolvable'
+  | 'not_resolved_by_gateway'
+  | 'no_host'
+  | 'sni_host_mismatch'
+  | 'bad_request'
+  | 'method_not_allowed'
+  | 'connection_limit';
 
 export type Target = { ok: true; ip: string } | { ok: false; reason: DenyReason };
 

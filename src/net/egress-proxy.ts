@@ -11,6 +11,7 @@ import { TLSSocket } from 'node:tls';
 import type { EgressAuditDetail } from '../core/types.js';
 import { hostMatches, normalizeHostName } from '../core/host-pattern.js';
 import type { CertificateAuthority } from './certificate-authority.js';
+import type { ConnectionLimits } from './connection-limits.js';
 import { closeListener, listenOn } from './listeners.js';
 import type { DenyReason, EgressDecisions } from './egress-decisions.js';
 import { HttpForwarder, type HttpContext } from './http-forwarder.js';
@@ -32,14 +33,21 @@ export interface EgressProxyOptions {
   ca: CertificateAuthority;
   forwarder: HttpForwarder;
   audit: ProxyAudit;
+  limits: ConnectionLimits;
   activity(net: RuntimeNet): void;
   log: { warn(o: object, m: string): void };
+  /** Where the guest meant to connect: the kernel's SO_ORIGINAL_DST (tests without nftables supply their own). */
+  originalDst?: (socket: Socket) => { address: string; port: number };
 }
+
+type Destination = { address: string; port: number };
 
 export class EgressProxy {
   readonly #server: Server;
   readonly #http = createHttpServer({ requireHostHeader: true, keepAliveTimeout: 60_000 });
   readonly #contexts = new WeakMap<Socket, HttpContext>();
+  /** Gives back a guest connection's place under the caps; a splice hands it to its relay. */
+  readonly #releases = new WeakMap<Socket, () => void>();
 
   constructor(private readonly opts: EgressProxyOptions) {
     // Paused until the decision: peeking leaves the bytes in the kernel for whoever takes over.
@@ -67,19 +75,25 @@ export class EgressProxy {
   async #accept(socket: Socket): Promise<void> {
     socket.on('error', () => undefined);
     const net = this.opts.registry.byIdentity(socket.remoteAddress);
-    let dst: { address: string; port: number };
+    let dst: Destination;
     try {
       if (net === undefined) throw new Error('unknown source');
-      dst = originalDst(socket);
+      dst = (this.opts.originalDst ?? originalDst)(socket);
     } catch {
       socket.resetAndDestroy();
       return;
     }
+    const lease = this.opts.limits.open(net.id, net.subject.tenantId);
+    if (lease === null) return this.#deny(socket, net, { host: null, ip: dst.address, port: dst.port }, 'connection_limit');
+    const release = () => lease.release();
+    this.#releases.set(socket, release);
+    socket.once('close', release);
+    net.track(socket);
     this.opts.activity(net);
     try {
       if (!net.subject.policy.enabled) return this.#passThrough(socket, net, dst);
       const first = await sniffSocket(socket, SILENT_MS);
-      if (socket.destroyed) return;
+      if (socket.destroyed || net.closed) return void socket.destroy();
       if (first.kind === 'tls' && first.sni !== null) return await this.#tls(socket, net, dst, first.sni);
       if (first.kind === 'http') return this.#serveHttp(socket, { net, port: dst.port, shownIp: dst.address, tls: null });
       return this.#raw(socket, net, dst);
@@ -90,23 +104,25 @@ export class EgressProxy {
   }
 
   /** `enabled: false`: no inspection, no audit, but still never a private address. */
-  #passThrough(socket: Socket, net: RuntimeNet, dst: { address: string; port: number }): void {
+  #passThrough(socket: Socket, net: RuntimeNet, dst: Destination): void {
     const ip = net.pinned(dst.address)?.realIp ?? dst.address;
     if (!this.opts.decisions.mayDial(ip)) return void socket.resetAndDestroy();
-    this.#splice(socket, ip, dst.port);
+    this.#splice(socket, net, ip, dst.port);
   }
 
-  async #tls(socket: Socket, net: RuntimeNet, dst: { address: string; port: number }, sni: string): Promise<void> {
+  async #tls(socket: Socket, net: RuntimeNet, dst: Destination, sni: string): Promise<void> {
     const host = normalizeHostName(sni);
     if (host === null) return this.#deny(socket, net, { host: sni, ip: null, port: dst.port }, 'no_host');
     const target = await this.opts.decisions.target(net, host, dst.address);
     if (!target.ok) return this.#deny(socket, net, { host, ip: null, port: dst.port }, target.reason);
     const intercept = net.subject.rules.some((r) => hostMatches(r.hostPattern, host));
     this.opts.audit(net, 'tcp_connection', { action: 'allow', host, ip: target.ip, port: dst.port, reason: intercept ? 'intercepted_for_injection' : 'host_allowed' });
-    if (!intercept) return this.#splice(socket, target.ip, dst.port);
+    if (!intercept) return this.#splice(socket, net, target.ip, dst.port);
+    const secureContext = await this.opts.ca.contextFor(host);
+    if (socket.destroyed || net.closed) return void socket.destroy();
     const tlsSocket = new TLSSocket(socket, {
       isServer: true,
-      secureContext: await this.opts.ca.contextFor(host),
+      secureContext,
       // HTTP/2 would need its own injection path; http/1.1 is what every client falls back to.
       ALPNProtocols: ['http/1.1'],
     });
@@ -115,11 +131,11 @@ export class EgressProxy {
     socket.resume();
   }
 
-  #raw(socket: Socket, net: RuntimeNet, dst: { address: string; port: number }): void {
+  #raw(socket: Socket, net: RuntimeNet, dst: Destination): void {
     const target = this.opts.decisions.pinnedTarget(net, dst.address);
     if (!target.ok) return this.#deny(socket, net, { host: target.host ?? null, ip: dst.address, port: dst.port }, target.reason);
     this.opts.audit(net, 'tcp_connection', { action: 'allow', host: target.host ?? null, ip: target.ip, port: dst.port, reason: 'address_pinned_by_dns' });
-    this.#splice(socket, target.ip, dst.port);
+    this.#splice(socket, net, target.ip, dst.port);
   }
 
   #serveHttp(socket: Socket, ctx: HttpContext): void {
@@ -135,19 +151,23 @@ export class EgressProxy {
 
   /**
    * Joins the guest's socket, unread bytes and all, to a new connection to ip:port on the native
-   * relay thread, so a spliced connection costs the event loop nothing after this.
+   * relay thread, so a spliced connection costs the event loop nothing after this. The relay
+   * carries the runtime's tag (a detach closes it) and keeps the connection's place under the caps
+   * until it ends.
    */
-  #splice(socket: Socket, ip: string, port: number): void {
+  #splice(socket: Socket, net: RuntimeNet, ip: string, port: number): void {
     const upstream = connect({ host: ip, port, noDelay: true, timeout: CONNECT_TIMEOUT_MS });
     // Not a byte may be read into Node's buffers before the native relay takes over.
     upstream.pause();
     upstream.once('timeout', () => upstream.destroy(new Error('connect timeout')));
     upstream.once('connect', () => {
-      if (socket.destroyed) return void upstream.destroy();
-      // A peer that vanishes (a deleted VM's TAP is gone) must not pin the relay forever.
+      if (socket.destroyed || net.closed) return void upstream.destroy();
+      // A peer that vanishes must not pin the relay forever.
       socket.setKeepAlive(true, KEEPALIVE_MS);
       upstream.setKeepAlive(true, KEEPALIVE_MS);
-      relaySockets(socket, upstream);
+      const release = this.#releases.get(socket) ?? (() => undefined);
+      socket.off('close', release);
+      relaySockets(socket, upstream, net.relayTag, release);
     });
     upstream.on('error', () => socket.resetAndDestroy());
     socket.on('error', () => upstream.destroy());

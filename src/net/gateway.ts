@@ -7,18 +7,22 @@ import { existsSync, readFileSync } from 'node:fs';
 import { createSecureContext, rootCertificates } from 'node:tls';
 import { GUEST_NETWORK, type EgressSubject, type GatewayHooks, type NetworkGateway } from '../core/ports.js';
 import type { EgressAuditDetail, EgressAuditKind } from '../core/types.js';
-import { identityAddress, MAX_SLOT, slotOfTap, tapName } from './addressing.js';
+import { identityAddress, slotOfTap } from './addressing.js';
 import { DialPolicy } from './blocked-ranges.js';
 import type { CertificateAuthority } from './certificate-authority.js';
+import { ConnectionLimits } from './connection-limits.js';
+import { flushConntrack } from './conntrack.js';
 import { DnsResponder } from './dns-responder.js';
 import { EgressDecisions } from './egress-decisions.js';
 import { EgressProxy } from './egress-proxy.js';
+import { HostAddresses } from './host-addresses.js';
 import { HttpForwarder } from './http-forwarder.js';
 import { Ingress } from './ingress.js';
 import { applyRuleset, removeRuleset, takeIcmpCounts } from './nftables.js';
 import { NameResolver } from './resolver.js';
 import { RuntimeNet, RuntimeRegistry, StandInAddresses } from './runtime-registry.js';
 import { SecretCache } from './secret-cache.js';
+import { SlotAllocator } from './slots.js';
 import { createTap, deleteTap, ensureGatewayDevice, listTaps } from './taps.js';
 
 export interface GatewayOptions {
@@ -33,8 +37,20 @@ export interface GatewayOptions {
   injectPlainHttp: boolean;
   icmpAuditSecs: number;
   ingress: { host: string; port: number; domain: string };
+  /** Egress connections one runtime may hold open at once (default DEFAULT_MAX_CONNECTIONS_PER_RUNTIME). */
+  maxConnectionsPerRuntime?: number;
+  /** Egress connections all of one tenant's runtimes may hold open at once (default DEFAULT_MAX_CONNECTIONS_PER_TENANT). */
+  maxConnectionsPerTenant?: number;
   log: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void };
 }
+
+/**
+ * Open egress connections per runtime: far above what a build or a crawler needs, far below the
+ * descriptors (two per spliced connection) and relay buffers (128 KiB each) the host can spare.
+ */
+export const DEFAULT_MAX_CONNECTIONS_PER_RUNTIME = 256;
+/** Open egress connections per tenant, across its runtimes: one tenant cannot starve the others. */
+export const DEFAULT_MAX_CONNECTIONS_PER_TENANT = 1024;
 
 const SYSTEM_CA_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
 
@@ -51,13 +67,18 @@ export class Gateway implements NetworkGateway {
   readonly #dns: DnsResponder;
   readonly #ingress: Ingress;
   readonly #secrets: SecretCache;
+  readonly #slots = new SlotAllocator();
+  readonly #hostAddresses: HostAddresses;
   #icmpTimer: NodeJS.Timeout | null = null;
   #hooks: GatewayHooks | null = null;
   /** TAP and rule set changes run one at a time: slots are picked from what exists, and each load writes the whole table. */
   #queue: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly opts: GatewayOptions) {
-    const decisions = new EgressDecisions(new NameResolver(opts.dnsOverridesFile), new DialPolicy(opts.allowCidrs));
+    const dial = new DialPolicy(opts.allowCidrs);
+    this.#hostAddresses = new HostAddresses(undefined, (addresses) => dial.setHostAddresses(addresses));
+    dial.setHostAddresses(this.#hostAddresses.current);
+    const decisions = new EgressDecisions(new NameResolver(opts.dnsOverridesFile), dial);
     this.#secrets = new SecretCache((tenantId, secretId) => this.#requireHooks().revealSecret(tenantId, secretId));
     const audit = (net: RuntimeNet, kind: EgressAuditKind, detail: EgressAuditDetail) => this.#hooks?.audit(net.id, net.subject.tenantId, kind, detail);
     const activity = (net: RuntimeNet) => this.#hooks?.activity(net.id);
@@ -67,10 +88,15 @@ export class Gateway implements NetworkGateway {
       upstreamTls: createSecureContext({ ca: upstreamCas(opts.extraCaFile) }),
       injectPlainHttp: opts.injectPlainHttp,
       audit: (net, detail) => audit(net, 'http_request', detail),
+      log: opts.log,
     });
-    this.#proxy = new EgressProxy({ registry: this.#registry, decisions, ca: opts.ca, forwarder, audit, activity, log: opts.log });
-    this.#dns = new DnsResponder({ registry: this.#registry, decisions, standIns: new StandInAddresses(), activity });
-    this.#ingress = new Ingress({ domain: opts.ingress.domain, registry: this.#registry, ca: opts.ca, hooks: () => this.#hooks });
+    const limits = new ConnectionLimits({
+      perRuntime: opts.maxConnectionsPerRuntime ?? DEFAULT_MAX_CONNECTIONS_PER_RUNTIME,
+      perTenant: opts.maxConnectionsPerTenant ?? DEFAULT_MAX_CONNECTIONS_PER_TENANT,
+    });
+    this.#proxy = new EgressProxy({ registry: this.#registry, decisions, ca: opts.ca, forwarder, audit, limits, activity, log: opts.log });
+    this.#dns = new DnsResponder({ registry: this.#registry, decisions, standIns: new StandInAddresses(), activity, log: opts.log });
+    this.#ingress = new Ingress({ domain: opts.ingress.domain, registry: this.#registry, ca: opts.ca, hooks: () => this.#hooks, log: opts.log });
   }
 
   /** The core, once it exists: secrets, audits and activity go there. */
@@ -79,6 +105,7 @@ export class Gateway implements NetworkGateway {
   }
 
   async start(): Promise<void> {
+    this.#hostAddresses.start();
     await ensureGatewayDevice();
     await this.#proxy.listen(GUEST_NETWORK.gateway, this.opts.proxyPort);
     await this.#dns.listen(GUEST_NETWORK.gateway, this.opts.dnsPort);
@@ -119,12 +146,19 @@ export class Gateway implements NetworkGateway {
     return this.#exclusive(() => this.#detach(runtimeId));
   }
 
+  /**
+   * Leaves nothing of the runtime behind for whoever gets its slot next: its connections (guest
+   * sockets, relays, upstream pools), its rules, its TAP, its conntrack entries; then the slot rests.
+   */
   async #detach(runtimeId: string): Promise<void> {
-    this.#registry.remove(runtimeId);
+    await this.#registry.remove(runtimeId);
     const tap = this.#taps.get(runtimeId);
     this.#taps.delete(runtimeId);
     await this.#writeRuleset();
-    if (tap !== undefined) await deleteTap(tap);
+    if (tap === undefined) return;
+    await deleteTap(tap);
+    await flushConntrack(identityAddress(slotOfTap(tap)!)).catch((err: Error) => this.opts.log.warn({ err: err.message, tap }, 'could not flush conntrack entries'));
+    this.#slots.release(tap);
   }
 
   restore(subjects: EgressSubject[]): Promise<void> {
@@ -150,6 +184,7 @@ export class Gateway implements NetworkGateway {
   /** Stops listening. The TAPs and the table stay for the VMs that keep running; a table with no TAP left goes. */
   async close(): Promise<void> {
     if (this.#icmpTimer !== null) clearInterval(this.#icmpTimer);
+    this.#hostAddresses.stop();
     await this.#exclusive(async () => {
       if (this.#taps.size === 0) await removeRuleset(this.#table).catch(() => undefined);
     });
@@ -157,14 +192,12 @@ export class Gateway implements NetworkGateway {
     await this.#proxy.close();
     await this.#ingress.close();
     this.#secrets.clear();
-    for (const net of this.#registry.all()) net.close();
+    await Promise.all(this.#registry.all().map((net) => net.close()));
   }
 
-  /** The lowest slot whose TAP exists nowhere on the host (other instances' included). */
+  /** The lowest slot whose TAP exists nowhere on the host (other instances' included) and that is not resting. */
   async #freeTap(): Promise<string> {
-    const used = new Set([...this.#taps.values(), ...(await listTaps()).map((t) => t.tap)]);
-    for (let slot = 1; slot <= MAX_SLOT; slot++) if (!used.has(tapName(slot))) return tapName(slot);
-    throw new Error('no free network slot');
+    return this.#slots.lowestFree(new Set([...this.#taps.values(), ...(await listTaps()).map((t) => t.tap)]));
   }
 
   get #table(): string {

@@ -1,19 +1,23 @@
 /**
  * HTTP/1.1 through the gateway, one request at a time, for plain HTTP and for TLS it terminated:
  * every request on a keep-alive connection is checked on its own Host, gets its matching rules'
- * secrets injected, and is sent to the address the gateway chose. Redirects are passed back to
- * the guest, never followed.
+ * secrets injected, and is sent to the address the gateway chose, with exactly one Host (the
+ * decided one) and a body framed explicitly. Redirects are passed back to the guest, never
+ * followed, with injected values redacted from every response header.
  */
 import { request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import { request as httpsRequest } from 'node:https';
+import { pipeline } from 'node:stream';
 import type { SecureContext } from 'node:tls';
-import type { EgressAuditDetail, InjectionRule } from '../core/types.js';
+import type { EgressAuditDetail } from '../core/types.js';
 import { hostMatches, normalizeHostName } from '../core/host-pattern.js';
-import { headerValue, paramValue } from '../core/injection.js';
 import { pathMatches } from '../core/path-glob.js';
 import type { DenyReason, EgressDecisions } from './egress-decisions.js';
+import { endToEndHeaders, headerValues, requestFraming, responseLength } from './forwarded-headers.js';
 import type { RuntimeNet } from './runtime-registry.js';
 import type { SecretCache } from './secret-cache.js';
+import { injectionFor } from './secret-injection.js';
+import { Redactor } from './secret-redaction.js';
 
 export interface HttpContext {
   net: RuntimeNet;
@@ -24,9 +28,6 @@ export interface HttpContext {
   tls: { sni: string } | null;
 }
 
-/** Not forwarded: they describe one hop, not the request (RFC 9110 §7.6.1). */
-export const HOP_BY_HOP: ReadonlySet<string> = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'proxy-authorization', 'proxy-authenticate']);
-
 export interface HttpForwarderOptions {
   decisions: EgressDecisions;
   secrets: SecretCache;
@@ -35,54 +36,71 @@ export interface HttpForwarderOptions {
   /** Inject over plain HTTP too (off by default: the secret would cross the network in clear). */
   injectPlainHttp: boolean;
   audit(net: RuntimeNet, detail: EgressAuditDetail): void;
+  log: { warn(o: object, m: string): void };
 }
 
-function forwardedHeaders(raw: string[], drop: Set<string>): string[] {
-  const connectionTokens = new Set<string>();
-  for (let i = 0; i < raw.length; i += 2) {
-    if (raw[i]!.toLowerCase() === 'connection') for (const t of raw[i + 1]!.split(',')) connectionTokens.add(t.trim().toLowerCase());
-  }
-  const out: string[] = [];
-  for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i]!.toLowerCase();
-    if (HOP_BY_HOP.has(name) || connectionTokens.has(name) || drop.has(name)) continue;
-    out.push(raw[i]!, raw[i + 1]!);
-  }
-  return out;
+/** Methods whose response echoes the request, injected headers included (RFC 9110 §9.3.8). */
+const ECHOING_METHODS: ReadonlySet<string> = new Set(['TRACE', 'TRACK']);
+
+/** The Host the upstream gets: the decided name, with the port only where it is not the scheme's. */
+export function decidedHost(host: string, port: number, tls: boolean): string {
+  return port === (tls ? 443 : 80) ? host : `${host}:${port}`;
 }
 
 export class HttpForwarder {
   constructor(private readonly opts: HttpForwarderOptions) {}
 
+  /** Serves one request. Never rejects: whatever fails answers 502, or closes the guest's connection. */
   async handle(ctx: HttpContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
+    try {
+      await this.#forward(ctx, req, res);
+    } catch (err) {
+      this.opts.log.warn({ err: (err as Error).message, runtimeId: ctx.net.id }, 'egress request failed');
+      if (res.headersSent) return void res.destroy();
+      res.writeHead(502, { 'content-type': 'text/plain', connection: 'close' });
+      res.end('vessel egress: request failed\n');
+    }
+  }
+
+  async #forward(ctx: HttpContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
     const { net } = ctx;
     const url = req.url ?? '/';
     const path = url.split('?', 1)[0]!;
-    const hostHeader = req.headers.host ?? '';
-    const host = normalizeHostName(hostHeader.replace(/:\d{1,5}$/, ''));
-    const base = { host: host ?? hostHeader, port: ctx.port, method: req.method ?? '', path };
-    const deny = (reason: DenyReason, status = 403) => {
+    const method = req.method ?? '';
+    const hosts = headerValues(req.rawHeaders, 'host');
+    const host = normalizeHostName((hosts[0] ?? '').replace(/:\d{1,5}$/, ''));
+    const base = { host: host ?? hosts[0] ?? '', port: ctx.port, method, path };
+    const deny = (reason: DenyReason, status: number) => {
       this.opts.audit(net, { action: 'deny', ...base, ip: null, reason, status, rule_ids: [] });
       res.writeHead(status, { 'content-type': 'text/plain', connection: 'close' });
       res.end(`vessel egress: ${reason.replace(/_/g, ' ')}\n`);
     };
     // Only origin-form targets: an absolute URI would let the guest name another host.
     if (!url.startsWith('/')) return deny('bad_request', 400);
-    if (host === null) return deny('no_host');
-    if (ctx.tls !== null && host !== ctx.tls.sni) return deny('sni_host_mismatch');
+    // The decision is made on one Host: a second one could be what the upstream reads.
+    if (hosts.length !== 1) return deny('bad_request', 400);
+    const framing = requestFraming(req.headers);
+    if (framing === null) return deny('bad_request', 400);
+    if (ECHOING_METHODS.has(method)) return deny('method_not_allowed', 405);
+    if (host === null) return deny('no_host', 403);
+    if (ctx.tls !== null && host !== ctx.tls.sni) return deny('sni_host_mismatch', 403);
     const target = await this.opts.decisions.target(net, host, ctx.shownIp);
-    if (!target.ok) return deny(target.reason);
+    if (!target.ok) return deny(target.reason, 403);
+    if (net.closed) return void req.socket.destroy();
 
     const rules = ctx.tls !== null || this.opts.injectPlainHttp ? net.subject.rules.filter((r) => hostMatches(r.hostPattern, host) && pathMatches(r.pathPattern, path)) : [];
-    const injected = await this.#inject(net, rules, req.rawHeaders, url);
-    const ruleIds = injected.applied.map((r) => r.id);
+    const injection = await injectionFor(rules, net.subject.tenantId, this.opts.secrets, url);
+    const redactor = new Redactor(injection.values);
+    const replaced = new Set(injection.headers.map(([n]) => n.toLowerCase()));
+    const headers = ['Host', decidedHost(host, ctx.port, ctx.tls !== null), ...endToEndHeaders(req.rawHeaders, replaced), ...framing, ...injection.headers.flat()];
+    const ruleIds = injection.applied.map((r) => r.id);
     const send = ctx.tls !== null ? httpsRequest : httpRequest;
     const upstream = send({
       host: target.ip,
       port: ctx.port,
-      method: req.method,
-      path: injected.url,
-      headers: injected.headers,
+      method,
+      path: injection.target,
+      headers,
       setHost: false,
       agent: ctx.tls !== null ? net.agents.https : net.agents.http,
       // One context made once: passing `ca` per request would make Node rebuild it and key the
@@ -91,9 +109,11 @@ export class HttpForwarder {
     });
     const done = (status: number, reason: string) => this.opts.audit(net, { action: 'allow', ...base, ip: target.ip, reason, status, rule_ids: ruleIds });
     upstream.on('response', (up) => {
-      res.writeHead(up.statusCode ?? 502, up.statusMessage, forwardedHeaders(up.rawHeaders, new Set()));
-      up.pipe(res);
-      done(up.statusCode ?? 502, 'host_allowed');
+      const status = up.statusCode ?? 502;
+      res.writeHead(status, redactor.text(up.statusMessage ?? ''), [...redactor.headers(endToEndHeaders(up.rawHeaders)), ...responseLength(up.headers)]);
+      // A response cut short closes the guest's connection rather than leave it mid-message.
+      pipeline(up, res, () => undefined);
+      done(status, 'host_allowed');
     });
     upstream.on('error', (err) => {
       if (!res.headersSent) {
@@ -104,28 +124,8 @@ export class HttpForwarder {
         res.destroy();
       }
     });
+    // A request body cut short must not leave a half-sent request on a pooled connection.
+    req.on('close', () => req.complete || upstream.destroy());
     req.pipe(upstream);
-  }
-
-  /** Headers with each rule's header set (replacing the guest's own), and the query with its parameter. */
-  async #inject(net: RuntimeNet, rules: InjectionRule[], rawHeaders: string[], url: string) {
-    const applied: InjectionRule[] = [];
-    const set: Array<[string, string]> = [];
-    let target = url;
-    for (const rule of rules) {
-      const secret = await this.opts.secrets.get(net.subject.tenantId, rule.secretId);
-      if (secret === null) continue;
-      set.push([rule.injection.headerName, headerValue(rule.injection, secret)]);
-      const param = paramValue(rule.injection, secret);
-      if (param !== null) {
-        const u = new URL(target, 'http://x');
-        u.searchParams.set(rule.injection.paramName!, param);
-        target = u.pathname + u.search;
-      }
-      applied.push(rule);
-    }
-    const headers = forwardedHeaders(rawHeaders, new Set(set.map(([n]) => n.toLowerCase())));
-    for (const [n, v] of set) headers.push(n, v);
-    return { headers, url: target, applied };
   }
 }

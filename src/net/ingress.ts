@@ -1,62 +1,105 @@
 /**
  * Ingress: the one listener through which the outside reaches guest ports, routed by Host
- * `<runtime_port>-<runtime name or id>.<domain>` to ports that the runtime's ingress_specs list.
- * One port serves both protocols: a TLS ClientHello is terminated with a leaf from the service
- * CA (for `https` specs), anything else is plain HTTP (for `http` specs). Requests go to the
- * guest over its TAP as plain HTTP, and nothing else of the guest is reachable.
+ * `<runtime_port>-<runtime id>.<domain>` to ports that the runtime's ingress_specs list. Only the
+ * id routes: display names are unique per tenant alone, so another tenant could otherwise take a
+ * name's traffic. One port serves both protocols: a TLS ClientHello is terminated with a leaf from
+ * the service CA (for `https` specs), anything else is plain HTTP (for `http` specs). Requests go
+ * to the guest over its TAP as plain HTTP with their bodies framed explicitly, and nothing else of
+ * the guest is reachable.
+ *
+ * Everything here comes from unauthenticated clients: every handler catches its failures and
+ * closes the connection, and a leaf is signed only for a route that exists.
  */
 import { createServer as createHttpServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
+import { pipeline } from 'node:stream';
 import { TLSSocket } from 'node:tls';
 import type { GatewayHooks } from '../core/ports.js';
 import type { CertificateAuthority } from './certificate-authority.js';
-import { HOP_BY_HOP } from './http-forwarder.js';
+import { endToEndHeaders, headerValues, requestFraming, responseLength } from './forwarded-headers.js';
 import { closeListener, listenOn } from './listeners.js';
-import type { RuntimeRegistry } from './runtime-registry.js';
+import type { RuntimeNet, RuntimeRegistry } from './runtime-registry.js';
 import { sniffSocket } from './socket-ops.js';
+import { ConnectionsPerSource } from './source-caps.js';
 
+/**
+ * Open connections one client address may hold on the ingress port. Each costs a descriptor and,
+ * while it says nothing, up to SILENT_MS of waiting: this keeps one client from using up the
+ * service's descriptors (and so the API's, which shares the process).
+ */
+export const MAX_INGRESS_CONNECTIONS_PER_SOURCE = 64;
+/** How long a client may stay silent before it is served as plain HTTP. */
+const SILENT_MS = 10_000;
+/** Set by the gateway on every request to a guest; what the client sent under these names is dropped. */
+const SET_FOR_GUEST: ReadonlySet<string> = new Set(['x-forwarded-proto', 'x-forwarded-for']);
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 export interface IngressOptions {
   domain: string;
   registry: RuntimeRegistry;
   ca: CertificateAuthority;
   hooks: () => GatewayHooks | null;
+  log: { warn(o: object, m: string): void };
 }
 
-/** `8000-web.example.test` with domain `example.test` → { port: 8000, runtime: 'web' }. */
-export function parseIngressHost(hostHeader: string, domain: string): { port: number; runtime: string } | null {
+/** `8000-<uuid>.example.test` with domain `example.test` → { port: 8000, runtimeId: '<uuid>' }. */
+export function parseIngressHost(hostHeader: string, domain: string): { port: number; runtimeId: string } | null {
   const host = hostHeader.replace(/:\d{1,5}$/, '').replace(/\.$/, '').toLowerCase();
   const suffix = `.${domain.toLowerCase()}`;
   if (!host.endsWith(suffix)) return null;
   const m = /^(\d{1,5})-(.+)$/.exec(host.slice(0, -suffix.length));
-  if (m === null) return null;
+  if (m === null || !UUID.test(m[2]!)) return null;
   const port = Number(m[1]);
-  return port >= 1 && port <= 65535 ? { port, runtime: m[2]! } : null;
+  return port >= 1 && port <= 65535 ? { port, runtimeId: m[2]! } : null;
 }
+
+type Route = { net: RuntimeNet; port: number; protocol: 'http' | 'https' };
 
 export class Ingress {
   readonly #server: Server;
   readonly #http = createHttpServer({ requireHostHeader: true });
   readonly #overTls = new WeakSet<Socket>();
+  readonly #perSource = new ConnectionsPerSource(MAX_INGRESS_CONNECTIONS_PER_SOURCE);
 
   constructor(private readonly opts: IngressOptions) {
-    this.#server = createServer({ pauseOnConnect: true }, (s) => void this.#accept(s));
-    this.#http.on('request', (req: IncomingMessage, res: ServerResponse) => void this.#route(req, res));
-    this.#http.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => void this.#upgrade(req, socket, head));
+    this.#server = createServer({ pauseOnConnect: true }, (s) => this.#admit(s));
+    this.#http.on('request', (req: IncomingMessage, res: ServerResponse) => void this.#guard(req.socket, () => this.#forward(req, res)));
+    this.#http.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => void this.#guard(socket, () => this.#upgrade(req, socket, head)));
     this.#http.on('clientError', (_err, socket: Socket) => socket.destroy());
   }
 
   listen = (host: string, port: number): Promise<void> => listenOn(this.#server, host, port);
   close = (): Promise<void> => closeListener(this.#server, this.#http);
 
-  async #accept(socket: Socket): Promise<void> {
+  /** Counts the connection against its source's cap, then serves it. */
+  #admit(socket: Socket): void {
     socket.on('error', () => undefined);
-    const first = await sniffSocket(socket, 10_000);
+    if (!this.#perSource.admit(socket)) return void socket.destroy();
+    void this.#guard(socket, () => this.#accept(socket));
+  }
+
+  /** Runs a handler; whatever it throws closes the connection instead of leaving it open. */
+  async #guard(socket: Socket, work: () => Promise<void>): Promise<void> {
+    try {
+      await work();
+    } catch (err) {
+      this.opts.log.warn({ err: (err as Error).message }, 'ingress connection failed');
+      socket.destroy();
+    }
+  }
+
+  async #accept(socket: Socket): Promise<void> {
+    const first = await sniffSocket(socket, SILENT_MS);
     if (socket.destroyed) return;
     if (first.kind === 'tls') {
-      const host = first.sni === null ? null : parseIngressHost(first.sni, this.opts.domain);
-      if (host === null) return void socket.destroy();
-      const tls = new TLSSocket(socket, { isServer: true, secureContext: await this.opts.ca.contextFor(first.sni!.toLowerCase()), ALPNProtocols: ['http/1.1'] });
+      // A leaf is signed only for a name that routes to an https port.
+      const route = first.sni === null ? null : await this.#route(first.sni);
+      if (route === null || 'status' in route || route.protocol !== 'https') return void socket.destroy();
+      // The name the route was found by, in the form a certificate holds (lowercase, no final dot).
+      const secureContext = await this.opts.ca.contextFor(first.sni!.toLowerCase().replace(/\.$/, ''));
+      if (socket.destroyed) return;
+      const tls = new TLSSocket(socket, { isServer: true, secureContext, ALPNProtocols: ['http/1.1'] });
       tls.on('error', () => socket.destroy());
       this.#overTls.add(tls);
       this.#http.emit('connection', tls);
@@ -66,42 +109,57 @@ export class Ingress {
     socket.resume();
   }
 
-  /** Where a request goes: the guest's identity address and port, or why nowhere. */
-  async #target(req: IncomingMessage): Promise<{ ip: string; port: number } | { status: number; message: string }> {
-    const target = parseIngressHost(req.headers.host ?? '', this.opts.domain);
-    if (target === null) return { status: 404, message: `no runtime is named by host '${req.headers.host ?? ''}'` };
+  /** Where a Host routes: the runtime and the spec's protocol, or why nowhere. */
+  async #route(hostHeader: string): Promise<Route | { status: number; message: string } | null> {
+    const target = parseIngressHost(hostHeader, this.opts.domain);
+    if (target === null) return null;
     const hooks = this.opts.hooks();
-    const found = hooks === null ? null : await hooks.ingressTarget(target.runtime, target.port);
-    const protocol = this.#overTls.has(req.socket) ? 'https' : 'http';
-    if (found === null || found.protocol !== protocol) return { status: 404, message: `runtime '${target.runtime}' exposes no ${protocol} port ${target.port}` };
+    const found = hooks === null ? null : await hooks.ingressTarget(target.runtimeId, target.port);
+    if (found === null) return null;
     const net = this.opts.registry.get(found.runtimeId);
-    if (net === undefined) return { status: 503, message: `runtime '${target.runtime}' has no network` };
+    if (net === undefined) return { status: 503, message: `runtime ${target.runtimeId} has no network` };
     hooks!.activity(found.runtimeId);
-    return { ip: net.identity, port: target.port };
+    return { net, port: target.port, protocol: found.protocol };
   }
 
-  #forwardedHeaders(req: IncomingMessage, keep: string[] = []): Record<string, string | string[]> {
-    const headers: Record<string, string | string[]> = {};
-    for (const [k, v] of Object.entries(req.headers)) if (v !== undefined && (keep.includes(k) || !HOP_BY_HOP.has(k))) headers[k] = v;
-    headers['x-forwarded-proto'] = this.#overTls.has(req.socket) ? 'https' : 'http';
-    headers['x-forwarded-for'] = req.socket.remoteAddress ?? '';
-    return headers;
+  /** The route of a request that arrived over the protocol its port is exposed with, or why none. */
+  async #target(req: IncomingMessage): Promise<Route | { status: number; message: string }> {
+    const host = req.headers.host ?? '';
+    const protocol = this.#overTls.has(req.socket) ? 'https' : 'http';
+    if (headerValues(req.rawHeaders, 'host').length !== 1) return { status: 400, message: 'exactly one Host header is required' };
+    if (requestFraming(req.headers) === null) return { status: 400, message: 'the request body cannot be forwarded with its transfer coding' };
+    const route = await this.#route(host);
+    if (route === null || ('protocol' in route && route.protocol !== protocol)) return { status: 404, message: `no runtime exposes ${protocol} at '${host}'` };
+    return route;
   }
 
-  async #route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  /** The request's headers for the guest: one Host, explicit framing, X-Forwarded-*. */
+  #headersFor(req: IncomingMessage): string[] {
+    return [
+      'Host', req.headers.host ?? '',
+      ...endToEndHeaders(req.rawHeaders, SET_FOR_GUEST),
+      ...(requestFraming(req.headers) ?? []),
+      'X-Forwarded-Proto', this.#overTls.has(req.socket) ? 'https' : 'http',
+      'X-Forwarded-For', req.socket.remoteAddress ?? '',
+    ];
+  }
+
+  async #forward(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const fail = (status: number, message: string) => {
-      res.writeHead(status, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ error: { code: status === 404 ? 'not_found' : 'unavailable', message } }));
+      const code = status === 404 ? 'not_found' : status === 400 ? 'invalid_argument' : 'unavailable';
+      res.writeHead(status, { 'content-type': 'application/json', connection: 'close' });
+      res.end(JSON.stringify({ error: { code, message } }));
     };
     const to = await this.#target(req);
     if ('status' in to) return fail(to.status, to.message);
-    const upstream = request({ host: to.ip, port: to.port, method: req.method, path: req.url, headers: this.#forwardedHeaders(req), setHost: false }, (up) => {
-      const out: Record<string, string | string[]> = {};
-      for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !HOP_BY_HOP.has(k)) out[k] = v;
-      res.writeHead(up.statusCode ?? 502, up.statusMessage, out);
-      up.pipe(res);
+    const upstream = request({ host: to.net.identity, port: to.port, method: req.method, path: req.url, headers: this.#headersFor(req), setHost: false, agent: to.net.ingressAgent }, (up) => {
+      res.writeHead(up.statusCode ?? 502, up.statusMessage, [...endToEndHeaders(up.rawHeaders), ...responseLength(up.headers)]);
+      // A response cut short closes the client's connection rather than leave it mid-message.
+      pipeline(up, res, () => undefined);
     });
     upstream.on('error', () => (res.headersSent ? res.destroy() : fail(503, `the runtime is not answering on port ${to.port}`)));
+    // A request body cut short must not leave a half-sent request on a pooled connection.
+    req.on('close', () => req.complete || upstream.destroy());
     req.pipe(upstream);
   }
 
@@ -109,16 +167,19 @@ export class Ingress {
   async #upgrade(req: IncomingMessage, socket: Socket, head: Buffer): Promise<void> {
     socket.on('error', () => undefined);
     const to = await this.#target(req);
-    if ('status' in to) return void socket.end(`HTTP/1.1 ${to.status} ${to.status === 404 ? 'Not Found' : 'Service Unavailable'}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
-    const upstream = createConnection({ host: to.ip, port: to.port }, () => {
-      const headers = this.#forwardedHeaders(req, ['connection', 'upgrade']);
-      const lines = Object.entries(headers).flatMap(([k, v]) => (Array.isArray(v) ? v : [v]).map((x) => `${k}: ${x}`));
+    if ('status' in to) return void socket.end(`HTTP/1.1 ${to.status} ${to.status === 404 ? 'Not Found' : to.status === 400 ? 'Bad Request' : 'Service Unavailable'}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
+    const upstream = createConnection({ host: to.net.identity, port: to.port }, () => {
+      const headers = [...this.#headersFor(req), 'Connection', 'Upgrade', 'Upgrade', req.headers.upgrade ?? ''];
+      const lines: string[] = [];
+      for (let i = 0; i < headers.length; i += 2) lines.push(`${headers[i]}: ${headers[i + 1]}`);
       upstream.write(`${req.method} ${req.url} HTTP/1.1\r\n${lines.join('\r\n')}\r\n\r\n`);
       if (head.length > 0) upstream.write(head);
       upstream.pipe(socket);
       socket.pipe(upstream);
     });
+    to.net.track(upstream);
     upstream.on('error', () => socket.destroy());
+    upstream.on('close', () => socket.destroy());
     socket.on('close', () => upstream.destroy());
   }
 }

@@ -1,10 +1,14 @@
 /**
  * The gateway's view of attached runtimes: each one's policy and rules (replaced live on PATCH),
- * its TAP and identity address, and the DNS answers it was given (pins).
+ * its TAP and identity address, the DNS answers it was given (pins), and every connection of its
+ * guest that the gateway holds, so that a detach leaves nothing of it behind for the next runtime
+ * in the same slot.
  */
 import { Agent as HttpAgent } from 'node:http';
 import { Agent as HttpsAgent } from 'node:https';
+import type { Socket } from 'node:net';
 import type { EgressSubject } from '../core/ports.js';
+import { closeRelays } from './socket-ops.js';
 
 export interface Pin {
   host: string;
@@ -17,16 +21,38 @@ export interface Pin {
 const PIN_LIFETIME_MS = 10 * 60_000;
 const MAX_PINS = 4096;
 
+/** Tells one attachment's native relays from every other's, also after its slot is reused. */
+let lastRelayTag = 0;
+
 export class RuntimeNet {
   readonly #pins = new Map<string, Pin>();
+  /** Guest-side sockets the gateway holds for this runtime (egress and ingress), until they close. */
+  readonly #sockets = new Set<Socket>();
   /** Upstream connections are pooled per runtime, never shared between tenants' VMs. */
   readonly agents = { http: new HttpAgent({ keepAlive: true }), https: new HttpsAgent({ keepAlive: true }) };
+  /** Ingress connections to this guest, pooled apart from egress and from other runtimes. */
+  readonly ingressAgent = new HttpAgent({ keepAlive: true });
+  /** Marks this runtime's relays on the native relay thread. */
+  readonly relayTag = (lastRelayTag = (lastRelayTag % 0xffff_fffe) + 1);
+  #closed = false;
 
   constructor(
     public subject: EgressSubject,
     readonly tap: string,
     readonly identity: string,
   ) {}
+
+  /** Detached: nothing may be forwarded for it any more. */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** Holds `socket` as this runtime's until it closes; a closed runtime's socket is destroyed at once. */
+  track(socket: Socket): void {
+    if (this.#closed) return void socket.destroy();
+    this.#sockets.add(socket);
+    socket.once('close', () => this.#sockets.delete(socket));
+  }
 
   get id(): string {
     return this.subject.runtimeId;
@@ -44,9 +70,21 @@ export class RuntimeNet {
     return pin;
   }
 
-  close(): void {
+  /**
+   * Ends everything of this runtime the gateway holds: its guest connections (a keep-alive one
+   * still carries this runtime's rules), its relays, its upstream pools. Resolves once the relay
+   * thread has closed the relays.
+   */
+  close(): Promise<void> {
+    this.#closed = true;
+    // A reset, not a FIN: the guest is gone, and a FIN nobody acknowledges keeps the socket in
+    // FIN-WAIT-1, with the old identity, for minutes.
+    for (const socket of this.#sockets) socket.resetAndDestroy();
+    this.#sockets.clear();
     this.agents.http.destroy();
     this.agents.https.destroy();
+    this.ingressAgent.destroy();
+    return closeRelays(this.relayTag);
   }
 }
 
@@ -59,13 +97,13 @@ export class RuntimeRegistry {
     this.#byIdentity.set(net.identity, net);
   }
 
-  remove(runtimeId: string): RuntimeNet | undefined {
+  /** Forgets the runtime and closes everything of it; resolves once its relays are closed. */
+  async remove(runtimeId: string): Promise<void> {
     const net = this.#byId.get(runtimeId);
-    if (net === undefined) return undefined;
+    if (net === undefined) return;
     this.#byId.delete(runtimeId);
     this.#byIdentity.delete(net.identity);
-    net.close();
-    return net;
+    await net.close();
   }
 
   get = (runtimeId: string): RuntimeNet | undefined => this.#byId.get(runtimeId);

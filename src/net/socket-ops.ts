@@ -6,11 +6,40 @@ import { MAX_SNIFF_BYTES, sniff, type Sniffed } from './traffic-sniff.js';
 interface SocketOps {
   originalDst(fd: number): { address: string; port: number };
   peek(fd: number, max: number): Buffer | null;
-  relay(a: number, b: number): void;
+  relay(a: number, b: number, tag: number): number;
+  closeRelays(tag: number): void;
+  relayEvents(callback: (kind: number, value: number) => void): void;
 }
 
 // Built by `npm ci` (node-gyp, binding.gyp at the repository root); dist/src/net → build/Release.
 const ops = createRequire(import.meta.url)('../../../build/Release/socket_ops.node') as SocketOps;
+
+const RELAY_CLOSED = 0;
+const TAG_CLOSED = 1;
+/** What to call when each open relay closes, by relay id. */
+const onRelayClosed = new Map<number, () => void>();
+/** closeRelays calls waiting for the relay thread, by tag. */
+const tagsClosing = new Map<number, Array<() => void>>();
+/**
+ * The event channel does not keep the process alive (relays must not); while a closeRelays is
+ * waiting for its answer, this timer does.
+ */
+let awaitingRelayThread: NodeJS.Timeout | null = null;
+ops.relayEvents((kind, value) => {
+  if (kind === RELAY_CLOSED) {
+    const done = onRelayClosed.get(value);
+    onRelayClosed.delete(value);
+    done?.();
+  } else if (kind === TAG_CLOSED) {
+    const waiting = tagsClosing.get(value) ?? [];
+    tagsClosing.delete(value);
+    if (tagsClosing.size === 0 && awaitingRelayThread !== null) {
+      clearInterval(awaitingRelayThread);
+      awaitingRelayThread = null;
+    }
+    for (const resolve of waiting) resolve();
+  }
+});
 
 /** The file descriptor behind a TCP socket (Node keeps it on the libuv handle). */
 export function socketFd(socket: Socket): number {
@@ -24,12 +53,22 @@ export const originalDst = (socket: Socket): { address: string; port: number } =
 /**
  * Joins two connected sockets on the native relay thread (relay_thread.c) and closes Node's
  * handles on them: the bytes then never pass through JavaScript. Neither socket may have read
- * anything yet.
+ * anything yet. `tag` groups relays for closeRelays; `onClosed` runs once the relay has ended.
  */
-export function relaySockets(a: Socket, b: Socket): void {
-  ops.relay(socketFd(a), socketFd(b));
+export function relaySockets(a: Socket, b: Socket, tag: number, onClosed: () => void = () => undefined): void {
+  const id = ops.relay(socketFd(a), socketFd(b), tag);
+  onRelayClosed.set(id, onClosed);
   a.destroy();
   b.destroy();
+}
+
+/** Resets every relay made with `tag`; resolves once the relay thread has done it. */
+export function closeRelays(tag: number): Promise<void> {
+  return new Promise((resolve) => {
+    tagsClosing.set(tag, [...(tagsClosing.get(tag) ?? []), resolve]);
+    awaitingRelayThread ??= setInterval(() => undefined, 60_000);
+    ops.closeRelays(tag);
+  });
 }
 
 /** Bytes waiting on the socket, not consumed: null when none yet, empty when the peer closed. */

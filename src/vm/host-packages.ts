@@ -24,6 +24,8 @@ export const HOST_REQUIREMENTS: Record<string, string> = {
   'dpkg-deb': 'dpkg',
   ip: 'iproute2',
   gcc: 'gcc',
+  // The gateway flushes a deleted runtime's connection tracking entries (src/net/conntrack.ts).
+  conntrack: 'conntrack',
 };
 
 export const MIN_QEMU = { major: 10, minor: 0 };

@@ -12,7 +12,7 @@ import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
 import { runCommand } from '../../src/platform/run-command.js';
-import { Service } from '../support/service.js';
+import { REPO_ROOT, Service } from '../support/service.js';
 import { Upstreams } from '../support/upstream.js';
 
 const up = new Upstreams();
@@ -21,6 +21,7 @@ const SECRET = `sk-live-${randomBytes(12).toString('hex')}`;
 let HTTP = 0;
 let HTTPS = 0;
 let TCP = 0;
+let RECORDED = 0;
 
 const LOOPBACK_NAMES = ['api.test', 'other.test', 'wild.test', 'deep.a.wild.test', 'raw.test', 'rebind.test', 'open.test'];
 
@@ -29,6 +30,7 @@ before(async () => {
   HTTP = up.port(up.http);
   HTTPS = up.port(up.https);
   TCP = up.port(up.tcp);
+  RECORDED = up.port(up.recorded);
   up.setNames({ ...Object.fromEntries(LOOPBACK_NAMES.map((n) => [n, '127.0.0.1'])), 'private.test': '10.9.9.9' });
   svc = new Service({
     VESSEL_EGRESS_ALLOW_CIDRS: '127.0.0.0/8',
@@ -385,6 +387,17 @@ const UPGRADE_SERVER = [
   '',
 ].join('\n');
 
+/** The first answer that is not an error from the gateway while the guest's server starts. */
+async function ingressWhenUp(host: string): Promise<{ status: number; body: string }> {
+  const deadline = Date.now() + 60_000;
+  let r = await ingressGet(host, false);
+  while (r.status === 503 && Date.now() < deadline) {
+    await new Promise((res) => setTimeout(res, 500));
+    r = await ingressGet(host, false);
+  }
+  return r;
+}
+
 function ingressGet(host: string, tls: boolean): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const opts = { host: '127.0.0.1', port: svc.ingressPort, path: '/', headers: { host } };
@@ -410,20 +423,17 @@ test('ingress: http and https specs reach their guest ports, and nothing else do
   await sh('web', 'for p in 8000 8443 9000; do nohup python3 -m http.server $p --directory /etc >/dev/null 2>&1 & done; true');
   await putFile('web', '/root/upgrade.py', UPGRADE_SERVER);
   await sh('web', 'nohup python3 /root/upgrade.py >/dev/null 2>&1 & true');
-  const deadline = Date.now() + 60_000;
-  let plain = await ingressGet('8000-web.localhost', false);
-  while (plain.status !== 200 && Date.now() < deadline) {
-    await new Promise((res) => setTimeout(res, 500));
-    plain = await ingressGet('8000-web.localhost', false);
-  }
+  const id = r.body.data.id as string;
+  const plain = await ingressWhenUp(`8000-${id}.localhost`);
   assert.equal(plain.status, 200);
   assert.match(plain.body, /hostname/, 'the guest directory listing of /etc');
-  const secure = await ingressGet(`8443-${r.body.data.id}.localhost`, true);
-  assert.equal(secure.status, 200, 'TLS terminated with a certificate the service CA signed; the id works as well as the name');
-  assert.equal((await ingressGet('9000-web.localhost', false)).status, 404, 'a port not in ingress_specs');
-  assert.equal((await ingressGet('8443-web.localhost', false)).status, 404, 'an https port over plain HTTP');
-  assert.equal((await ingressGet('8000-nosuch.localhost', false)).status, 404);
-  assert.equal((await ingressGet('web.localhost', false)).status, 404);
+  const secure = await ingressGet(`8443-${id}.localhost`, true);
+  assert.equal(secure.status, 200, 'TLS terminated with a certificate the service CA signed');
+  assert.equal((await ingressGet(`9000-${id}.localhost`, false)).status, 404, 'a port not in ingress_specs');
+  assert.equal((await ingressGet(`8443-${id}.localhost`, false)).status, 404, 'an https port over plain HTTP');
+  assert.equal((await ingressGet(`8000-${randomUUID()}.localhost`, false)).status, 404);
+  assert.equal((await ingressGet('8000-web.localhost', false)).status, 404, 'a display name routes nowhere');
+  assert.equal((await ingressGet(`${id}.localhost`, false)).status, 404);
 
   // An upgrade (what WebSockets use) passes through to the guest, then bytes flow both ways.
   const echoed = await new Promise<string>((resolve, reject) => {
@@ -439,7 +449,196 @@ test('ingress: http and https specs reach their guest ports, and nothing else do
       }
     });
     sock.on('error', reject);
-    sock.write('GET /ws HTTP/1.1\r\nHost: 8001-web.localhost\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n');
+    sock.write(`GET /ws HTTP/1.1\r\nHost: 8001-${id}.localhost\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n`);
   });
   assert.match(echoed, /^HTTP\/1\.1 101/);
+});
+
+/**
+ * Sends raw HTTP requests on one connection (TLS when asked), reading each response before the
+ * next request: `python3 /root/rawhttp.py HOST PORT plain|tls REQUESTS.json` prints one JSON list.
+ */
+const RAW_HTTP_CLIENT = `import http.client, json, socket, ssl, sys
+host, port, mode, path = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+# The context first: loading the CA bundle takes longer under TCG than the gateway waits for a
+# client's first bytes before it takes the connection for a server-first protocol.
+context = ssl.create_default_context() if mode == 'tls' else None
+s = socket.create_connection((host, port), timeout=5)
+if context is not None:
+    s = context.wrap_socket(s, server_hostname=host)
+out = []
+for raw in json.load(open(path)):
+    try:
+        s.sendall(raw.encode('latin1'))
+        r = http.client.HTTPResponse(s, method=raw.split(' ', 1)[0])
+        r.begin()
+        out.append({'status': r.status, 'headers': r.getheaders(), 'body': r.read().decode('latin1')})
+    except Exception as e:
+        out.append({'error': type(e).__name__})
+        break
+print(json.dumps(out))
+`;
+
+interface RawReply {
+  status?: number;
+  headers?: Array<[string, string]>;
+  body?: string;
+  error?: string;
+}
+
+async function rawHttp(rt: string, host: string, port: number, tls: boolean, requests: string[]): Promise<RawReply[]> {
+  const file = `/root/requests-${randomBytes(4).toString('hex')}.json`;
+  await putFile(rt, '/root/rawhttp.py', RAW_HTTP_CLIENT);
+  await putFile(rt, file, JSON.stringify(requests));
+  const r = await sh(rt, `python3 /root/rawhttp.py ${host} ${port} ${tls ? 'tls' : 'plain'} ${file}`);
+  assert.equal(r.exit_code, 0, r.stderr);
+  return JSON.parse(r.stdout) as RawReply[];
+}
+
+/** A GET whose chunked body is a whole second request: what a smuggler sends. */
+function chunkedCarrier(path: string, host: string, inner: string): string {
+  return `GET ${path} HTTP/1.1\r\nHost: ${host}\r\nTransfer-Encoding: chunked\r\n\r\n${Buffer.byteLength(inner).toString(16)}\r\n${inner}\r\n0\r\n\r\n`;
+}
+
+const hostValues = (rawHeaders: string[]): string[] => rawHeaders.flatMap((h, i) => (i % 2 === 0 && h.toLowerCase() === 'host' ? [rawHeaders[i + 1]!] : []));
+
+test('a chunked body on GET is forwarded chunked: a request hidden in it reaches the upstream only as body', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-te-smuggle', ['api.test']);
+  await secretRule(rt, { headerName: 'X-Api-Key' });
+  const inner = 'POST /te-smuggled HTTP/1.1\r\nHost: evil.test\r\nContent-Length: 600\r\n\r\n';
+  const plainHost = `api.test:${RECORDED}`;
+  const plain = await rawHttp(rt, 'api.test', RECORDED, false, [chunkedCarrier('/te-carrier', plainHost, inner), `GET /te-next HTTP/1.1\r\nHost: ${plainHost}\r\n\r\n`]);
+  assert.deepEqual(plain.map((x) => x.status), [200, 200], JSON.stringify(plain));
+  assert.equal(up.hits('/te-smuggled').length, 0, 'the hidden request never reached the upstream as a request');
+  assert.equal(up.hits('/te-carrier')[0]?.body, inner, 'it arrived as the body of the request that carried it');
+  assert.match(up.received, /GET \/te-carrier HTTP\/1\.1\r\n[^]*?transfer-encoding: chunked\r\n/i, 'framed explicitly');
+
+  // The same over intercepted TLS, where the next request carries the secret.
+  const tlsHost = `api.test:${HTTPS}`;
+  const tls = await rawHttp(rt, 'api.test', HTTPS, true, [
+    chunkedCarrier('/te-tls-carrier', tlsHost, inner.replace('/te-smuggled', '/te-tls-smuggled')),
+    `GET /te-tls-next HTTP/1.1\r\nHost: ${tlsHost}\r\n\r\n`,
+  ]);
+  assert.deepEqual(tls.map((x) => x.status), [200, 200], JSON.stringify(tls));
+  assert.equal(up.hits('/te-tls-smuggled').length, 0);
+  assert.ok(up.hits('/te-tls-next')[0]?.rawHeaders.includes(SECRET), 'the next request was a request of its own, injected');
+  assert.ok(up.seen.every((s) => !s.body.includes(SECRET)), 'no secret inside any body');
+});
+
+test('exactly one Host reaches the upstream, the one decided on', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-host', ['api.test']);
+  const replies = await rawHttp(rt, 'api.test', HTTP, false, [
+    `GET /conn-host HTTP/1.1\r\nHost: API.test.:${HTTP}\r\nConnection: keep-alive, host, content-length\r\n\r\n`,
+    `GET /dup-host HTTP/1.1\r\nHost: api.test:${HTTP}\r\nHost: other.test\r\n\r\n`,
+  ]);
+  assert.equal(replies[0]?.status, 200, JSON.stringify(replies));
+  assert.deepEqual(hostValues(up.hits('/conn-host')[0]!.rawHeaders), [`api.test:${HTTP}`], 'a Connection token does not strip Host; the normalized host is sent');
+  assert.equal(replies[1]?.status, 400);
+  assert.equal(up.hits('/dup-host').length, 0);
+  const a = (await audits(rt)).find((x) => x.path === '/dup-host');
+  assert.equal(a?.action, 'deny');
+  assert.equal(a?.status, 400);
+});
+
+test('injected values are redacted from response headers; TRACE is refused', { timeout: 300_000 }, async () => {
+  const rt = await runtime('eg-reflect', ['api.test']);
+  await secretRule(rt, { headerName: 'X-Api-Key', valueFormat: 'Bearer ${credential}', paramName: 'api_key' });
+  const r = await sh(rt, curl(`-D - -o /dev/null 'https://api.test:${HTTPS}/reflect?a=1'`));
+  assert.equal(r.exit_code, 0, r.stderr);
+  assert.ok(up.hits('/reflect')[0]?.url.includes(SECRET), 'the upstream got the parameter');
+  assert.ok(!r.stdout.includes(SECRET), r.stdout);
+  assert.match(r.stdout, /^location: \/reflected\/reflect\?a=1&api_key=vessel-redacted\r$/im);
+  assert.match(r.stdout, /^x-reflect: vessel-redacted\r$/im);
+  const trace = await sh(rt, curl(`-X TRACE -o /dev/null -w '%{http_code}' https://api.test:${HTTPS}/trace`));
+  assert.equal(trace.stdout, '405');
+  assert.equal(up.hits('/trace').length, 0);
+  const a = (await audits(rt)).find((x) => x.path === '/trace');
+  assert.equal(a?.action, 'deny');
+  assert.equal(a?.status, 405);
+});
+
+/** Every TAP of this service instance: name → runtime id. */
+async function instanceTaps(instance: string): Promise<Map<string, string>> {
+  const links = JSON.parse(await runCommand('ip', ['-j', 'link', 'show'])) as Array<{ ifname: string; ifalias?: string }>;
+  return new Map(links.filter((l) => l.ifalias?.startsWith(`${instance}:`)).map((l) => [l.ifname, l.ifalias!.split(':')[1]!]));
+}
+
+const identityOf = (tap: string): string => {
+  const slot = Number(tap.slice(3));
+  return `10.222.${slot >> 8}.${slot & 255}`;
+};
+
+test('a deleted runtime leaves no connection, conntrack entry or slot behind for the next one', { timeout: 300_000 }, async () => {
+  const created = await svc.call('POST', '/v1/runtimes', { display_name: 'eg-detach', egress_policy: { enabled: true, allowed_hosts: ['api.test', 'raw.test'] } });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const id = created.body.data.id as string;
+  // A spliced connection held open, and a keep-alive HTTP connection left idle.
+  await putFile('eg-detach', '/root/hold.py', `import http.client, socket, time
+raw = socket.create_connection(('raw.test', ${TCP}), timeout=5); raw.sendall(b'hold'); raw.recv(100)
+web = http.client.HTTPConnection('api.test', ${HTTP}, timeout=5); web.request('GET', '/detach-keepalive'); web.getresponse().read()
+open('/root/held', 'w').write('ok')
+time.sleep(600)
+`);
+  await sh('eg-detach', 'nohup python3 /root/hold.py >/dev/null 2>&1 & for i in $(seq 50); do [ -f /root/held ] && break; sleep 0.2; done; cat /root/held');
+  const tcpBefore = new Set(up.tcpOpen);
+  assert.ok(tcpBefore.size >= 1, 'the spliced connection is open at the upstream');
+  const ownerOf = (await svc.call('GET', '/v1/runtimes?limit=1000')).body.data.map((r: any) => r.id as string);
+  const links = JSON.parse(await runCommand('ip', ['-j', 'link', 'show'])) as Array<{ ifname: string; ifalias?: string }>;
+  const own = links.find((l) => l.ifalias?.endsWith(`:${id}`))!;
+  const instance = own.ifalias!.split(':')[0]!;
+  const identity = identityOf(own.ifname);
+  const sockets = async () => (await runCommand('ss', ['-Htn', 'dst', identity])).trim();
+  // conntrack prints its summary on stderr, which runCommand mixes in: keep the entries only.
+  const tracked = async () => (await runCommand('conntrack', ['-L', '--orig-src', identity])).split('\n').filter((l) => /^(tcp|udp)\s/.test(l)).join('\n');
+  assert.notEqual(await sockets(), '', 'the gateway holds the guest connections');
+  assert.ok(ownerOf.includes(id));
+
+  assert.equal((await svc.call('DELETE', `/v1/runtimes/${id}`)).status, 200);
+  const deadline = Date.now() + 3000;
+  while (Date.now() < deadline && ((await sockets()) !== '' || [...tcpBefore].some((s) => up.tcpOpen.has(s)))) await new Promise((r) => setTimeout(r, 100));
+  assert.equal(await sockets(), '', 'no gateway socket is left with the old identity');
+  assert.ok([...tcpBefore].every((s) => !up.tcpOpen.has(s)), 'the spliced connection was closed at the upstream');
+  assert.equal(await tracked(), '', 'no conntrack entry is left for the old identity');
+
+  // The next runtimes (and the warm pool refilling behind them) do not get the freed slot.
+  const next = await svc.call('POST', '/v1/runtimes', { display_name: 'eg-detach-next', egress_policy: { enabled: true, allowed_hosts: [] } });
+  assert.equal(next.status, 201);
+  const settle = Date.now() + 20_000;
+  let taps = await instanceTaps(instance);
+  const runtimes = async () => (await svc.call('GET', '/v1/runtimes?limit=1000')).body.data.length as number;
+  // The pool (2 spares) is full again once the instance has two TAPs more than runtimes.
+  while (Date.now() < settle && taps.size < (await runtimes()) + 2) {
+    await new Promise((r) => setTimeout(r, 250));
+    taps = await instanceTaps(instance);
+  }
+  assert.ok(!taps.has(own.ifname), `${own.ifname} is quarantined, not handed out again`);
+});
+
+test('ingress routes by runtime id only: another tenant cannot take a name\'s traffic', { timeout: 300_000 }, async () => {
+  const cli = join(REPO_ROOT, 'dist/src/cli/main.js');
+  const tenantB = `tenant-b-${randomBytes(3).toString('hex')}`;
+  const created = await runCommand(process.execPath, [cli, 'token', 'create', '--tenant', tenantB, '--scopes', 'admin'], { env: { ...process.env, VESSEL_DATA_DIR: svc.dataDir } });
+  const other = JSON.parse(created.split('\n').find((l) => l.startsWith('{'))!) as { token: string };
+  const spec = { display_name: 'shared-name', ingress_specs: [{ protocol: 'http', runtime_port: 8000 }] };
+  const a = await svc.call('POST', '/v1/runtimes', spec);
+  assert.equal(a.status, 201, JSON.stringify(a.body));
+  const b = await svc.call('POST', '/v1/runtimes', spec, other.token);
+  assert.equal(b.status, 201, JSON.stringify(b.body));
+  const serve = (owner: string) => `mkdir -p /root/www && echo ${owner} > /root/www/who && (nohup python3 -m http.server 8000 --directory /root/www >/dev/null 2>&1 &) ; true`;
+  const exec = async (id: string, token: string, owner: string) => {
+    const r = await svc.call('POST', `/v1/runtimes/${id}/exec`, { command: serve(owner), timeout_secs: 30 }, token);
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+  };
+  await exec(a.body.data.id, svc.token, 'tenant-a');
+  await exec(b.body.data.id, other.token, 'tenant-b');
+  const get = (host: string) => ingressGet(host, false);
+  await ingressWhenUp(`8000-${a.body.data.id}.localhost`);
+  await ingressWhenUp(`8000-${b.body.data.id}.localhost`);
+  assert.equal((await get(`8000-${a.body.data.id}.localhost`)).status, 200);
+  assert.equal((await svc.call('DELETE', `/v1/runtimes/${a.body.data.id}`)).status, 200);
+  assert.equal((await get('8000-shared-name.localhost')).status, 404, 'the name routes nowhere, before or after the delete');
+  assert.equal((await get(`8000-${a.body.data.id}.localhost`)).status, 404, 'a deleted id routes nowhere');
+  const bAnswer = await get(`8000-${b.body.data.id}.localhost`);
+  assert.equal(bAnswer.status, 200);
+  assert.equal((await svc.call('DELETE', `/v1/runtimes/${b.body.data.id}`, undefined, other.token)).status, 200);
 });

@@ -6,7 +6,7 @@
  *   (recv with MSG_PEEK | MSG_DONTWAIT; null when none yet, empty at end of stream), so the
  *   gateway can read a ClientHello or request head and still hand the untouched socket to
  *   Node's native TLS or HTTP machinery;
- * - relay(fdA, fdB): see relay_thread.c.
+ * - relay(fdA, fdB, tag), closeRelays(tag), relayEvents(callback): see relay_thread.c.
  */
 #include <node_api.h>
 #include <arpa/inet.h>

@@ -1,0 +1,124 @@
+/**
+ * Ingress in-process: a "guest" is a loopback upstream that records what reaches it. Bad TLS
+ * handshakes leave no descriptor behind, one client address cannot hold more than its share of
+ * connections, bodies reach the guest framed, and only runtime ids route.
+ */
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { readdirSync } from 'node:fs';
+import { Agent, request } from 'node:http';
+import { connect } from 'node:net';
+import { connect as tlsConnect } from 'node:tls';
+import type { GatewayHooks } from '../../src/core/ports.js';
+import { CertificateAuthority } from '../../src/net/certificate-authority.js';
+import { Ingress, MAX_INGRESS_CONNECTIONS_PER_SOURCE, parseIngressHost } from '../../src/net/ingress.js';
+import { RuntimeNet, RuntimeRegistry } from '../../src/net/runtime-registry.js';
+import { freePort } from '../support/service.js';
+import { Upstreams } from '../support/upstream.js';
+import { quietLog } from '../support/egress-harness.js';
+
+const up = new Upstreams();
+const registry = new RuntimeRegistry();
+const RUNTIME = randomUUID();
+let ingress: Ingress;
+let PORT = 0;
+let GUEST_PORT = 0;
+
+before(async () => {
+  await up.start();
+  GUEST_PORT = up.port(up.recorded);
+  registry.add(new RuntimeNet({ runtimeId: RUNTIME, tenantId: 't', policy: { enabled: true, allowed_hosts: [] }, rules: [] }, 'vsl-ingress', '127.0.0.1'));
+  const hooks = {
+    ingressTarget: async (id: string, port: number) => (id === RUNTIME && port === GUEST_PORT ? { runtimeId: RUNTIME, protocol: 'http' as const } : null),
+    activity: () => undefined,
+  } as unknown as GatewayHooks;
+  ingress = new Ingress({ domain: 'localhost', registry, ca: await CertificateAuthority.loadOrCreate(up.dir), hooks: () => hooks, log: quietLog });
+  PORT = await freePort();
+  await ingress.listen('127.0.0.1', PORT);
+});
+after(async () => {
+  await ingress.close();
+  await Promise.all(registry.all().map((n) => registry.remove(n.id)));
+  up.close();
+});
+
+const openFds = () => readdirSync('/proc/self/fd').length;
+
+async function settle(condition: () => boolean, ms = 5000): Promise<boolean> {
+  const deadline = Date.now() + ms;
+  while (!condition() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  return condition();
+}
+
+test('ingress hosts name a port and a runtime id; a display name routes nowhere', () => {
+  const id = randomUUID();
+  assert.deepEqual(parseIngressHost(`8000-${id.toUpperCase()}.localhost:8081`, 'localhost'), { port: 8000, runtimeId: id });
+  assert.equal(parseIngressHost('8000-web.localhost', 'localhost'), null);
+  assert.equal(parseIngressHost('1-a,cn=x.localhost', 'localhost'), null);
+  assert.equal(parseIngressHost(`0-${id}.localhost`, 'localhost'), null);
+  assert.equal(parseIngressHost(`8000-${id}.other`, 'localhost'), null);
+});
+
+test('bad TLS handshakes are closed, and leave no descriptor open', async () => {
+  const baseline = openFds();
+  const names = ['1-a,cn=x.localhost', `443-${randomUUID()}.localhost`, `${GUEST_PORT}-${RUNTIME}.localhost`];
+  const handshake = (servername: string) =>
+    new Promise<void>((resolve) => {
+      const socket = connect({ host: '127.0.0.1', port: PORT, localAddress: '127.0.0.30' });
+      const c = tlsConnect({ socket, servername, rejectUnauthorized: false });
+      c.on('error', () => undefined);
+      c.on('close', () => resolve());
+    });
+  // In rounds that stay under the per-source cap, so each handshake is refused for what it says.
+  for (let round = 0; round < 4; round++) await Promise.all(Array.from({ length: 50 }, (_, i) => handshake(names[i % names.length]!)));
+  assert.ok(await settle(() => openFds() <= baseline), `descriptors: ${openFds()} open, ${baseline} before`);
+});
+
+test('one client address holds at most its share of ingress connections', async () => {
+  const extra = 5;
+  let closedEarly = 0;
+  const sockets = Array.from({ length: MAX_INGRESS_CONNECTIONS_PER_SOURCE + extra }, () => {
+    const s = connect({ host: '127.0.0.1', port: PORT, localAddress: '127.0.0.31' });
+    s.on('error', () => undefined);
+    s.on('close', () => closedEarly++);
+    return s;
+  });
+  assert.ok(await settle(() => closedEarly >= extra, 3000));
+  await new Promise((r) => setTimeout(r, 200));
+  assert.equal(closedEarly, extra, 'the connections under the cap stay open');
+  const other = connect({ host: '127.0.0.1', port: PORT, localAddress: '127.0.0.32' });
+  other.on('error', () => undefined);
+  await new Promise((r) => setTimeout(r, 200));
+  assert.equal(other.destroyed, false, 'another address is not affected');
+  for (const s of [...sockets, other]) s.destroy();
+});
+
+function visit(agent: Agent, host: string, method: string, path: string, headers: string[], body?: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port: PORT, method, path, headers: ['Host', host, ...headers], setHost: false, agent }, (res) => {
+      let text = '';
+      res.on('data', (d) => (text += d));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+    });
+    req.setTimeout(5000, () => req.destroy(new Error('no answer within 5 s')));
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+test('a chunked body reaches the guest framed: a request hidden in it is only ever body', async () => {
+  const host = `${GUEST_PORT}-${RUNTIME}.localhost`;
+  const visitor = new Agent({ keepAlive: true, maxSockets: 1 });
+  const inner = 'GET /ingress-smuggled HTTP/1.1\r\nHost: x\r\nContent-Length: 300\r\n\r\n';
+  for (const method of ['GET', 'DELETE']) {
+    const r = await visit(visitor, host, method, `/ingress-carrier-${method}`, ['Transfer-Encoding', 'chunked'], inner);
+    assert.equal(r.status, 200);
+    assert.equal((await visit(new Agent(), host, 'GET', `/ingress-next-${method}`, [])).status, 200, 'the next visitor gets its own answer');
+    assert.equal(up.hits(`/ingress-carrier-${method}`)[0]?.body, inner);
+  }
+  assert.equal(up.hits('/ingress-smuggled').length, 0);
+  assert.match(up.received, /GET \/ingress-carrier-GET HTTP\/1\.1\r\n(?:[^\r]+\r\n)*Transfer-Encoding: chunked\r\n/);
+  assert.equal((await visit(visitor, `${GUEST_PORT}-web.localhost`, 'GET', '/by-name', [])).status, 404);
+  visitor.destroy();
+});
