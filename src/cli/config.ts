@@ -2,6 +2,7 @@
 import { resolve } from 'node:path';
 import type { TenantLimits } from '../core/types.js';
 import { parseCidrList } from '../net/blocked-ranges.js';
+import { DEFAULT_MAX_CONNECTIONS_PER_RUNTIME, DEFAULT_MAX_CONNECTIONS_PER_TENANT } from '../net/gateway.js';
 
 export interface Config {
   host: string;
@@ -31,6 +32,9 @@ export interface Config {
     dnsPort: number;
     injectPlainHttp: boolean;
     icmpAuditSecs: number;
+    /** Open egress connections one runtime, and one tenant's runtimes together, may hold. */
+    maxConnectionsPerRuntime: number;
+    maxConnectionsPerTenant: number;
     ingress: { host: string; port: number; domain: string };
   };
 }
@@ -96,6 +100,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       dnsPort: int(env, 'VESSEL_EGRESS_DNS_PORT', 15053),
       injectPlainHttp: env.VESSEL_EGRESS_INJECT_PLAIN_HTTP === '1',
       icmpAuditSecs: int(env, 'VESSEL_ICMP_AUDIT_SECS', 10),
+      maxConnectionsPerRuntime: wholeNumber(env, 'VESSEL_EGRESS_MAX_CONNECTIONS_PER_RUNTIME', DEFAULT_MAX_CONNECTIONS_PER_RUNTIME),
+      maxConnectionsPerTenant: wholeNumber(env, 'VESSEL_EGRESS_MAX_CONNECTIONS_PER_TENANT', DEFAULT_MAX_CONNECTIONS_PER_TENANT),
       ingress: {
         host: env.VESSEL_INGRESS_HOST ?? env.VESSEL_HOST ?? '127.0.0.1',
         port: int(env, 'VESSEL_INGRESS_PORT', 8081),

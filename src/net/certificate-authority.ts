@@ -6,7 +6,9 @@
 import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
 import { createHash, randomBytes, webcrypto } from 'node:crypto';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { writeFileDurably } from '../platform/durable-files.js';
+import { readPrivateFile } from '../platform/private-files.js';
 import { join } from 'node:path';
 import { createSecureContext, type SecureContext } from 'node:tls';
 import { normalizeHostName } from '../core/host-pattern.js';
@@ -75,7 +77,7 @@ export class CertificateAuthority {
     const subtle = webcrypto.subtle;
     if (existsSync(certFile) && existsSync(keyFile)) {
       const certPem = readFileSync(certFile, 'utf8');
-      const key = await subtle.importKey('pkcs8', derOf(readFileSync(keyFile, 'utf8')), ALG, false, ['sign']);
+      const key = await subtle.importKey('pkcs8', derOf(readPrivateFile(keyFile)), ALG, false, ['sign']);
       return new CertificateAuthority(certPem, new x509.X509Certificate(certPem), key as CryptoKey);
     }
     const keys = (await subtle.generateKey(ALG, true, ['sign', 'verify'])) as CryptoKeyPair;
@@ -93,9 +95,11 @@ export class CertificateAuthority {
         await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
       ],
     });
-    writeFileSync(keyFile, pem('PRIVATE KEY', await subtle.exportKey('pkcs8', keys.privateKey)), { mode: 0o600 });
+    // The key first and the certificate last, each whole or not at all: a crash in between
+    // leaves no certificate, and the next start makes a new pair over the lone key.
+    writeFileDurably(keyFile, pem('PRIVATE KEY', await subtle.exportKey('pkcs8', keys.privateKey)), 0o600);
     const certPem = cert.toString('pem') + '\n';
-    writeFileSync(certFile, certPem, { mode: 0o644 });
+    writeFileDurably(certFile, certPem, 0o644);
     return new CertificateAuthority(certPem, cert, keys.privateKey);
   }
 

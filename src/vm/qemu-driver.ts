@@ -54,6 +54,11 @@ export interface QemuDriverOptions {
 const MiB = 1024 * 1024;
 /** Kept back for the host itself and the service. */
 const HOST_RESERVE_MIB = 1024;
+
+/** The most memory one VM may be given here: all of it but what the host keeps for itself. */
+export function hostMemoryLimitMib(): number {
+  return Math.floor(totalmem() / MiB - HOST_RESERVE_MIB);
+}
 /** QEMU uids: one per runtime directory, never shared while that directory exists. */
 const UID_BASE = 200_000;
 const UID_RANGE = 100_000;
@@ -134,7 +139,7 @@ export class QemuDriver implements VmDriver {
   }
 
   hostLimits(): { vcpus: number; memoryMib: number } {
-    return { vcpus: availableParallelism(), memoryMib: Math.floor(totalmem() / MiB - HOST_RESERVE_MIB) };
+    return { vcpus: availableParallelism(), memoryMib: hostMemoryLimitMib() };
   }
 
   runtimeDir(runtimeId: string): string {
@@ -510,7 +515,7 @@ export class QemuDriver implements VmDriver {
    */
   #admit(resources: Resources, fork: boolean): void {
     const want = resources.limits.memory_mib;
-    const ceiling = (totalmem() / MiB - HOST_RESERVE_MIB) * this.opts.memoryOvercommit;
+    const ceiling = hostMemoryLimitMib() * this.opts.memoryOvercommit;
     let committed = 0;
     for (const v of this.#live.values()) committed += v.state.memoryMib;
     if (committed + want > ceiling) {

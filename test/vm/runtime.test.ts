@@ -8,8 +8,10 @@ import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { Service } from '../support/service.js';
+import { hostMemoryLimitMib } from '../../src/vm/qemu-driver.js';
 
-const svc = new Service();
+// A tenant quota must not answer before the host does, whatever this machine's size.
+const svc = new Service({ VESSEL_TENANT_MAX_MEMORY_MIB: String(1 << 30) });
 const TIMEOUT = { timeout: 300_000 };
 
 before(async () => {
@@ -199,10 +201,15 @@ test('two runtimes are isolated from each other', TIMEOUT, async () => {
   assert.equal(probe.body.data.stdout, '403', 'the gateway answered, not another VM');
 });
 
-test('capacity: a create beyond host memory is unavailable and leaves nothing', TIMEOUT, async () => {
-  const r = await svc.call('POST', '/v1/runtimes', { display_name: 'too-big', resources: { limits: { memory_mib: 64 * 1024 * 1024 } } });
-  assert.equal(r.status, 503);
-  assert.equal(r.body.error.code, 'unavailable');
+test('capacity: more memory than the host has is invalid, more than it has free is unavailable, and neither leaves anything', TIMEOUT, async () => {
+  const impossible = await svc.call('POST', '/v1/runtimes', { display_name: 'too-big', resources: { limits: { memory_mib: 64 * 1024 * 1024 } } });
+  assert.equal(impossible.status, 400, JSON.stringify(impossible.body));
+  assert.equal(impossible.body.error.code, 'invalid_argument');
+  assert.equal((await svc.call('GET', '/v1/runtimes/too-big')).status, 404);
+  // The whole host is a valid size, but never free while anything else runs on it.
+  const busy = await svc.call('POST', '/v1/runtimes', { display_name: 'too-big', resources: { limits: { memory_mib: hostMemoryLimitMib() } } });
+  assert.equal(busy.status, 503, JSON.stringify(busy.body));
+  assert.equal(busy.body.error.code, 'unavailable');
   assert.equal((await svc.call('GET', '/v1/runtimes/too-big')).status, 404);
 });
 
