@@ -9,7 +9,7 @@
  */
 import { closeSync, linkSync, mkdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { fsyncDir, fsyncFile, writeFileDurably } from '../platform/durable-files.js';
+import { flushFiles, fsyncDir, fsyncFile, writeFileDurably } from '../platform/durable-files.js';
 import { runCommand } from '../platform/run-command.js';
 import { DiskLayers, MANIFEST_VERSION, sealFile, type CheckpointManifest } from './disk-layers.js';
 import { ChunkedDigest, copySparseWithDigest, digestFile } from './file-digest.js';
@@ -52,10 +52,10 @@ export async function captureCheckpoint(c: CaptureRequest): Promise<Capture> {
   writeFileDurably(layers.layerDigestFile(checkpointId), `${layerDigest}\n`, 0o400);
   const ramFile = join(cpDir, 'ram');
   const ramDigest = state.ram === 'shared' ? await copySparseWithDigest(join(dir, 'ram'), ramFile) : null;
-  for (const f of ramDigest === null ? [stateFile] : [stateFile, ramFile]) {
-    fsyncFile(f);
-    sealFile(f);
-  }
+  // The layer too: the guest's writes since its last flush are in it, only in the page cache.
+  const own = ramDigest === null ? [stateFile] : [stateFile, ramFile];
+  await flushFiles([...own, layer]);
+  for (const f of own) sealFile(f);
   fsyncDir(cpDir);
 
   const manifest: CheckpointManifest = {

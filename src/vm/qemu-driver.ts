@@ -16,6 +16,7 @@ import { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, invalidArgument, unavailable } from '../core/errors.js';
 import type { LiveState, VmDriver, VmSpec } from '../core/ports.js';
 import type { ExecRequest, ExecResult, Resources } from '../core/types.js';
+import { flushFiles } from '../platform/durable-files.js';
 import { runCommand } from '../platform/run-command.js';
 import { hostTscKhz, type Accel } from './accel.js';
 import type { VmCgroups } from './cgroups.js';
@@ -229,6 +230,9 @@ export class QemuDriver implements VmDriver {
     await live.vm.qmp.execute('stop');
     try {
       await migrateToFile(live.vm.qmp, join(dir, SUSPENDED_STATE_FILE));
+      // On disk before vm.json says suspended: after a host crash, a suspended runtime resumes
+      // from whole files. (QEMU is stopped: nothing writes its RAM or disk any more.)
+      await flushFiles([join(dir, SUSPENDED_STATE_FILE), join(dir, diskFileOf(live.state)), ...(live.state.ram === 'shared' ? [vmPaths(dir).ram] : [])]);
     } catch (err) {
       await live.vm.qmp.execute('cont');
       throw err;

@@ -22,9 +22,13 @@ import { Service } from '../support/service.js';
 const TIMEOUT = { timeout: 600_000 };
 const traceDir = mkdtempSync(join(tmpdir(), 'vessel-trace-'));
 const TRACE = join(traceDir, 'service.trace');
-// The service's main thread only (no -f): the store, the durable writes and the replies all
-// happen there, and QEMU and its helpers stay untraced.
-const svc = new Service({ VESSEL_WARM_POOL: '0' }, undefined, ['strace', '-qq', '-y', '-s', '1000', '-e', 'trace=fsync,fdatasync,rename,renameat,renameat2,link,linkat,read,write,writev', '-o', TRACE]);
+// Every thread of the service (-f: large files are flushed on libuv's threads), but none of the
+// programs it starts (-b execve detaches a child at its exec), so QEMU and its helpers stay untraced.
+const svc = new Service({ VESSEL_WARM_POOL: '0' }, undefined, [
+  'strace', '-qq', '-f', '-b', 'execve', '-y', '-s', '1000',
+  '-e', 'trace=fsync,fdatasync,rename,renameat,renameat2,link,linkat,read,write,writev',
+  '-o', TRACE,
+]);
 before(() => svc.start(), { timeout: 900_000 });
 after(async () => {
   await svc.destroy();
@@ -112,8 +116,30 @@ test('a VM whose record was lost is removed at the next start, with a log line, 
   assert.equal((await svc.call('GET', `/v1/runtimes/${rt.id}`)).status, 404);
 });
 
-/** The trace as lines (strace's \" unescaped), the syscalls of the service's main thread in the order they ran. */
-const trace = () => readFileSync(TRACE, 'utf8').replaceAll('\\"', '"').split('\n');
+/**
+ * The trace as lines (strace's \" unescaped, the thread id dropped), one per system call in the
+ * order the calls *ended*: a call another thread interrupted (`<unfinished ...>`) is put together
+ * with its `<... resumed>` part and placed there, so a flush counts only once it is done.
+ */
+function trace(): string[] {
+  const lines: string[] = [];
+  const unfinished = new Map<string, string>();
+  for (const raw of readFileSync(TRACE, 'utf8').replaceAll('\\"', '"').split('\n')) {
+    const [, tid = '', call = raw] = /^(\d+) +(.*)$/.exec(raw) ?? [];
+    if (call.endsWith('<unfinished ...>')) {
+      unfinished.set(tid, call.slice(0, -'<unfinished ...>'.length));
+      continue;
+    }
+    const resumed = /^<\.\.\. \w+ resumed>(.*)$/.exec(call);
+    if (resumed !== null) {
+      lines.push((unfinished.get(tid) ?? '') + resumed[1]);
+      unfinished.delete(tid);
+    } else {
+      lines.push(call);
+    }
+  }
+  return lines;
+}
 const flushes = (line: string, path: RegExp) => /^f(data)?sync\(\d+</.test(line) && path.test(line);
 /** A write to a client connection holding `text`: part of a reply. */
 const reply = (line: string, text: string) => /^(write|writev)\(\d+<(TCP|socket)/.test(line) && line.includes(text);
@@ -153,6 +179,7 @@ test('the trace shows each acknowledged write flushed before its reply', TIMEOUT
   assert.ok(ready >= 0, 'a reply said ready');
   for (const [what, path] of [
     ['state', new RegExp(`${cpDir}/state>`)],
+    ['disk layer', new RegExp(`${join(svc.dataDir, 'layers', cp.id)}\\.qcow2>`)],
     ['checkpoint directory', new RegExp(`${cpDir}>`)],
     ['manifest', new RegExp(`${cpDir}/\\.manifest\\.json\\.\\d+\\.tmp>`)],
     ['layer directory', new RegExp(`${join(svc.dataDir, 'layers')}>`)],
