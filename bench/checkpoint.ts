@@ -89,10 +89,14 @@ try {
     t = performance.now();
     await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', join(svc.dataDir, 'layers', `${manifest.chain[0]}.qcow2`), '-F', 'qcow2', join(dir, 'disk.qcow2'), String(manifest.diskSizeBytes)]);
     // The same command line as the driver's: the stream and the disk as inherited descriptors.
-    const fds = [openSync(join(cpDir, 'state'), 'r'), openSync(join(dir, 'disk.qcow2'), 'r+'), openSync(join(dir, 'disk.qcow2'), 'r')];
+    // The backing chain too, bottom first, each file in a fd set of its own.
+    const chain = [image.rootfs, ...[...manifest.chain].reverse().map((id) => join(svc.dataDir, 'layers', `${id}.qcow2`))];
+    const fds = [openSync(join(cpDir, 'state'), 'r'), openSync(join(dir, 'disk.qcow2'), 'r+'), openSync(join(dir, 'disk.qcow2'), 'r'), ...chain.map((f) => openSync(f, 'r'))];
     const args = qemuArgs({
       accel: 'tcg', kernel: image.kernel, initrd: image.initrd, disk: { node: 'disk-0', fdset: 100 },
-      memory: { file: join(cpDir, 'ram'), shared: false }, fdsets: [{ fd: 3, set: INCOMING_FDSET }, { fd: 4, set: 100 }, { fd: 5, set: 100 }], incoming: true,
+      backing: chain.map((_, i) => ({ node: `b${i}`, fdset: 10_000 + i, format: i === 0 ? 'raw' : 'qcow2' })),
+      memory: { file: join(cpDir, 'ram'), shared: false }, incoming: true,
+      fdsets: [{ fd: 3, set: INCOMING_FDSET }, { fd: 4, set: 100 }, { fd: 5, set: 100 }, ...chain.map((_, i) => ({ fd: 6 + i, set: 10_000 + i }))],
       qmpSocket: join(dir, 'qmp.sock'), agentSocket: join(dir, 'agent.sock'), serialLog: join(dir, 'serial.log'), memoryMib: manifest.memoryMib, vcpus: manifest.vcpus,
       name: `raw-${i}`, runAs: '299999:299999', chroot: join(svc.dataDir, 'qemu-root'), tscKhz: hostTscKhz(), tapFd: null,
     });

@@ -42,7 +42,7 @@ export class Core {
     this.tokens = new TokenService(store);
     this.secrets = new SecretService(store, secretBox);
     this.audits = new AuditService(store);
-    this.egress = new EgressService(store, gateway, this.secrets, this.audits, (id) => this.runtimes.touch(id));
+    this.egress = new EgressService(store, gateway, this.secrets, this.audits, (id) => this.runtimes.touch(id), log);
     this.#pool = new WarmPool(driver, gateway, ports.warmPoolSize ?? 0, log);
     const quotas = new TenantQuotas(store, ports.tenantLimits);
     this.runtimes = new RuntimeService(store, driver, this.egress, quotas, log, this.#pool);

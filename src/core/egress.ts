@@ -5,11 +5,18 @@
 import { randomUUID } from 'node:crypto';
 import type { AuditService } from './audits.js';
 import type { EgressSubject, GatewayHooks, NetworkGateway, Store } from './ports.js';
+import type { Logger } from './runtimes.js';
 import type { SecretService } from './secrets.js';
 import type { Audit, EgressAuditDetail, EgressAuditKind, Runtime } from './types.js';
 
 /** Audits are written in batches: one transaction per interval, not one per connection. */
 const AUDIT_FLUSH_MS = 250;
+/**
+ * Audits held while the store refuses them (a full disk, a lock held by the CLI): they are kept
+ * and written with the next batch, up to this many; past it the oldest go, and the log says how
+ * many. Bounds the memory a guest's denied connections can take while audits cannot be stored.
+ */
+const MAX_UNWRITTEN_AUDITS = 50_000;
 
 export class EgressService implements GatewayHooks {
   #pending: Audit[] = [];
@@ -22,6 +29,7 @@ export class EgressService implements GatewayHooks {
     private readonly secrets: SecretService,
     private readonly audits: AuditService,
     private readonly onActivity: (runtimeId: string) => void,
+    private readonly log: Logger,
   ) {}
 
   async subject(rt: Runtime): Promise<EgressSubject> {
@@ -72,17 +80,34 @@ export class EgressService implements GatewayHooks {
     return spec === undefined ? null : { runtimeId: rt.id, protocol: spec.protocol };
   }
 
-  /** Writes pending audits; resolves once everything recorded so far is stored. */
+  /**
+   * Writes pending audits; resolves once everything recorded so far was written, or put back for
+   * the next batch if the store refused it. Never rejects, so one failed write stops neither later
+   * batches nor shutdown.
+   */
   flush(): Promise<void> {
     if (this.#flushTimer !== null) clearTimeout(this.#flushTimer);
     this.#flushTimer = null;
-    const batch = this.#pending;
-    this.#pending = [];
     this.#flushing = this.#flushing.then(async () => {
+      const batch = this.#pending;
+      this.#pending = [];
       if (batch.length === 0) return;
-      await this.audits.record(batch);
-      await this.audits.prune();
+      try {
+        await this.audits.record(batch);
+        await this.audits.prune();
+      } catch (err) {
+        this.#putBack(batch, err);
+      }
     });
     return this.#flushing;
+  }
+
+  #putBack(batch: Audit[], err: unknown): void {
+    const held = [...batch, ...this.#pending];
+    const dropped = Math.max(0, held.length - MAX_UNWRITTEN_AUDITS);
+    this.#pending = held.slice(dropped);
+    this.log.error({ err, held: this.#pending.length, dropped }, 'audits could not be stored; kept for the next batch');
+    // A retry alone keeps no process alive (a closed store would otherwise retry forever).
+    this.#flushTimer ??= setTimeout(() => void this.flush(), AUDIT_FLUSH_MS).unref();
   }
 }

@@ -42,22 +42,39 @@ const withoutParams = (segment: string): string => segment.split(';', 1)[0]!;
 
 const isDotSegment = (segment: string): boolean => segment === '.' || segment === '..';
 
+function safeDecode(text: string): string | null {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return null;
+  }
+}
+
 /**
  * Canonical form of a request path (query removed): path parameters stripped from each segment
  * the way Tomcat strips them (literal `;` and decoded `%3B` alike), percent-decoded, dot segments
  * resolved, duplicate slashes kept as they are. Returns null, which the gateway treats as a
  * non-match, when the path cannot be decoded, climbs above the root, or is ambiguous: a dot
- * segment that is one only once a parameter is stripped (`..;`) or an encoded slash is split
- * (`..%2F`) means `/admin/..;/v1/x` to Tomcat and a path under `/admin` to a server that keeps
+ * segment that is one only once a parameter is stripped (`..;`), an encoded slash is split
+ * (`..%2F`) or a dot decoded (`%2e%2e`), a dot segment after an empty one (`//..`), or a
+ * fragment (`#`). `..;` means `/admin/..;/v1/x` to Tomcat and a path under `/admin` to a server that keeps
  * the `;`, so no reading of it may enter (or leave) a rule.
  */
 export function canonicalRequestPath(rawPath: string): string | null {
   const path = rawPath.split('?', 1)[0]!;
-  if (!path.startsWith('/')) return null;
+  // A fragment is not sent by browsers, but Node forwards one: `/admin#/../v1/x` is `/admin` to
+  // servers that parse it as a URL and `/v1/x` to those that do not.
+  if (!path.startsWith('/') || path.includes('#')) return null;
   const segments: string[] = [];
-  for (const raw of path.split('/').slice(1)) {
+  const raws = path.split('/').slice(1);
+  for (const [i, raw] of raws.entries()) {
     // A backslash or NUL anywhere, parameters included, is read as a separator or an end by some.
     if (/\\|\0|%5c|%00/i.test(raw)) return null;
+    // `//..` climbs out of the empty segment here and out of the one before to servers that merge
+    // slashes first (nginx, Tomcat); an encoded dot is a dot segment only to servers that decode
+    // before they route. Either reading may enter or leave a rule, so neither is taken.
+    if (isDotSegment(withoutParams(raw)) && i > 0 && raws[i - 1] === '') return null;
+    if (/%2e/i.test(raw) && isDotSegment(withoutParams(safeDecode(raw) ?? ''))) return null;
     let decoded: string;
     try {
       decoded = decodeURIComponent(withoutParams(raw));

@@ -41,6 +41,7 @@ export async function captureCheckpoint(c: CaptureRequest): Promise<Capture> {
   const { vm, dir, state, checkpointId, layers } = c;
   const cpDir = layers.checkpointDir(checkpointId);
   mkdirSync(cpDir, { recursive: true, mode: 0o700 });
+  fsyncDir(layers.checkpointsDir);
   const layer = layers.layerFile(checkpointId);
   const next = await switchDisk(c, layer);
 

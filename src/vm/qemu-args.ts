@@ -9,10 +9,15 @@ export interface LaunchPlan {
   /**
    * The top qcow2 overlay: the block node name it gets (checkpoints add nodes on top) and the fd
    * set that holds its descriptors, one read-write and one read-only (QEMU reopens it read-only
-   * when a checkpoint puts a new overlay over it). Its backing chain QEMU opens by the paths
-   * recorded in the overlay, as root, before it drops to its uid.
+   * when a checkpoint puts a new overlay over it).
    */
   disk: { node: string; fdset: number };
+  /**
+   * What the overlay stands on, bottom (the raw root filesystem) first, each layer a read-only
+   * descriptor in a fd set of its own. Every backing node is named here, so QEMU never opens a
+   * backing file by the name a (guest-writable) qcow2 header holds.
+   */
+  backing: BackingNode[];
   /**
    * Guest RAM. A file shared with the VM (its own RAM file, copied at checkpoint time), a
    * checkpoint's RAM file mapped privately and read-only (forks share its clean pages through
@@ -37,6 +42,23 @@ export interface LaunchPlan {
   tscKhz: number | null;
   /** The descriptor of the NIC's TAP, or null for a NIC on an empty hub (templates, which never talk). */
   tapFd: number | null;
+}
+
+export interface BackingNode {
+  node: string;
+  fdset: number;
+  format: 'raw' | 'qcow2';
+}
+
+/** `-blockdev` options of the backing chain, bottom first; each qcow2 node names the one below it. */
+function backingChain(chain: BackingNode[]): string[] {
+  return chain.flatMap((b, i) => {
+    const below = i === 0 ? (b.format === 'qcow2' ? ',backing=null' : '') : `,backing=${chain[i - 1]!.node}`;
+    return [
+      '-blockdev', `driver=file,filename=/dev/fdset/${b.fdset},node-name=${b.node}-file,read-only=on`,
+      '-blockdev', `driver=${b.format},file=${b.node}-file,node-name=${b.node},read-only=on${below}`,
+    ];
+  });
 }
 
 /**
@@ -93,7 +115,8 @@ export function qemuArgs(p: LaunchPlan): string[] {
     // of the overlay (cache.no-flush=off): what the guest has synced survives a crash of QEMU or
     // of the host. These are QEMU's defaults, spelled out because durability depends on them.
     '-blockdev', `driver=file,filename=/dev/fdset/${p.disk.fdset},node-name=${p.disk.node}-file,discard=unmap,cache.direct=off,cache.no-flush=off`,
-    '-blockdev', `driver=qcow2,file=${p.disk.node}-file,node-name=${p.disk.node},discard=unmap`,
+    ...backingChain(p.backing),
+    '-blockdev', `driver=qcow2,file=${p.disk.node}-file,node-name=${p.disk.node},discard=unmap,backing=${p.backing.at(-1)?.node ?? 'null'}`,
     '-device', `virtio-blk-device,drive=${p.disk.node}`,
     '-device', 'virtio-serial-device',
     '-chardev', `socket,id=agent,path=${p.agentSocket},server=on,wait=off`,

@@ -16,7 +16,7 @@ import { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, invalidArgument, unavailable } from '../core/errors.js';
 import type { LiveState, VmDriver, VmSpec } from '../core/ports.js';
 import type { ExecRequest, ExecResult, Resources } from '../core/types.js';
-import { flushFiles } from '../platform/durable-files.js';
+import { flushFiles, fsyncDir } from '../platform/durable-files.js';
 import { runCommand } from '../platform/run-command.js';
 import { hostTscKhz, type Accel } from './accel.js';
 import type { VmCgroups } from './cgroups.js';
@@ -124,6 +124,7 @@ export class QemuDriver implements VmDriver {
       bootTimeoutMs: opts.bootTimeoutMs ?? 60_000,
       log: opts.log,
       checkpointRamFile: (id) => join(this.#layers.checkpointDir(id), 'ram'),
+      layerFile: (id) => this.#layers.layerFile(id),
     });
     this.#logTimer = setInterval(() => this.#rotateLogs(), LOG_CHECK_MS);
     this.#logTimer.unref();
@@ -161,6 +162,7 @@ export class QemuDriver implements VmDriver {
     const dir = this.runtimeDir(spec.runtimeId);
     await this.#undoOnFailure(async (undo) => {
       mkdirSync(dir, { mode: 0o700 });
+      fsyncDir(this.#layers.runtimesDir);
       undo.push(() => this.#removeDir(spec.runtimeId));
       // Before anything runs, so that a crash at any point leaves a spare the sweep recognizes.
       if (spare) writeFileSync(join(dir, SPARE_MARKER), '');
@@ -669,8 +671,9 @@ export class QemuDriver implements VmDriver {
     throw unavailable('no free uid for another VM');
   }
 
+  /** Every runtime directory's logs, not only those of VMs already up: a guest writes its console from its first instruction. */
   #rotateLogs(): void {
-    for (const runtimeId of this.#live.keys()) {
+    for (const runtimeId of readdirSync(this.#layers.runtimesDir)) {
       const paths = vmPaths(this.runtimeDir(runtimeId));
       for (const log of [paths.serialLog, paths.qemuLog]) {
         try {

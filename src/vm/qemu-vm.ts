@@ -6,7 +6,7 @@
  * open no socket on the host's networks.
  */
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
+import { closeSync, constants, existsSync, fstatSync, openSync, readFileSync, readSync } from 'node:fs';
 import { writeFileDurably } from '../platform/durable-files.js';
 import { join } from 'node:path';
 import { GuestAgentClient } from './guest-agent-client.js';
@@ -41,12 +41,21 @@ function isOurQemu(pid: number, dir: string): boolean {
   }
 }
 
+/** The last `bytes` of a log the guest writes, read without reading the rest (it may be large). */
 function tail(file: string, bytes = 1500): string {
+  let fd: number;
   try {
-    const text = readFileSync(file, 'utf8');
-    return text.slice(-bytes).trim();
+    fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW);
   } catch {
     return '';
+  }
+  try {
+    const size = fstatSync(fd).size;
+    const buf = Buffer.alloc(Math.min(bytes, size));
+    const n = readSync(fd, buf, 0, buf.length, size - buf.length);
+    return buf.subarray(0, n).toString('utf8').trim();
+  } finally {
+    closeSync(fd);
   }
 }
 

@@ -3,7 +3,8 @@
  *
  * Every file QEMU uses is opened here, by root, and handed over as a descriptor: the top disk
  * overlay (one read-write and one read-only descriptor, in the overlay's fd set), the stream to
- * restore, the TAP. QEMU opens the rest (kernel, RAM file, backing layers, sockets, console log)
+ * restore, the TAP, and the disk's backing chain, each named on the command line (never by a qcow2
+ * header, which the guest's QEMU could have written). QEMU opens the rest (kernel, RAM file, sockets, console log)
  * as root during its start-up, then drops to the runtime's own uid, chrooted into an empty
  * directory, in a network namespace of its own and in the runtime's cgroup. Nothing it could
  * reach afterwards belongs to anyone but root, and root never follows a path it could have made.
@@ -14,7 +15,8 @@ import type { Accel } from './accel.js';
 import type { VmCgroups, VmLimits } from './cgroups.js';
 import type { GuestImage } from './guest-image.js';
 import { INCOMING_FDSET, migrateFromFdset } from './migration.js';
-import { qemuArgs } from './qemu-args.js';
+import { qcow2HeaderProblem } from './qcow2-header.js';
+import { qemuArgs, type BackingNode } from './qemu-args.js';
 import { QemuVm, vmPaths } from './qemu-vm.js';
 import type { Teardown } from './teardown.js';
 import { diskFileOf, diskNodeOf, type VmState } from './vm-state.js';
@@ -23,6 +25,8 @@ import { openTap } from './vm-ops.js';
 const MiB = 1024 * 1024;
 /** A disk overlay `disk-<n>` keeps its descriptors in fd set DISK_FDSET_BASE + n (INCOMING_FDSET is 1). */
 export const DISK_FDSET_BASE = 100;
+/** The backing chain's files, bottom first, in fd sets BACKING_FDSET_BASE + position. */
+const BACKING_FDSET_BASE = 10_000;
 /** QEMU's own memory beside the guest's: the TCG translation cache (64 MiB), its heap and threads. */
 const QEMU_OVERHEAD_MIB = 256;
 /** QEMU's threads: main loop, one per vCPU, I/O and migration workers, with room to spare. */
@@ -38,6 +42,8 @@ export interface VmLauncherOptions {
   bootTimeoutMs: number;
   /** Where a checkpoint's RAM file is, for forks that map it. */
   checkpointRamFile: (checkpointId: string) => string;
+  /** Where a checkpoint's disk layer is, for the disks that stand on it. */
+  layerFile: (checkpointId: string) => string;
   log: { warn(o: object, m: string): void };
 }
 
@@ -46,6 +52,15 @@ export const diskFdset = (state: Pick<VmState, 'disk'>): number => DISK_FDSET_BA
 /** Opens a runtime file for QEMU: never through a symlink (and, like every open of Node's, close-on-exec: only spawn's stdio hands it over). */
 export const openForQemu = (path: string, writable: boolean): number =>
   openSync(path, (writable ? constants.O_RDWR : constants.O_RDONLY) | constants.O_NOFOLLOW);
+
+/** Opens a qcow2 image for QEMU, once its header (read through the same descriptor) asks for nothing QEMU would open by name. */
+function openQcow2ForQemu(path: string, writable: boolean): number {
+  const fd = openForQemu(path, writable);
+  const problem = qcow2HeaderProblem(fd);
+  if (problem === null) return fd;
+  closeSync(fd);
+  throw new Error(`${path} ${problem}; it is not handed to QEMU`);
+}
 
 /** Makes the empty directory QEMU is chrooted into: root's, and nothing in it. */
 export function prepareJail(dir: string): void {
@@ -77,13 +92,22 @@ export class VmLauncher {
       const fdsets: Array<{ fd: number; set: number }> = [];
       if (restoreFrom !== undefined) fdsets.push({ fd: pass(openForQemu(restoreFrom, false)), set: INCOMING_FDSET });
       const disk = join(dir, diskFileOf(state));
-      for (const writable of [true, false]) fdsets.push({ fd: pass(openForQemu(disk, writable)), set: diskFdset(state) });
+      for (const writable of [true, false]) fdsets.push({ fd: pass(openQcow2ForQemu(disk, writable)), set: diskFdset(state) });
+      // The chain, bottom first: the raw root filesystem, then the layers (`chain` is newest first).
+      const backing: BackingNode[] = [{ node: 'rootfs', fdset: BACKING_FDSET_BASE, format: 'raw' }];
+      fdsets.push({ fd: pass(openForQemu(this.opts.image.rootfs, false)), set: BACKING_FDSET_BASE });
+      [...state.chain].reverse().forEach((layerId, i) => {
+        const set = BACKING_FDSET_BASE + 1 + i;
+        backing.push({ node: `layer-${i}`, fdset: set, format: 'qcow2' });
+        fdsets.push({ fd: pass(openQcow2ForQemu(this.opts.layerFile(layerId), false)), set });
+      });
       const tapFd = state.tap === null ? null : pass(openTap(state.tap));
       const args = qemuArgs({
         accel: this.opts.accel,
         kernel: this.opts.image.kernel,
         initrd: this.opts.image.initrd,
         disk: { node: diskNodeOf(state), fdset: diskFdset(state) },
+        backing,
         memory: state.ram === 'shared' ? { file: paths.ram, shared: true } : state.ram === null ? null : { file: this.opts.checkpointRamFile(state.ram.checkpoint), shared: false },
         fdsets,
         incoming: restoreFrom !== undefined,

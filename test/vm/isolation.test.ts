@@ -7,7 +7,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, lstatSync, readFileSync, readdirSync, readlinkSync, statSync } from 'node:fs';
+import { closeSync, existsSync, lstatSync, openSync, readFileSync, readSync, readdirSync, readlinkSync, statSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { Service } from '../support/service.js';
 
@@ -96,4 +96,37 @@ test('a guest that floods its serial console has its log cut at the cap', TIMEOU
   assert.ok(existsSync(`${log}.1`), 'its recent end is kept beside it');
   assert.ok(statSync(`${log}.1`).size <= 256 * 1024);
   assert.equal((await svc.call('POST', '/v1/runtimes/iso-b/exec', { command: 'echo fine' })).body.data.stdout, 'fine\n');
+});
+
+/** The runtime's top overlay, as its state file names it. */
+const overlayOf = (id: string) => join(runtimeDir(id), `disk-${JSON.parse(readFileSync(join(runtimeDir(id), 'vm.json'), 'utf8')).disk}.qcow2`);
+
+test("a qcow2 header rewritten by the VM's QEMU chooses no file: its backing name is ignored, an external data file is refused", TIMEOUT, async () => {
+  const id = await create('iso-hdr');
+  assert.equal((await svc.call('POST', '/v1/runtimes/iso-hdr/exec', { command: 'echo mine > /root/mine && sync' })).body.data.exit_code, 0);
+  assert.equal((await svc.call('POST', '/v1/runtimes/iso-hdr/stop')).status, 200);
+
+  // What an escaped QEMU could write into its own overlay: a backing file of its choosing.
+  const decoy = join(svc.dataDir, 'decoy.raw');
+  execFileSync('truncate', ['-s', '64M', decoy]);
+  execFileSync('qemu-img', ['rebase', '-u', '-b', decoy, '-F', 'raw', overlayOf(id)]);
+  const started = await svc.call('POST', '/v1/runtimes/iso-hdr/start');
+  assert.equal(started.status, 200, JSON.stringify(started.body));
+  const pid = qemuPid(id);
+  const open = readdirSync(`/proc/${pid}/fd`).map((fd) => { try { return readlinkSync(`/proc/${pid}/fd/${fd}`); } catch { return ''; } });
+  assert.ok(!open.includes(decoy), 'QEMU never opened the file the header names');
+  const r = await svc.call('POST', '/v1/runtimes/iso-hdr/exec', { command: 'cat /root/mine && test -x /bin/sh && echo rootfs' });
+  assert.equal(r.body.data.stdout, 'mine\nrootfs\n', 'the guest still sees its own disk on its own root filesystem');
+  assert.equal((await svc.call('POST', '/v1/runtimes/iso-hdr/stop')).status, 200);
+
+  // The external data file feature (incompatible bit 2): QEMU would open that file read-write.
+  const fd = openSync(overlayOf(id), 'r+');
+  const bits = Buffer.alloc(1);
+  readSync(fd, bits, 0, 1, 79);
+  writeSync(fd, Buffer.from([bits[0]! | 0b100]), 0, 1, 79);
+  closeSync(fd);
+  const refused = await svc.call('POST', '/v1/runtimes/iso-hdr/start');
+  assert.equal(refused.status, 503, JSON.stringify(refused.body));
+  assert.match(refused.body.error.message, /external data file/);
+  assert.equal((await svc.call('DELETE', '/v1/runtimes/iso-hdr')).status, 200);
 });

@@ -1,0 +1,44 @@
+/**
+ * Audit batching when the store refuses a write (a full disk, a lock held too long): the batch is
+ * kept for the next one, a flush never rejects, and what is held stays bounded.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { AuditService } from '../../src/core/audits.js';
+import { EgressService } from '../../src/core/egress.js';
+import type { Audit } from '../../src/core/types.js';
+
+function service(record: (batch: Audit[]) => Promise<void>) {
+  const errors: object[] = [];
+  const audits = { record, prune: async () => {} } as unknown as AuditService;
+  const log = { info() {}, warn() {}, error: (o: object) => void errors.push(o) };
+  const egress = new EgressService(undefined as never, undefined as never, undefined as never, audits, () => {}, log);
+  return { egress, errors };
+}
+
+const denied = (n: number) => ({ host: `h${n}.example`, port: 443, decision: 'denied', reason: 'host_not_allowed' }) as never;
+
+test('a refused batch is kept and written with the next one; later flushes still run', async () => {
+  const written: string[] = [];
+  let refuse = true;
+  const { egress, errors } = service(async (batch) => {
+    if (refuse) throw new Error('SQLITE_FULL: database or disk is full');
+    written.push(...batch.map((a) => (a.payload as any).egress.tcp_connection.host));
+  });
+  egress.audit('rt', 'tenant', 'tcp_connection', denied(1));
+  await egress.flush(); // must not reject
+  assert.equal(errors.length, 1);
+  refuse = false;
+  egress.audit('rt', 'tenant', 'tcp_connection', denied(2));
+  await egress.flush();
+  assert.deepEqual(written, ['h1.example', 'h2.example']);
+});
+
+test('while the store refuses, what is held stays bounded and the oldest go first', async () => {
+  const { egress, errors } = service(async () => {
+    throw new Error('SQLITE_BUSY');
+  });
+  for (let i = 0; i < 60_000; i++) egress.audit('rt', 'tenant', 'tcp_connection', denied(i));
+  await egress.flush();
+  assert.deepEqual(errors.map((e: any) => [e.held, e.dropped]), [[50_000, 10_000]]);
+});
