@@ -39,7 +39,7 @@ enum { SIGNAL_TREE = 1 };
 #define OUTPUT_PREFIX_BYTES 12
 #define DEFAULT_ROWS 24
 #define DEFAULT_COLS 80
-#define TREE_KILL_ROUNDS 3 /* a tree that forks while it is being killed is walked again */
+#define TREE_WALK_ROUNDS 8 /* walks of a frozen tree until it stops growing (forks in flight) */
 
 struct proc {
   int state;
@@ -452,18 +452,33 @@ static size_t descendants(pid_t root, pid_t **out) {
   return tree ? found - 1 : 0;
 }
 
+/*
+ * Signals the process's group and every descendant, including those that left the group
+ * (setsid). The tree is walked while its root still lives: once a process dies its children
+ * belong to init and can no longer be told apart. For SIGKILL the tree is frozen first (SIGSTOP:
+ * a stopped process neither forks nor exits), walked again until it stops growing, then killed.
+ */
 static void kill_tree(struct proc *pr, int sig) {
-  kill(-pr->pid, sig); /* its process group: the process made its own session */
-  if (pr->state != PS_RUNNING) return; /* reaped: its pid may name someone else now */
-  for (int round = 0; round < TREE_KILL_ROUNDS; round++) {
-    pid_t *tree = NULL;
-    size_t count = descendants(pr->pid, &tree);
-    if (tree != NULL) {
-      for (size_t i = 0; i <= count; i++) kill(tree[i], sig);
-      free(tree);
-    }
-    if (count == 0) break;
+  if (pr->state != PS_RUNNING) { /* reaped: its pid may name someone else now; its group is all we know */
+    kill(-pr->pid, sig);
+    return;
   }
+  int freeze = sig == SIGKILL;
+  if (freeze) kill(-pr->pid, SIGSTOP);
+  pid_t *tree = NULL;
+  size_t count = 0, before;
+  for (int round = 0; round < TREE_WALK_ROUNDS; round++) {
+    before = count;
+    free(tree);
+    count = descendants(pr->pid, &tree);
+    if (!freeze || tree == NULL) break;
+    for (size_t i = 1; i <= count; i++) kill(tree[i], SIGSTOP);
+    if (round > 0 && count == before) break;
+  }
+  kill(-pr->pid, sig);
+  if (tree != NULL)
+    for (size_t i = 0; i <= count; i++) kill(tree[i], sig);
+  free(tree);
 }
 
 void proc_signal(uint32_t sid, const uint8_t *p, size_t n) {
