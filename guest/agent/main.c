@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,6 +23,11 @@
 #define HELLO_ACK_BYTES 40
 #define MAX_PING_BYTES 256
 #define POLL_SLOTS (2 + 3 * MAX_PROCS)
+/* Large buffers (the output queue, rings, stdin) come from mmap and go back whole when freed,
+   and a free heap top is returned past 128 KiB: fixed, so glibc does not raise them itself
+   after the first large free and keep a transfer's buffers for good. */
+#define MALLOC_MMAP_AT (64 * 1024)
+#define MALLOC_TRIM_AT (128 * 1024)
 
 static struct stream streams[MAX_STREAMS];
 static int pump_start; /* where the next round robin begins */
@@ -190,6 +196,8 @@ int main(int argc, char **argv) {
   }
   if ((path == NULL) == (inherited < 0)) usage();
   hold_stdio();
+  mallopt(M_MMAP_THRESHOLD, MALLOC_MMAP_AT);
+  mallopt(M_TRIM_THRESHOLD, MALLOC_TRIM_AT);
   signal(SIGPIPE, SIG_IGN);
   sigset_t caught;
   sigemptyset(&caught);

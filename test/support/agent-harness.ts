@@ -151,11 +151,15 @@ export function wakeups(pid: number): number {
   return Number(/voluntary_ctxt_switches:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
 }
 
-/** Private memory (clean + dirty + swapped), in bytes. */
+/**
+ * Memory that is the process's own: anonymous pages (heap, stack, static data, mmap'd buffers)
+ * and swap. Pages of the binary are left out: they are the page cache's (and on a tmpfs /tmp a
+ * freshly written binary's pages even count as dirty), not the agent's cost.
+ */
 export function privateBytes(pid: number): number {
   const rollup = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
   const kib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(rollup)?.[1] ?? 0);
-  return (kib('Private_Clean') + kib('Private_Dirty') + kib('Swap')) * 1024;
+  return (kib('Anonymous') + kib('Swap')) * 1024;
 }
 
 /** Pids whose command line is exactly `argv`. */

@@ -433,7 +433,7 @@ export class AgentClient {
 
   async ping(opts?: RequestOptions): Promise<void> {
     const data = randomBytes(8);
-    const { end } = await this.#request(T.PING, data, [], 0, opts);
+    const { end } = await this.#request(T.PING, data, opts);
     if (!end.equals(data)) throw protocol('PING answered with other bytes');
   }
 
@@ -454,7 +454,7 @@ export class AgentClient {
 
   async signal(id: number, signal: number | NodeJS.Signals, opts: { tree?: boolean } & RequestOptions = {}): Promise<void> {
     const signo = typeof signal === 'number' ? signal : osConstants.signals[signal];
-    await this.#request(T.SIGNAL, u32s(id, signo, opts.tree ? 1 : 0), [], 0, opts);
+    await this.#request(T.SIGNAL, u32s(id, signo, opts.tree ? 1 : 0), opts);
   }
 
   async resize(id: number, rows: number, cols: number, opts?: RequestOptions): Promise<void> {
@@ -462,31 +462,30 @@ export class AgentClient {
     b.writeUInt32LE(id, 0);
     b.writeUInt16LE(rows, 4);
     b.writeUInt16LE(cols, 6);
-    await this.#request(T.RESIZE, b, [], 0, opts);
+    await this.#request(T.RESIZE, b, opts);
   }
 
   async listProcesses(opts?: RequestOptions): Promise<ProcessInfo[]> {
-    const { frames } = await this.#request(T.LIST_PROCS, EMPTY, [R.PROC], MAX_LISTED_PROCS, opts);
-    return frames.map((f) => decodeProcInfo(f.payload));
+    return (await this.#request(T.LIST_PROCS, EMPTY, opts, { type: R.PROC, max: MAX_LISTED_PROCS, decode: decodeProcInfo })).items;
   }
 
   /** Drops an exited process and its retained output. */
   async forget(id: number, opts?: RequestOptions): Promise<void> {
-    await this.#request(T.FORGET, u32s(id), [], 0, opts);
+    await this.#request(T.FORGET, u32s(id), opts);
   }
 
   async stat(path: string, opts: { noFollow?: boolean } & RequestOptions = {}): Promise<StatInfo> {
-    const { frames } = await this.#request(T.STAT, withPath(u32s(opts.noFollow ? 1 : 0), path), [R.STAT], 1, opts);
-    if (frames.length !== 1) throw protocol('STAT answered without a STAT frame');
-    return decodeStat(frames[0]!.payload);
+    const { items } = await this.#request(T.STAT, withPath(u32s(opts.noFollow ? 1 : 0), path), opts, { type: R.STAT, max: 1, decode: decodeStat });
+    if (items.length !== 1) throw protocol('STAT answered without a STAT frame');
+    return items[0]!;
   }
 
   async mkdir(path: string, opts: { parents?: boolean; mode?: number } & RequestOptions = {}): Promise<void> {
-    await this.#request(T.MKDIR, withPath(u32s(opts.parents ? 1 : 0, opts.mode ?? 0), path), [], 0, opts);
+    await this.#request(T.MKDIR, withPath(u32s(opts.parents ? 1 : 0, opts.mode ?? 0), path), opts);
   }
 
   async remove(path: string, opts: { recursive?: boolean } & RequestOptions = {}): Promise<void> {
-    await this.#request(T.REMOVE, withPath(u32s(opts.recursive ? 1 : 0), path), [], 0, opts);
+    await this.#request(T.REMOVE, withPath(u32s(opts.recursive ? 1 : 0), path), opts);
   }
 
   /**
@@ -494,19 +493,20 @@ export class AgentClient {
    * the clock is set (unless clockNs is 0n) and the hostname (unless empty).
    */
   async setIdentity(identity: { entropy: Buffer; clockNs?: bigint; hostname?: string }, opts?: RequestOptions): Promise<void> {
-    await this.#request(T.IDENTITY, encodeIdentity(identity.clockNs ?? 0n, identity.hostname ?? '', identity.entropy), [], 0, opts);
+    await this.#request(T.IDENTITY, encodeIdentity(identity.clockNs ?? 0n, identity.hostname ?? '', identity.entropy), opts);
   }
 
   /** Asks the guest to power off (or reboot); it answers before it does. */
   async shutdown(opts: { reboot?: boolean } & RequestOptions = {}): Promise<void> {
-    await this.#request(T.SHUTDOWN, u32s(opts.reboot ? 1 : 0), [], 0, opts);
+    await this.#request(T.SHUTDOWN, u32s(opts.reboot ? 1 : 0), opts);
   }
 
   /**
    * Streams a regular file's bytes, from `offset`. Resolves once the agent opened it (so a
    * missing file or a directory rejects here, with its errno), with its stat and the bytes.
    */
-  readFile(path: string, opts: { offset?: bigint; window?: number } = {}): Promise<{ info: StatInfo; stream: Readable }> {
+  async readFile(path: string, opts: { offset?: bigint; window?: number } = {}): Promise<{ info: StatInfo; stream: Readable }> {
+    if (this.#closeError !== null) throw this.#closedError();
     const window = windowOf(opts.window);
     const fixed = Buffer.alloc(16);
     fixed.writeUInt32LE(window, 0);
@@ -529,7 +529,7 @@ export class AgentClient {
       },
     });
     this.#send(T.READ_FILE, id, payload);
-    return opened.promise.then((info) => ({ info, stream: Readable.from(this.#drainInbox(id, inbox)) }));
+    return { info: await opened.promise, stream: Readable.from(this.#drainInbox(id, inbox)) };
   }
 
   /**
@@ -538,6 +538,7 @@ export class AgentClient {
    */
   async writeFile(path: string, data: Buffer | Iterable<Uint8Array> | AsyncIterable<Uint8Array>, opts: { mkdirs?: boolean; mode?: number } = {}): Promise<number> {
     const payload = withPath(u32s(opts.mkdirs ? 1 : 0, opts.mode ?? 0), path);
+    if (this.#closeError !== null) throw this.#closedError();
     const result = settled<number>();
     let credit = 0;
     let wake: (() => void) | null = null;
@@ -586,6 +587,7 @@ export class AgentClient {
   async listDir(path: string, opts: { maxEntries?: number; window?: number } = {}): Promise<DirEntry[]> {
     const window = windowOf(opts.window);
     const max = opts.maxEntries ?? DEFAULT_MAX_DIR_ENTRIES;
+    if (this.#closeError !== null) throw this.#closedError();
     let id = 0;
     const inbox = new Inbox<DirEntry[]>(window, (n) => this.#send(T.WINDOW, id, u32s(n)));
     id = this.#open({
@@ -672,7 +674,7 @@ export class AgentClient {
     const id = this.#open({ frame: (f) => handler.frame(f), closed: (err) => handler.closed(err) });
     proc = new AgentProcess(this.#link, id, window, startAt);
     const handler = proc.handler(offsets);
-    if (this.#closeError !== null) handler.closed(this.#closeError);
+    if (this.#closeError !== null) handler.closed(this.#closedError());
     else this.#send(type, id, payload);
     return proc;
   }
@@ -695,34 +697,43 @@ export class AgentClient {
     inbox.finish(err);
   }
 
-  /** A request answered by END (or ERROR), with up to `maxFrames` frames of `allowed` types before it. */
-  #request(type: number, payload: Buffer, allowed: number[], maxFrames: number, opts?: RequestOptions): Promise<{ frames: Frame[]; end: Buffer }> {
-    const reply = settled<{ frames: Frame[]; end: Buffer }>();
-    const frames: Frame[] = [];
+  /**
+   * A request answered by END (or ERROR), with up to `accept.max` frames of `accept.type` before
+   * it, each decoded as it arrives (a bad one ends the channel at once).
+   */
+  #request<V = never>(type: number, payload: Buffer, opts?: RequestOptions, accept?: { type: number; max: number; decode: (p: Buffer) => V }): Promise<{ items: V[]; end: Buffer }> {
+    if (this.#closeError !== null) return Promise.reject(this.#closedError());
+    const reply = settled<{ items: V[]; end: Buffer }>();
+    const items: V[] = [];
     const timeoutMs = opts?.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     const id = this.#open({
       frame: (f) => {
         if (f.type === R.END) {
           this.#handlers.delete(id);
-          reply.resolve({ frames, end: Buffer.from(f.payload) });
+          reply.resolve({ items, end: Buffer.from(f.payload) });
         } else if (f.type === R.ERROR) {
           this.#handlers.delete(id);
           reply.reject(decodeError(f.payload));
-        } else if (allowed.includes(f.type) && frames.length < maxFrames) {
-          frames.push({ ...f, payload: Buffer.from(f.payload) });
+        } else if (accept !== undefined && f.type === accept.type && items.length < accept.max) {
+          items.push(accept.decode(f.payload));
         } else {
-          throw protocol(`frame type ${typeName(f.type)} (number ${frames.length + 1}) answering request ${typeName(type)}`);
+          throw protocol(`frame type ${typeName(f.type)} (number ${items.length + 1}) answering request ${typeName(type)}`);
         }
       },
       closed: (err) => reply.reject(err),
     });
-    if (this.#closeError !== null) return Promise.reject(this.#closeError);
     const timer = setTimeout(() => {
       this.#link.release(id, true);
       reply.reject(new AgentTimeoutError(`request ${typeName(type)} had no answer within ${timeoutMs} ms`));
     }, timeoutMs);
     this.#send(type, id, payload);
     return reply.promise.finally(() => clearTimeout(timer));
+  }
+
+  /** What a call made after the end gets: AgentClosedError, naming why the channel ended. */
+  #closedError(): Error {
+    const err = this.#closeError!;
+    return err instanceof AgentClosedError ? err : new AgentClosedError(`the agent channel has ended: ${err.message}`, { cause: err });
   }
 
   #open(handler: Handler): number {
