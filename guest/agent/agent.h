@@ -168,6 +168,10 @@ void send_frame(uint8_t type, uint8_t flags, uint32_t stream, const void *payloa
 void send_end(uint32_t stream, const void *payload, size_t len);
 void send_window(uint32_t stream, uint32_t increment);
 void send_error(uint32_t stream, int kind, int err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* 1 if a `what` payload of n bytes is within [min, max]; otherwise sends E_BAD_REQUEST, 0. */
+int payload_size_ok(uint32_t stream, const char *what, size_t n, size_t min, size_t max);
+/* Ends a stream that produced data: END, or ERROR naming `what` when err is set. Returns 1. */
+int stream_finish(struct stream *s, int err, const char *what);
 
 /* main.c: the channel reports a new session (HELLO) or a lost host. */
 void session_reset(void);
@@ -199,15 +203,16 @@ void dir_list_open(uint32_t stream, const uint8_t *p, size_t n);
 int dir_list_pump(struct stream *s);
 void file_mkdir(uint32_t stream, const uint8_t *p, size_t n);
 void file_remove(uint32_t stream, const uint8_t *p, size_t n);
-/* A path from a request: the rest of the payload, absolute, no NUL inside. NULL if not. */
-char *request_path(uint32_t stream, const uint8_t *p, size_t n);
+/* The path after `fixed` bytes of a `what` request: absolute, no NUL inside. NULL (and an
+   E_BAD_REQUEST sent) if the payload is shorter or the path is not one. */
+char *request_path(uint32_t stream, const char *what, const uint8_t *p, size_t n, size_t fixed);
 
 /* ---- identity.c ---- */
 void identity_apply(uint32_t stream, const uint8_t *p, size_t n);
 void shutdown_guest(uint32_t stream, const uint8_t *p, size_t n);
 
-/* main.c: a new stream of a kind, or NULL (and an ERROR sent) when the table is full or the id
-   is already in use. */
-struct stream *stream_open(uint32_t id, int kind);
+/* main.c: a new stream of a kind with the host's initial credit (capped at MAX_CREDIT), or NULL
+   (and an ERROR sent) when the table is full or the id is already in use. */
+struct stream *stream_open(uint32_t id, int kind, uint32_t window);
 
 #endif

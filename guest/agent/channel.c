@@ -186,17 +186,20 @@ void channel_prepare_poll(int *pfd, short *events, int *timeout_ms) {
   if (out_head < out_len) *events |= POLLOUT;
 }
 
+/* After a read or write that moved nothing: 1 to try again (EINTR), 0 to stop: the channel is
+   not ready (EAGAIN), or the host is lost. */
+static int retry_io(ssize_t n, const char *zero) {
+  if (n < 0 && errno == EINTR) return 1;
+  if (n < 0 && errno == EAGAIN) return 0;
+  lost(n == 0 ? zero : strerror(errno));
+  return 0;
+}
+
 static void read_input(void) {
   while (in_len < sizeof in) {
     ssize_t n = read(fd, in + in_len, sizeof in - in_len);
-    if (n > 0) {
-      in_len += (size_t)n;
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) return;
-    lost(n == 0 ? "end of file" : strerror(errno));
-    return;
+    if (n > 0) in_len += (size_t)n;
+    else if (!retry_io(n, "end of file")) return;
   }
 }
 
@@ -342,6 +345,13 @@ void send_error(uint32_t stream, int kind, int err, const char *fmt, ...) {
   frame_commit(8 + (size_t)n);
 }
 
+int payload_size_ok(uint32_t stream, const char *what, size_t n, size_t min, size_t max) {
+  if (n >= min && n <= max) return 1;
+  if (min == max) send_error(stream, E_BAD_REQUEST, 0, "%s payload must be %zu bytes, not %zu", what, min, n);
+  else send_error(stream, E_BAD_REQUEST, 0, "%s payload of %zu bytes is outside [%zu, %zu]", what, n, min, max);
+  return 0;
+}
+
 void channel_flush(void) {
   if (!connected) {
     drop_output();
@@ -349,14 +359,8 @@ void channel_flush(void) {
   }
   while (out_head < out_len) {
     ssize_t n = write(fd, out + out_head, out_len - out_head);
-    if (n > 0) {
-      out_head += (size_t)n;
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) return;
-    lost(n == 0 ? "write returned 0" : strerror(errno));
-    return;
+    if (n > 0) out_head += (size_t)n;
+    else if (!retry_io(n, "write returned 0")) return;
   }
   out_len = out_head = 0;
   if (out_cap > OUT_SHRINK_ABOVE) drop_output();

@@ -57,10 +57,13 @@ static void send_stat(uint32_t sid, const struct stat *st) {
   send_frame(R_STAT, 0, sid, b, sizeof b);
 }
 
-char *request_path(uint32_t sid, const uint8_t *p, size_t n) {
+char *request_path(uint32_t sid, const char *what, const uint8_t *p, size_t n, size_t fixed) {
   static char path[PATH_MAX];
-  if (n == 0 || n >= sizeof path || memchr(p, 0, n) != NULL || p[0] != '/') {
-    send_error(sid, E_BAD_REQUEST, 0, "the path must be absolute, 1 to %d bytes, without NUL", PATH_MAX - 1);
+  if (!payload_size_ok(sid, what, n, fixed + 1, fixed + sizeof path - 1)) return NULL;
+  p += fixed;
+  n -= fixed;
+  if (memchr(p, 0, n) != NULL || p[0] != '/') {
+    send_error(sid, E_BAD_REQUEST, 0, "%s: the path must be absolute, without NUL", what);
     return NULL;
   }
   memcpy(path, p, n);
@@ -135,14 +138,10 @@ static int open_regular(uint32_t sid, const char *path, int flags, mode_t mode) 
 }
 
 void file_read_open(uint32_t sid, const uint8_t *p, size_t n) {
-  if (n < 16) {
-    send_error(sid, E_BAD_REQUEST, 0, "READ_FILE payload too short");
-    return;
-  }
+  char *path = request_path(sid, "READ_FILE", p, n, 16);
+  if (path == NULL) return;
   uint32_t window = get_u32(p);
   uint64_t offset = get_u64(p + 8);
-  char *path = request_path(sid, p + 16, n - 16);
-  if (path == NULL) return;
   int fd = open_regular(sid, path, O_RDONLY, 0);
   if (fd < 0) return;
   struct stat st;
@@ -152,13 +151,12 @@ void file_read_open(uint32_t sid, const uint8_t *p, size_t n) {
     close(fd);
     return;
   }
-  struct stream *s = stream_open(sid, SK_READ_FILE);
+  struct stream *s = stream_open(sid, SK_READ_FILE, window);
   if (s == NULL) {
     close(fd);
     return;
   }
   s->u.rf.fd = fd;
-  s->credit = window > MAX_CREDIT ? MAX_CREDIT : window;
   send_stat(sid, &st);
 }
 
@@ -175,22 +173,15 @@ int file_read_pump(struct stream *s) {
       sent = 1;
       continue;
     }
-    if (got == 0) send_end(s->id, NULL, 0);
-    else send_error(s->id, E_ERRNO, errno, "read");
-    stream_close(s);
-    return 1;
+    return stream_finish(s, got == 0 ? 0 : errno, "read");
   }
   return sent;
 }
 
 void file_write_open(uint32_t sid, const uint8_t *p, size_t n) {
-  if (n < 8) {
-    send_error(sid, E_BAD_REQUEST, 0, "WRITE_FILE payload too short");
-    return;
-  }
-  uint32_t flags = get_u32(p), mode = get_u32(p + 4);
-  char *path = request_path(sid, p + 8, n - 8);
+  char *path = request_path(sid, "WRITE_FILE", p, n, 8);
   if (path == NULL) return;
+  uint32_t flags = get_u32(p), mode = get_u32(p + 4);
   if (flags & WRITE_MKDIRS) {
     char *slash = strrchr(path, '/');
     if (slash != path) {
@@ -207,7 +198,7 @@ void file_write_open(uint32_t sid, const uint8_t *p, size_t n) {
   int fd = open_regular(sid, path, O_WRONLY | O_CREAT | O_TRUNC, mode ? (mode_t)(mode & 07777) : 0644);
   if (fd < 0) return;
   char *copy = strdup(path);
-  struct stream *s = copy ? stream_open(sid, SK_WRITE_FILE) : NULL;
+  struct stream *s = copy ? stream_open(sid, SK_WRITE_FILE, 0) : NULL;
   if (s == NULL) {
     if (copy == NULL) send_error(sid, E_ERRNO, ENOMEM, "WRITE_FILE");
     free(copy);
@@ -263,13 +254,9 @@ void file_write_data(struct stream *s, const struct frame *f) {
 }
 
 void file_stat(uint32_t sid, const uint8_t *p, size_t n) {
-  if (n < 4) {
-    send_error(sid, E_BAD_REQUEST, 0, "STAT payload too short");
-    return;
-  }
-  uint32_t flags = get_u32(p);
-  char *path = request_path(sid, p + 4, n - 4);
+  char *path = request_path(sid, "STAT", p, n, 4);
   if (path == NULL) return;
+  uint32_t flags = get_u32(p);
   struct stat st;
   if ((flags & STAT_NOFOLLOW ? lstat(path, &st) : stat(path, &st)) != 0) {
     send_error(sid, E_ERRNO, errno, "stat '%s'", path);
@@ -280,25 +267,20 @@ void file_stat(uint32_t sid, const uint8_t *p, size_t n) {
 }
 
 void dir_list_open(uint32_t sid, const uint8_t *p, size_t n) {
-  if (n < 4) {
-    send_error(sid, E_BAD_REQUEST, 0, "LIST_DIR payload too short");
-    return;
-  }
-  uint32_t window = get_u32(p);
-  char *path = request_path(sid, p + 4, n - 4);
+  char *path = request_path(sid, "LIST_DIR", p, n, 4);
   if (path == NULL) return;
+  uint32_t window = get_u32(p);
   DIR *d = opendir(path);
   if (d == NULL) {
     send_error(sid, E_ERRNO, errno, "opendir '%s'", path);
     return;
   }
-  struct stream *s = stream_open(sid, SK_LIST_DIR);
+  struct stream *s = stream_open(sid, SK_LIST_DIR, window);
   if (s == NULL) {
     closedir(d);
     return;
   }
   s->u.ld.dir = d;
-  s->credit = window > MAX_CREDIT ? MAX_CREDIT : window;
 }
 
 static uint8_t dirent_type(unsigned char d_type) {
@@ -351,24 +333,15 @@ int dir_list_pump(struct stream *s) {
       s->credit -= used;
       sent = 1;
     }
-    if (done) {
-      if (err) send_error(s->id, E_ERRNO, err, "readdir");
-      else send_end(s->id, NULL, 0);
-      stream_close(s);
-      return 1;
-    }
+    if (done) return stream_finish(s, err, "readdir");
   }
   return sent;
 }
 
 void file_mkdir(uint32_t sid, const uint8_t *p, size_t n) {
-  if (n < 8) {
-    send_error(sid, E_BAD_REQUEST, 0, "MKDIR payload too short");
-    return;
-  }
-  uint32_t flags = get_u32(p), mode = get_u32(p + 4);
-  char *path = request_path(sid, p + 8, n - 8);
+  char *path = request_path(sid, "MKDIR", p, n, 8);
   if (path == NULL) return;
+  uint32_t flags = get_u32(p), mode = get_u32(p + 4);
   mode_t m = mode ? (mode_t)(mode & 07777) : 0755;
   if ((flags & MKDIR_PARENTS ? mkdir_parents(path, m) : mkdir(path, m)) != 0) send_error(sid, E_ERRNO, errno, "mkdir '%s'", path);
   else send_end(sid, NULL, 0);
@@ -389,13 +362,9 @@ static int remove_one(const char *path, const struct stat *st, int type, struct 
 }
 
 void file_remove(uint32_t sid, const uint8_t *p, size_t n) {
-  if (n < 4) {
-    send_error(sid, E_BAD_REQUEST, 0, "REMOVE payload too short");
-    return;
-  }
-  uint32_t flags = get_u32(p);
-  char *path = request_path(sid, p + 4, n - 4);
+  char *path = request_path(sid, "REMOVE", p, n, 4);
   if (path == NULL) return;
+  uint32_t flags = get_u32(p);
   if (strcmp(path, "/") == 0) {
     send_error(sid, E_BAD_REQUEST, 0, "refusing to remove /");
     return;

@@ -174,10 +174,7 @@ static int replace_file(const char *path, const char *text) {
 }
 
 void identity_apply(uint32_t sid, const uint8_t *p, size_t n) {
-  if (n < IDENTITY_FIXED_BYTES) {
-    send_error(sid, E_BAD_REQUEST, 0, "IDENTITY payload too short");
-    return;
-  }
+  if (!payload_size_ok(sid, "IDENTITY", n, IDENTITY_FIXED_BYTES, MAX_PAYLOAD)) return;
   uint64_t clock_ns = get_u64(p);
   size_t name_len = get_u16(p + 8), entropy_len = get_u16(p + 10);
   const uint8_t *name = p + IDENTITY_FIXED_BYTES, *entropy = name + name_len;
@@ -223,10 +220,7 @@ void identity_apply(uint32_t sid, const uint8_t *p, size_t n) {
 }
 
 void shutdown_guest(uint32_t sid, const uint8_t *p, size_t n) {
-  if (n != 4) {
-    send_error(sid, E_BAD_REQUEST, 0, "SHUTDOWN payload must be 4 bytes");
-    return;
-  }
+  if (!payload_size_ok(sid, "SHUTDOWN", n, 4, 4)) return;
   send_end(sid, NULL, 0);
   channel_flush_blocking(500);
   sys_power((get_u32(p) & SHUTDOWN_REBOOT) != 0);

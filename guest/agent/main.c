@@ -62,7 +62,14 @@ void stream_close(struct stream *s) {
   s->kind = SK_FREE;
 }
 
-struct stream *stream_open(uint32_t id, int kind) {
+int stream_finish(struct stream *s, int err, const char *what) {
+  if (err) send_error(s->id, E_ERRNO, err, "%s", what);
+  else send_end(s->id, NULL, 0);
+  stream_close(s);
+  return 1;
+}
+
+struct stream *stream_open(uint32_t id, int kind, uint32_t window) {
   struct stream *old = stream_find(id);
   if (id == 0 || old != NULL) {
     /* The host reused a live id: both are ended, so neither side keeps a stream the other lost. */
@@ -75,6 +82,7 @@ struct stream *stream_open(uint32_t id, int kind) {
     memset(&streams[i], 0, sizeof streams[i]);
     streams[i].id = id;
     streams[i].kind = kind;
+    streams[i].credit = window > MAX_CREDIT ? MAX_CREDIT : window;
     return &streams[i];
   }
   send_error(id, E_LIMIT, 0, "%d streams are open", MAX_STREAMS);

@@ -205,10 +205,7 @@ static void close_pair(int fds[2]) {
 }
 
 void proc_spawn(uint32_t sid, const uint8_t *p, size_t n) {
-  if (n < SPAWN_FIXED_BYTES) {
-    send_error(sid, E_BAD_REQUEST, 0, "SPAWN payload too short");
-    return;
-  }
+  if (!payload_size_ok(sid, "SPAWN", n, SPAWN_FIXED_BYTES, MAX_PAYLOAD)) return;
   uint32_t flags = get_u32(p), ring_bytes = get_u32(p + 4), window = get_u32(p + 8);
   uint16_t rows = get_u16(p + 12), cols = get_u16(p + 14), argc = get_u16(p + 16), envc = get_u16(p + 18);
   if (argc == 0) {
@@ -233,7 +230,7 @@ void proc_spawn(uint32_t sid, const uint8_t *p, size_t n) {
   envp[envc] = NULL;
   const char *cwd = strs[0];
 
-  struct stream *s = stream_open(sid, SK_PROC);
+  struct stream *s = stream_open(sid, SK_PROC, window);
   if (s == NULL) {
     free(strs);
     return;
@@ -350,7 +347,6 @@ void proc_spawn(uint32_t sid, const uint8_t *p, size_t n) {
   if (used > CMD_SUMMARY) pr->cmd[CMD_SUMMARY] = '\0';
   free(strs);
 
-  s->credit = window > MAX_CREDIT ? MAX_CREDIT : window;
   s->u.proc.p = pr;
   s->u.proc.until[0] = s->u.proc.until[1] = UINT64_MAX;
   s->u.proc.spawned = 1;
@@ -364,10 +360,7 @@ void proc_spawn(uint32_t sid, const uint8_t *p, size_t n) {
 }
 
 void proc_attach(uint32_t sid, const uint8_t *p, size_t n) {
-  if (n != ATTACH_BYTES) {
-    send_error(sid, E_BAD_REQUEST, 0, "ATTACH payload must be %d bytes", ATTACH_BYTES);
-    return;
-  }
+  if (!payload_size_ok(sid, "ATTACH", n, ATTACH_BYTES, ATTACH_BYTES)) return;
   uint32_t id = get_u32(p), flags = get_u32(p + 4), window = get_u32(p + 8);
   uint64_t want[2] = {get_u64(p + 16), get_u64(p + 24)};
   struct proc *pr = proc_by_id(id);
@@ -375,7 +368,7 @@ void proc_attach(uint32_t sid, const uint8_t *p, size_t n) {
     send_error(sid, E_NO_PROCESS, 0, "no process %u", id);
     return;
   }
-  struct stream *s = stream_open(sid, SK_PROC);
+  struct stream *s = stream_open(sid, SK_PROC, window);
   if (s == NULL) return;
   send_proc_info(R_PROC, sid, pr);
   for (int c = 0; c < 2; c++) {
@@ -390,7 +383,6 @@ void proc_attach(uint32_t sid, const uint8_t *p, size_t n) {
     s->u.proc.pos[c] = at;
     s->u.proc.until[c] = flags & ATTACH_FOLLOW ? UINT64_MAX : r->end;
   }
-  s->credit = window > MAX_CREDIT ? MAX_CREDIT : window;
   s->u.proc.p = pr;
   if ((flags & ATTACH_INPUT) && pr->in_fd >= 0) {
     pr->input = s;
@@ -482,10 +474,7 @@ static void kill_tree(struct proc *pr, int sig) {
 }
 
 void proc_signal(uint32_t sid, const uint8_t *p, size_t n) {
-  if (n != 12) {
-    send_error(sid, E_BAD_REQUEST, 0, "SIGNAL payload must be 12 bytes");
-    return;
-  }
+  if (!payload_size_ok(sid, "SIGNAL", n, 12, 12)) return;
   uint32_t id = get_u32(p), sig = get_u32(p + 4), flags = get_u32(p + 8);
   struct proc *pr = proc_by_id(id);
   if (pr == NULL) {
@@ -508,10 +497,7 @@ void proc_signal(uint32_t sid, const uint8_t *p, size_t n) {
 }
 
 void proc_resize(uint32_t sid, const uint8_t *p, size_t n) {
-  if (n != 8) {
-    send_error(sid, E_BAD_REQUEST, 0, "RESIZE payload must be 8 bytes");
-    return;
-  }
+  if (!payload_size_ok(sid, "RESIZE", n, 8, 8)) return;
   struct proc *pr = proc_by_id(get_u32(p));
   if (pr == NULL || !pr->pty || pr->out_fd[0] < 0) {
     send_error(sid, E_NO_PROCESS, 0, "no process with an open terminal");
@@ -529,10 +515,7 @@ void proc_list(uint32_t sid) {
 }
 
 void proc_forget(uint32_t sid, const uint8_t *p, size_t n) {
-  if (n != 4) {
-    send_error(sid, E_BAD_REQUEST, 0, "FORGET payload must be 4 bytes");
-    return;
-  }
+  if (!payload_size_ok(sid, "FORGET", n, 4, 4)) return;
   struct proc *pr = proc_by_id(get_u32(p));
   if (pr == NULL) {
     send_error(sid, E_NO_PROCESS, 0, "no process %u", get_u32(p));

@@ -226,8 +226,15 @@ export class AgentProcess implements AsyncIterable<OutputChunk> {
     return this.#done.promise;
   }
 
+  /** Leaving the loop early (break, throw) detaches the stream, as cancel() does. */
   [Symbol.asyncIterator](): AsyncIterator<OutputChunk> {
-    return this.#inbox;
+    return {
+      next: () => this.#inbox.next(),
+      return: async () => {
+        if (!this.#inbox.finished) this.cancel();
+        return { value: undefined, done: true };
+      },
+    };
   }
 
   /** Writes to the process's stdin (or its terminal) within the credit the agent grants. */
