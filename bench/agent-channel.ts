@@ -1,0 +1,92 @@
+/**
+ * vessel-agent's channel on the host, no VM: the agent connects to a Unix socket we listen on
+ * (its test mode), so this measures the protocol, the agent and the client, not virtio-serial.
+ * - request round trip (PING) and a buffered /bin/true (spawn to exit), p50/p99;
+ * - process output MiB/s (head -c N /dev/zero through OUTPUT frames and credit), against the
+ *   same bytes read by Node straight from a pipe (the baseline: what Node itself can take);
+ * - file write MiB/s (fsync'd) and read MiB/s, in a temporary directory.
+ *
+ * Knobs: BENCH_AGENT_MIB (256), BENCH_AGENT_PINGS (2000), BENCH_AGENT_EXECS (200).
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { AgentClient } from '../src/vm/agent/agent-client.js';
+import { buildAgent } from '../test/support/agent-harness.js';
+
+const MIB = 1024 * 1024;
+const SIZE_MIB = Number(process.env.BENCH_AGENT_MIB ?? 256);
+const PINGS = Number(process.env.BENCH_AGENT_PINGS ?? 2000);
+const EXECS = Number(process.env.BENCH_AGENT_EXECS ?? 200);
+const ENV = ['PATH=/usr/local/bin:/usr/bin:/bin'];
+
+const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
+const rate = (mib: number, ms: number) => `${((mib / ms) * 1000).toFixed(0)} MiB/s`;
+
+const build = buildAgent();
+if ('skip' in build) {
+  console.log(`skipped: ${build.skip}`);
+  process.exit(0);
+}
+const dir = mkdtempSync(join(tmpdir(), 'vessel-agent-bench-'));
+const path = join(dir, 'host.sock');
+const accepted = new Promise<Socket>((resolve) => {
+  const server = createServer((s) => {
+    server.close();
+    resolve(s);
+  });
+  server.listen(path);
+});
+const agent = spawn(build.binary, ['--channel', path], { stdio: ['ignore', 'ignore', 'inherit'] });
+try {
+  const client = await AgentClient.over(await accepted);
+
+  const pings: number[] = [];
+  for (let i = 0; i < PINGS; i++) {
+    const t = performance.now();
+    await client.ping();
+    pings.push(performance.now() - t);
+  }
+  console.log(`ping round trip          p50 ${pct(pings, 50).toFixed(3)} ms   p99 ${pct(pings, 99).toFixed(3)} ms   (${PINGS})`);
+
+  const execs: number[] = [];
+  for (let i = 0; i < EXECS; i++) {
+    const t = performance.now();
+    await client.run({ argv: ['/bin/true'], env: ENV });
+    execs.push(performance.now() - t);
+  }
+  console.log(`run /bin/true            p50 ${pct(execs, 50).toFixed(3)} ms   p99 ${pct(execs, 99).toFixed(3)} ms   (${EXECS})`);
+
+  const bytes = String(SIZE_MIB * MIB);
+  let t = performance.now();
+  let got = 0;
+  for await (const c of client.spawn({ argv: ['head', '-c', bytes, '/dev/zero'], env: ENV, hold: true, window: 4 * MIB })) got += c.data.length;
+  const outputMs = performance.now() - t;
+  if (got !== SIZE_MIB * MIB) throw new Error(`got ${got} bytes of output`);
+  t = performance.now();
+  const pipe = spawn('head', ['-c', bytes, '/dev/zero'], { stdio: ['ignore', 'pipe', 'ignore'] });
+  got = 0;
+  for await (const c of pipe.stdout) got += (c as Buffer).length;
+  const pipeMs = performance.now() - t;
+  console.log(`process output           ${rate(SIZE_MIB, outputMs)}   (Node reading a pipe: ${rate(SIZE_MIB, pipeMs)}, ratio ${(pipeMs / outputMs).toFixed(2)})`);
+
+  const chunk = Buffer.alloc(MIB, 0x5a);
+  async function* source() {
+    for (let i = 0; i < SIZE_MIB; i++) yield chunk;
+  }
+  t = performance.now();
+  await client.writeFile(join(dir, 'file'), source());
+  const writeMs = performance.now() - t;
+  t = performance.now();
+  got = 0;
+  for await (const c of (await client.readFile(join(dir, 'file'), { window: 4 * MIB })).stream) got += (c as Buffer).length;
+  const readMs = performance.now() - t;
+  console.log(`file write (fsync'd)     ${rate(SIZE_MIB, writeMs)}`);
+  console.log(`file read                ${rate(SIZE_MIB, readMs)}   (${SIZE_MIB} MiB)`);
+  client.close();
+} finally {
+  agent.kill('SIGKILL');
+  rmSync(dir, { recursive: true, force: true });
+}

@@ -1,0 +1,261 @@
+/**
+ * Payloads of the vessel-agent protocol (docs/agent-protocol.md, "Messages"): encoders for the
+ * requests, checked decoders for what the agent sends. A decoder throws AgentProtocolError on a
+ * payload that is too short or inconsistent; the caller ends the channel.
+ */
+import { AgentProtocolError, HELLO_ACK_BYTES, MAX_PAYLOAD, NONCE_BYTES } from './frames.js';
+
+export const SpawnFlags = { PTY: 1, STDIN: 2, HOLD: 4, FORGET_ON_EXIT: 8 } as const;
+export const AttachFlags = { FOLLOW: 1, INPUT: 2, FROM_OLDEST: 4, FROM_END: 8 } as const;
+export const ErrorKind = {
+  ERRNO: 1,
+  BAD_REQUEST: 2,
+  LIMIT: 3,
+  NO_PROCESS: 4,
+  OUT_OF_RANGE: 5,
+  CWD: 6,
+  EXEC: 7,
+  PROTOCOL: 8,
+} as const;
+export type ErrorKindName = keyof typeof ErrorKind;
+const KIND_NAMES = new Map<number, ErrorKindName>(Object.entries(ErrorKind).map(([k, v]) => [v, k as ErrorKindName]));
+
+export const PROC_INFO_BYTES = 68;
+export const OUTPUT_PREFIX_BYTES = 12;
+export const STAT_BYTES = 32;
+export const DIRENT_FIXED_BYTES = 24;
+
+export type FileType = 'other' | 'file' | 'directory' | 'symlink' | 'char' | 'block' | 'fifo' | 'socket';
+const FILE_TYPES: FileType[] = ['other', 'file', 'directory', 'symlink', 'char', 'block', 'fifo', 'socket'];
+
+export interface AgentLimits {
+  version: number;
+  maxPayload: number;
+  maxStreams: number;
+  maxProcs: number;
+  ringDefault: number;
+  ringMax: number;
+}
+
+export interface ProcessInfo {
+  id: number;
+  pid: number;
+  state: 'running' | 'exited' | 'signaled';
+  pty: boolean;
+  stdinOpen: boolean;
+  /** The exit status, or the signal number when signaled; 0 while running. */
+  code: number;
+  /** Wall-clock times in the guest, nanoseconds since the epoch; `endNs` is 0n while running. */
+  startNs: bigint;
+  endNs: bigint;
+  /** What each output ring retains: [start, end) in bytes since the process began. */
+  stdout: { start: bigint; end: bigint };
+  stderr: { start: bigint; end: bigint };
+  command: string;
+}
+
+export interface StatInfo {
+  type: FileType;
+  mode: number;
+  uid: number;
+  gid: number;
+  size: bigint;
+  mtimeNs: bigint;
+}
+
+export interface DirEntry {
+  name: string;
+  type: FileType;
+  mode: number;
+  size: bigint;
+  mtimeNs: bigint;
+}
+
+export interface SpawnRequest {
+  argv: string[];
+  env?: string[];
+  cwd?: string;
+  pty?: { rows: number; cols: number };
+  stdin?: boolean;
+  hold?: boolean;
+  forgetOnExit?: boolean;
+  /** Per output channel; 0 for the agent's default. */
+  ringBytes?: number;
+  window: number;
+}
+
+function short(what: string, payload: Buffer, need: number): void {
+  if (payload.length < need) throw new AgentProtocolError(`${what} payload of ${payload.length} bytes, expected at least ${need}`);
+}
+
+function cString(s: string, what: string): Buffer {
+  if (s.includes('\0')) throw new RangeError(`${what} contains a NUL byte`);
+  return Buffer.from(`${s}\0`, 'utf8');
+}
+
+function checkedPayload(parts: Buffer[], what: string): Buffer {
+  const payload = Buffer.concat(parts);
+  if (payload.length > MAX_PAYLOAD) throw new RangeError(`${what} is ${payload.length} bytes; a request holds at most ${MAX_PAYLOAD}`);
+  return payload;
+}
+
+export function encodeSpawn(req: SpawnRequest): Buffer {
+  if (req.argv.length === 0 || req.argv.length > 0xffff) throw new RangeError('argv needs 1 to 65535 entries');
+  const env = req.env ?? [];
+  if (env.length > 0xffff) throw new RangeError('env holds at most 65535 entries');
+  const fixed = Buffer.alloc(20);
+  const flags = (req.pty ? SpawnFlags.PTY : 0) | (req.stdin ? SpawnFlags.STDIN : 0) | (req.hold ? SpawnFlags.HOLD : 0) | (req.forgetOnExit ? SpawnFlags.FORGET_ON_EXIT : 0);
+  fixed.writeUInt32LE(flags, 0);
+  fixed.writeUInt32LE(req.ringBytes ?? 0, 4);
+  fixed.writeUInt32LE(req.window, 8);
+  fixed.writeUInt16LE(req.pty?.rows ?? 0, 12);
+  fixed.writeUInt16LE(req.pty?.cols ?? 0, 14);
+  fixed.writeUInt16LE(req.argv.length, 16);
+  fixed.writeUInt16LE(env.length, 18);
+  return checkedPayload([fixed, cString(req.cwd ?? '', 'cwd'), ...req.argv.map((a) => cString(a, 'argv')), ...env.map((e) => cString(e, 'env'))], 'SPAWN');
+}
+
+export function encodeAttach(id: number, flags: number, window: number, stdoutOffset: bigint, stderrOffset: bigint): Buffer {
+  const b = Buffer.alloc(32);
+  b.writeUInt32LE(id, 0);
+  b.writeUInt32LE(flags, 4);
+  b.writeUInt32LE(window, 8);
+  b.writeBigUInt64LE(stdoutOffset, 16);
+  b.writeBigUInt64LE(stderrOffset, 24);
+  return b;
+}
+
+export function u32s(...values: number[]): Buffer {
+  const b = Buffer.alloc(4 * values.length);
+  values.forEach((v, i) => b.writeUInt32LE(v >>> 0, 4 * i));
+  return b;
+}
+
+/** Fixed fields then an absolute path (no NUL), as READ_FILE, WRITE_FILE, STAT, ... take them. */
+export function withPath(fixed: Buffer, path: string): Buffer {
+  if (!path.startsWith('/')) throw new RangeError(`'${path}' is not an absolute path`);
+  if (path.includes('\0')) throw new RangeError('a path cannot contain NUL');
+  return checkedPayload([fixed, Buffer.from(path, 'utf8')], 'path');
+}
+
+export function encodeIdentity(clockNs: bigint, hostname: string, entropy: Buffer): Buffer {
+  const name = Buffer.from(hostname, 'latin1');
+  const fixed = Buffer.alloc(12);
+  fixed.writeBigUInt64LE(clockNs, 0);
+  fixed.writeUInt16LE(name.length, 8);
+  fixed.writeUInt16LE(entropy.length, 10);
+  return checkedPayload([fixed, name, entropy], 'IDENTITY');
+}
+
+export function decodeHelloAck(payload: Buffer, nonce: Buffer): AgentLimits {
+  short('HELLO_ACK', payload, HELLO_ACK_BYTES);
+  if (!payload.subarray(0, NONCE_BYTES).equals(nonce)) throw new AgentProtocolError('HELLO_ACK carries another nonce');
+  return {
+    version: payload.readUInt16LE(16),
+    maxPayload: payload.readUInt32LE(20),
+    maxStreams: payload.readUInt32LE(24),
+    maxProcs: payload.readUInt32LE(28),
+    ringDefault: payload.readUInt32LE(32),
+    ringMax: payload.readUInt32LE(36),
+  };
+}
+
+export function decodeWindow(payload: Buffer): number {
+  if (payload.length !== 4) throw new AgentProtocolError(`WINDOW payload of ${payload.length} bytes`);
+  return payload.readUInt32LE(0);
+}
+
+const STATES = ['running', 'exited', 'signaled'] as const;
+
+export function decodeProcInfo(payload: Buffer): ProcessInfo {
+  short('PROC', payload, PROC_INFO_BYTES);
+  const state = STATES[payload[8]! - 1];
+  if (state === undefined) throw new AgentProtocolError(`PROC state ${payload[8]}`);
+  const range = (at: number) => {
+    const start = payload.readBigUInt64LE(at);
+    const end = payload.readBigUInt64LE(at + 8);
+    if (start > end) throw new AgentProtocolError('PROC output range ends before it starts');
+    return { start, end };
+  };
+  return {
+    id: payload.readUInt32LE(0),
+    pid: payload.readInt32LE(4),
+    state,
+    pty: (payload[9]! & 1) !== 0,
+    stdinOpen: (payload[9]! & 2) !== 0,
+    code: payload.readInt32LE(12),
+    startNs: payload.readBigUInt64LE(20),
+    endNs: payload.readBigUInt64LE(28),
+    stdout: range(36),
+    stderr: range(52),
+    command: payload.subarray(PROC_INFO_BYTES).toString('utf8'),
+  };
+}
+
+export interface Output {
+  channel: 'stdout' | 'stderr';
+  offset: bigint;
+  data: Buffer;
+}
+
+export function decodeOutput(payload: Buffer): Output {
+  short('OUTPUT', payload, OUTPUT_PREFIX_BYTES);
+  const c = payload[0];
+  if (c !== 1 && c !== 2) throw new AgentProtocolError(`OUTPUT channel ${c}`);
+  return { channel: c === 1 ? 'stdout' : 'stderr', offset: payload.readBigUInt64LE(4), data: payload.subarray(OUTPUT_PREFIX_BYTES) };
+}
+
+function fileType(code: number): FileType {
+  const t = FILE_TYPES[code];
+  if (t === undefined) throw new AgentProtocolError(`file type ${code}`);
+  return t;
+}
+
+export function decodeStat(payload: Buffer): StatInfo {
+  if (payload.length !== STAT_BYTES) throw new AgentProtocolError(`STAT payload of ${payload.length} bytes`);
+  return {
+    type: fileType(payload[0]!),
+    mode: payload.readUInt32LE(4),
+    uid: payload.readUInt32LE(8),
+    gid: payload.readUInt32LE(12),
+    size: payload.readBigUInt64LE(16),
+    mtimeNs: payload.readBigUInt64LE(24),
+  };
+}
+
+export function decodeDirEntries(payload: Buffer): DirEntry[] {
+  const entries: DirEntry[] = [];
+  for (let at = 0; at < payload.length; ) {
+    short('DIR entry', payload.subarray(at), DIRENT_FIXED_BYTES);
+    const nameLength = payload.readUInt16LE(at + 2);
+    const end = at + DIRENT_FIXED_BYTES + nameLength;
+    if (nameLength === 0 || end > payload.length) throw new AgentProtocolError('DIR entry name runs past its frame');
+    entries.push({
+      name: payload.subarray(at + DIRENT_FIXED_BYTES, end).toString('utf8'),
+      type: fileType(payload[at]!),
+      mode: payload.readUInt32LE(at + 4),
+      size: payload.readBigUInt64LE(at + 8),
+      mtimeNs: payload.readBigUInt64LE(at + 16),
+    });
+    at = end;
+  }
+  return entries;
+}
+
+/** A request the agent refused or could not carry out; the channel itself is fine. */
+export class AgentError extends Error {
+  override readonly name = 'AgentError';
+  constructor(
+    readonly kind: ErrorKindName | 'UNKNOWN',
+    /** Linux errno, 0 when not a system call's failure. */
+    readonly errno: number,
+    readonly detail: string,
+  ) {
+    super(`${kind}${errno ? ` (errno ${errno})` : ''}: ${detail}`);
+  }
+}
+
+export function decodeError(payload: Buffer): AgentError {
+  short('ERROR', payload, 8);
+  return new AgentError(KIND_NAMES.get(payload.readUInt16LE(0)) ?? 'UNKNOWN', payload.readInt32LE(4), payload.subarray(8, 8 + 512).toString('utf8'));
+}
