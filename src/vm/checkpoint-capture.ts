@@ -1,7 +1,8 @@
 /**
  * Capturing a running or paused VM into a checkpoint: its disk frozen into a layer, its device
  * state (and RAM, when that is a private mapping) saved through migration, its own RAM file
- * copied, every file sealed and digested, the manifest written last.
+ * copied (all while the VM is paused), then every file digested, flushed and sealed, the
+ * manifest written last (while it runs again).
  *
  * The disk switch comes first and is recorded at once (`recordState`), so a failure after it
  * leaves the runtime on its new overlay, unharmed; only the checkpoint's own files are removed
@@ -36,8 +37,18 @@ export interface Capture {
   bytes: number;
 }
 
-/** Captures the paused VM; the caller pauses it before and puts it back after. */
-export async function captureCheckpoint(c: CaptureRequest): Promise<Capture> {
+/** What is captured while the VM is paused; `finish` completes the checkpoint while it runs again. */
+export interface PausedCapture {
+  /** Digests, flushes and seals the files, then writes the manifest: the checkpoint is complete. */
+  finish(): Promise<Capture>;
+}
+
+/**
+ * Captures the paused VM: its disk switched onto a new overlay, its device state (and private
+ * RAM) streamed out, its shared RAM copied. That is all that needs the VM paused; the caller puts
+ * it back to running and calls `finish`, which touches only files QEMU no longer writes.
+ */
+export async function captureCheckpoint(c: CaptureRequest): Promise<PausedCapture> {
   const { vm, dir, state, checkpointId, layers } = c;
   const cpDir = layers.checkpointDir(checkpointId);
   mkdirSync(cpDir, { recursive: true, mode: 0o700 });
@@ -45,35 +56,40 @@ export async function captureCheckpoint(c: CaptureRequest): Promise<Capture> {
   const layer = layers.layerFile(checkpointId);
   const next = await switchDisk(c, layer);
 
-  // The layer is read for its digest while QEMU writes the device state, which is digested on
-  // its way to the file; the RAM file is digested as it is copied. Nothing is read twice.
+  // The device state is digested on its way to the file, the RAM file as it is copied: nothing is read twice.
   const stateFile = join(cpDir, 'state');
   const stateDigest = new ChunkedDigest();
-  const [layerDigest] = await Promise.all([digestFile(layer), migrateToFile(vm.qmp, stateFile, stateDigest)]);
-  writeFileDurably(layers.layerDigestFile(checkpointId), `${layerDigest}\n`, 0o400);
+  await migrateToFile(vm.qmp, stateFile, stateDigest);
   const ramFile = join(cpDir, 'ram');
   const ramDigest = state.ram === 'shared' ? await copySparseWithDigest(join(dir, 'ram'), ramFile) : null;
-  // The layer too: the guest's writes since its last flush are in it, only in the page cache.
-  const own = ramDigest === null ? [stateFile] : [stateFile, ramFile];
-  await flushFiles([...own, layer]);
-  for (const f of own) sealFile(f);
-  fsyncDir(cpDir);
 
-  const manifest: CheckpointManifest = {
-    version: MANIFEST_VERSION,
-    chain: next.chain,
-    hasRam: state.ram === 'shared',
-    memoryMib: state.memoryMib,
-    vcpus: state.vcpus,
-    diskSizeBytes: state.diskSizeBytes,
-    balloonMib: state.balloonMib ?? state.memoryMib,
-    qemuVersion: c.qemuVersion,
-    digests: { state: stateDigest.digest(), ram: ramDigest, layers: { [checkpointId]: layerDigest, ...chainDigests(layers, state.chain) } },
+  return {
+    finish: async () => {
+      const layerDigest = await digestFile(layer);
+      writeFileDurably(layers.layerDigestFile(checkpointId), `${layerDigest}\n`, 0o400);
+      // The layer too: the guest's writes since its last flush are in it, only in the page cache.
+      const own = ramDigest === null ? [stateFile] : [stateFile, ramFile];
+      await flushFiles([...own, layer]);
+      for (const f of own) sealFile(f);
+      fsyncDir(cpDir);
+
+      const manifest: CheckpointManifest = {
+        version: MANIFEST_VERSION,
+        chain: next.chain,
+        hasRam: state.ram === 'shared',
+        memoryMib: state.memoryMib,
+        vcpus: state.vcpus,
+        diskSizeBytes: state.diskSizeBytes,
+        balloonMib: state.balloonMib ?? state.memoryMib,
+        qemuVersion: c.qemuVersion,
+        digests: { state: stateDigest.digest(), ram: ramDigest, layers: { [checkpointId]: layerDigest, ...chainDigests(layers, state.chain) } },
+      };
+      // Last: a checkpoint without its manifest is not complete.
+      writeFileDurably(layers.manifestFile(checkpointId), JSON.stringify(manifest, null, 2), 0o400);
+      sealFile(layers.manifestFile(checkpointId));
+      return { manifest, bytes: [stateFile, ramFile, layer].reduce((sum, f) => sum + allocatedBytes(f), 0) };
+    },
   };
-  // Last: a checkpoint without its manifest is not complete.
-  writeFileDurably(layers.manifestFile(checkpointId), JSON.stringify(manifest, null, 2), 0o400);
-  sealFile(layers.manifestFile(checkpointId));
-  return { manifest, bytes: [stateFile, ramFile, layer].reduce((sum, f) => sum + allocatedBytes(f), 0) };
 }
 
 /**

@@ -386,8 +386,11 @@ export class QemuDriver implements VmDriver {
     } else if (wasRunning) {
       await vm.qmp.execute('stop');
     }
+    // The VM runs again as soon as what needs it paused is captured; the files are finished meanwhile.
+    let resumed: Promise<void> | null = null;
+    const resume = () => (resumed ??= wasRunning ? vm.qmp.execute('cont').then(() => this.#syncClock(runtimeId, vm)) : Promise.resolve());
     try {
-      const capture = await captureCheckpoint({
+      const paused = await captureCheckpoint({
         vm,
         dir: this.runtimeDir(runtimeId),
         state: live.state,
@@ -396,6 +399,11 @@ export class QemuDriver implements VmDriver {
         qemuVersion: this.opts.qemuVersion,
         recordState: (next) => this.#saveState(runtimeId, next),
       });
+      // Both settle before either failure is acted on, so nothing writes into a checkpoint being removed.
+      const [finished, back] = await Promise.allSettled([paused.finish(), resume()]);
+      if (finished.status === 'rejected') throw finished.reason;
+      if (back.status === 'rejected') throw back.reason;
+      const capture = finished.value;
       for (const [id, digest] of Object.entries(capture.manifest.digests.layers)) this.#verifiedLayers.set(id, digest);
       return { bytes: capture.bytes };
     } catch (err) {
@@ -403,10 +411,7 @@ export class QemuDriver implements VmDriver {
       this.#layers.collect();
       throw err;
     } finally {
-      if (wasRunning) {
-        await vm.qmp.execute('cont');
-        await this.#syncClock(runtimeId, vm);
-      }
+      await resume();
     }
   }
 
