@@ -196,15 +196,21 @@ test('query parameters: set as text, the guest value replaced, everything else b
 test('DNS over TCP framing: linear however the bytes are cut, one message held at most', () => {
   const messages = [Buffer.alloc(65_535, 1), Buffer.alloc(0), Buffer.alloc(3, 7), Buffer.alloc(65_535, 2)];
   const stream = Buffer.concat(messages.flatMap((m) => [Buffer.from([m.length >> 8, m.length & 255]), m]));
-  const whole = new LengthPrefixed().push(stream);
+  const whole = new LengthPrefixed().push(stream)!;
   assert.deepEqual(whole.map((m) => m.length), [65_535, 0, 3, 65_535]);
   const framer = new LengthPrefixed();
   const out: Buffer[] = [];
   const start = process.hrtime.bigint();
-  for (let i = 0; i < stream.length; i++) out.push(...framer.push(stream.subarray(i, i + 1)));
+  for (let i = 0; i < stream.length; i++) out.push(...framer.push(stream.subarray(i, i + 1))!);
   const ms = Number(process.hrtime.bigint() - start) / 1e6;
   assert.deepEqual(out.map((m) => m.length), [65_535, 0, 3, 65_535]);
   assert.ok(out[3]!.every((b) => b === 2));
   // Joining all held bytes on every one-byte chunk copies ~4 GB here; linear work is milliseconds.
   assert.ok(ms < 1500, `${ms} ms for ${stream.length} one-byte chunks`);
+});
+
+test('DNS over TCP framing: a prefix announcing more than the bound is refused at once, unread', () => {
+  const framer = new LengthPrefixed(512);
+  assert.deepEqual(framer.push(Buffer.from([0, 3, 1, 2, 3])), [Buffer.from([1, 2, 3])]);
+  assert.equal(framer.push(Buffer.from([2, 1])), null, '513 bytes announced: no waiting for them');
 });
