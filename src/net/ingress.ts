@@ -16,7 +16,7 @@ import { pipeline } from 'node:stream';
 import { TLSSocket } from 'node:tls';
 import type { GatewayHooks } from '../core/ports.js';
 import type { CertificateAuthority } from './certificate-authority.js';
-import { endToEndHeaders, headerValues, requestFraming, responseLength } from './forwarded-headers.js';
+import { endToEndHeaders, headerValues, requestFraming, responseLength, writeRelayedHead } from './forwarded-headers.js';
 import { closeListener, listenOn } from './listeners.js';
 import type { RuntimeNet, RuntimeRegistry } from './runtime-registry.js';
 import { sniffSocket } from './socket-ops.js';
@@ -153,11 +153,20 @@ export class Ingress {
     const to = await this.#target(req);
     if ('status' in to) return fail(to.status, to.message);
     const upstream = request({ host: to.net.identity, port: to.port, method: req.method, path: req.url, headers: this.#headersFor(req), setHost: false, agent: to.net.ingressAgent }, (up) => {
-      res.writeHead(up.statusCode ?? 502, up.statusMessage, [...endToEndHeaders(up.rawHeaders), ...responseLength(up.headers)]);
+      if (!writeRelayedHead(res, up.statusCode, up.statusMessage, [...endToEndHeaders(up.rawHeaders), ...responseLength(up.headers)])) {
+        // Not a response we can pass on (see writeRelayedHead): its connection is not reused either.
+        up.destroy();
+        return fail(502, `the runtime sent a response on port ${to.port} that cannot be passed on`);
+      }
       // A response cut short closes the client's connection rather than leave it mid-message.
       pipeline(up, res, () => undefined);
     });
-    upstream.on('error', () => (res.headersSent ? res.destroy() : fail(503, `the runtime is not answering on port ${to.port}`)));
+    upstream.on('error', (err: NodeJS.ErrnoException) => {
+      if (res.headersSent) return void res.destroy();
+      // A parser error (HPE_*) is a response that was no HTTP: 502; otherwise nothing answered: 503.
+      if (err.code?.startsWith('HPE_') === true) fail(502, `the runtime sent an invalid response on port ${to.port}`);
+      else fail(503, `the runtime is not answering on port ${to.port}`);
+    });
     // A request body cut short must not leave a half-sent request on a pooled connection.
     req.on('close', () => req.complete || upstream.destroy());
     req.pipe(upstream);

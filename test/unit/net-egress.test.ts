@@ -7,7 +7,9 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, type Socket } from 'node:net';
+import { connect as tlsConnect } from 'node:tls';
 import { EgressHarness } from '../support/egress-harness.js';
+import { BAD_RESPONSES } from '../support/upstream.js';
 
 const h = new EgressHarness({ perRuntime: 3, perTenant: 4 });
 const SECRET = 'sk/t+st&key=1 "q"%';
@@ -181,4 +183,40 @@ test('a spliced connection counts until its relay ends; a detach closes it, and 
   assert.match(String(await new Promise((r) => survivor.once('data', r))), /echo:still/, "another runtime's relay is untouched");
   survivor.destroy();
   await waitFor(() => h.limits.count(other.id) === 0);
+});
+
+/** Like rawExchange, over TLS to the proxy with SNI `servername` (the service CA is not checked). */
+function tlsExchange(identity: string, servername: string, bytes: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect({ host: '127.0.0.1', port: h.proxyPort, localAddress: identity });
+    const s = tlsConnect({ socket, servername, rejectUnauthorized: false });
+    let got = '';
+    s.setTimeout(2000, () => s.end());
+    s.on('data', (d) => (got += d.toString('latin1')));
+    s.on('close', () => resolve(got));
+    s.on('error', reject);
+    s.write(bytes);
+  });
+}
+
+test('an upstream status line or header the gateway cannot write is a 502 for that request alone, plain and intercepted', async () => {
+  const net = h.runtime('rt-badstatus', '127.0.0.11', ['api.test'], [h.rule('r-badstatus', 'status-secret', { headerName: 'X-Api-Key' })]);
+  for (const [path, [response]] of Object.entries(BAD_RESPONSES)) h.up.scripts.set(path, response);
+  for (const [scheme, server] of [['http', h.up.scripted], ['https', h.up.scriptedTls]] as const) {
+    const port = h.up.port(server);
+    for (const [path, [, statusLine]] of Object.entries(BAD_RESPONSES)) {
+      h.destination = { address: '127.0.0.1', port };
+      const request = `GET ${path} HTTP/1.1\r\nHost: api.test:${port}\r\nConnection: close\r\n\r\n`;
+      const got = scheme === 'http' ? await rawExchange(net.identity, request) : await tlsExchange(net.identity, 'api.test', request);
+      assert.match(got, statusLine, `${scheme} ${path}: ${JSON.stringify(got.slice(0, 60))}`);
+    }
+    const audited = h.audits.find((a) => a.runtimeId === net.id && a.detail.path === '/bad-code' && a.detail.status === 502);
+    assert.equal(audited?.detail.reason, 'upstream_error: bad_response', scheme);
+    h.audits.splice(0, h.audits.length, ...h.audits.filter((a) => a !== audited));
+  }
+  // Still serving.
+  h.destination = { address: '127.0.0.1', port: HTTP };
+  const guest = h.guestAgent(net.identity);
+  assert.equal((await h.send(guest, 'GET', '/after-bad-status', ['Host', `api.test:${HTTP}`])).status, 200);
+  guest.destroy();
 });

@@ -15,7 +15,7 @@ import { CertificateAuthority } from '../../src/net/certificate-authority.js';
 import { Ingress, MAX_INGRESS_CONNECTIONS_PER_SOURCE, parseIngressHost } from '../../src/net/ingress.js';
 import { RuntimeNet, RuntimeRegistry } from '../../src/net/runtime-registry.js';
 import { freePort } from '../support/service.js';
-import { Upstreams } from '../support/upstream.js';
+import { BAD_RESPONSES, Upstreams } from '../support/upstream.js';
 import { quietLog } from '../support/egress-harness.js';
 
 const up = new Upstreams();
@@ -24,13 +24,16 @@ const RUNTIME = randomUUID();
 let ingress: Ingress;
 let PORT = 0;
 let GUEST_PORT = 0;
+/** A guest port whose server answers with raw scripted bytes (Upstreams.scripted). */
+let SCRIPTED_PORT = 0;
 
 before(async () => {
   await up.start();
   GUEST_PORT = up.port(up.recorded);
+  SCRIPTED_PORT = up.port(up.scripted);
   registry.add(new RuntimeNet({ runtimeId: RUNTIME, tenantId: 't', policy: { enabled: true, allowed_hosts: [] }, rules: [] }, 'vsl-ingress', '127.0.0.1'));
   const hooks = {
-    ingressTarget: async (id: string, port: number) => (id === RUNTIME && port === GUEST_PORT ? { runtimeId: RUNTIME, protocol: 'http' as const } : null),
+    ingressTarget: async (id: string, port: number) => (id === RUNTIME && (port === GUEST_PORT || port === SCRIPTED_PORT) ? { runtimeId: RUNTIME, protocol: 'http' as const } : null),
     activity: () => undefined,
   } as unknown as GatewayHooks;
   ingress = new Ingress({ domain: 'localhost', registry, ca: await CertificateAuthority.loadOrCreate(up.dir), hooks: () => hooks, log: quietLog });
@@ -121,4 +124,26 @@ test('a chunked body reaches the guest framed: a request hidden in it is only ev
   assert.match(up.received, /GET \/ingress-carrier-GET HTTP\/1\.1\r\n(?:[^\r]+\r\n)*Transfer-Encoding: chunked\r\n/);
   assert.equal((await visit(visitor, `${GUEST_PORT}-web.localhost`, 'GET', '/by-name', [])).status, 404);
   visitor.destroy();
+});
+
+/** Writes `bytes` to the ingress port and returns all it reads back until it closes (or 2 s pass). */
+function rawVisit(bytes: string, localAddress = '127.0.0.33'): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const s = connect({ host: '127.0.0.1', port: PORT, localAddress });
+    let got = '';
+    s.setTimeout(2000, () => s.end());
+    s.on('data', (d) => (got += d.toString('latin1')));
+    s.on('close', () => resolve(got));
+    s.on('error', reject);
+    s.write(bytes);
+  });
+}
+
+test('a guest status line or header the gateway cannot write is a 502 for that request alone', async () => {
+  for (const [path, [response]] of Object.entries(BAD_RESPONSES)) up.scripts.set(path, response);
+  for (const [path, [, statusLine]] of Object.entries(BAD_RESPONSES)) {
+    const got = await rawVisit(`GET ${path} HTTP/1.1\r\nHost: ${SCRIPTED_PORT}-${RUNTIME}.localhost\r\nConnection: close\r\n\r\n`);
+    assert.match(got, statusLine, `${path}: ${JSON.stringify(got.slice(0, 60))}`);
+  }
+  assert.equal((await visit(new Agent(), `${GUEST_PORT}-${RUNTIME}.localhost`, 'GET', '/after-bad-status', [])).status, 200, 'still serving');
 });

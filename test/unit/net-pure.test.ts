@@ -4,14 +4,15 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer } from 'node:net';
+import { IncomingMessage, ServerResponse } from 'node:http';
+import { createServer, Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import fc from 'fast-check';
 import { GUEST_NETWORK } from '../../src/core/ports.js';
 import { identityAddress, slotOfTap, tapName } from '../../src/net/addressing.js';
 import { DialPolicy, parseCidrList } from '../../src/net/blocked-ranges.js';
 import { LengthPrefixed } from '../../src/net/dns-responder.js';
-import { endToEndHeaders, headerValues, requestFraming, responseLength } from '../../src/net/forwarded-headers.js';
+import { endToEndHeaders, headerValues, requestFraming, responseLength, writeRelayedHead } from '../../src/net/forwarded-headers.js';
 import { HostAddresses, ownAddresses, type InterfaceList } from '../../src/net/host-addresses.js';
 import { decidedHost } from '../../src/net/http-forwarder.js';
 import { renderRuleset } from '../../src/net/nftables.js';
@@ -213,4 +214,19 @@ test('DNS over TCP framing: a prefix announcing more than the bound is refused a
   const framer = new LengthPrefixed(512);
   assert.deepEqual(framer.push(Buffer.from([0, 3, 1, 2, 3])), [Buffer.from([1, 2, 3])]);
   assert.equal(framer.push(Buffer.from([2, 1])), null, '513 bytes announced: no waiting for them');
+});
+
+test('relayed response heads: what Node cannot write is refused whole, never thrown; odd reasons are replaced', () => {
+  const response = () => new ServerResponse(new IncomingMessage(new Socket()));
+  for (const [code, reason, headers] of [[99, 'X', []], [700, 'X', []], [undefined, '', []], [101, 'Switching', []], [200, 'OK', ['X-Bad', 'a\x01b']], [200, 'OK', ['Bad Name', 'v']]] as const) {
+    const res = response();
+    assert.equal(writeRelayedHead(res, code, reason, [...headers]), false, `${code} ${JSON.stringify(headers)}`);
+    assert.equal(res.headersSent, false);
+    assert.deepEqual(res.getHeaderNames(), [], 'nothing half set');
+  }
+  for (const [reason, shown] of [['O\x01K', 'OK'], ['Caf\xe9', 'OK'], ['All\tGood', 'All\tGood'], ['', '']] as const) {
+    const res = response();
+    assert.equal(writeRelayedHead(res, 200, reason, ['X-Ok', 'v']), true);
+    assert.equal(res.statusMessage, shown);
+  }
 });
