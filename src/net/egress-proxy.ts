@@ -94,6 +94,8 @@ export class EgressProxy {
       if (!net.subject.policy.enabled) return this.#passThrough(socket, net, dst);
       const first = await sniffSocket(socket, SILENT_MS);
       if (socket.destroyed || net.closed) return void socket.destroy();
+      // A handshake we cannot read whole is refused: its name is not decided on in part.
+      if (first.kind === 'bad_tls') return this.#deny(socket, net, { host: null, ip: dst.address, port: dst.port }, 'bad_request');
       if (first.kind === 'tls' && first.sni !== null) return await this.#tls(socket, net, dst, first.sni);
       if (first.kind === 'http') return this.#serveHttp(socket, { net, port: dst.port, shownIp: dst.address, tls: null });
       return this.#raw(socket, net, dst);

@@ -91,7 +91,7 @@ export class Ingress {
 
   async #accept(socket: Socket): Promise<void> {
     const first = await sniffSocket(socket, SILENT_MS);
-    if (socket.destroyed) return;
+    if (socket.destroyed || first.kind === 'bad_tls') return void socket.destroy();
     if (first.kind === 'tls') {
       // A leaf is signed only for a name that routes to an https port.
       const route = first.sni === null ? null : await this.#route(first.sni);

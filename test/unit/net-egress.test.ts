@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { connect, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import { EgressHarness } from '../support/egress-harness.js';
+import { clientHello, splitRecords } from '../support/tls-hello.js';
 import { BAD_RESPONSES } from '../support/upstream.js';
 
 const h = new EgressHarness({ perRuntime: 3, perTenant: 4 });
@@ -219,4 +220,30 @@ test('an upstream status line or header the gateway cannot write is a 502 for th
   const guest = h.guestAgent(net.identity);
   assert.equal((await h.send(guest, 'GET', '/after-bad-status', ['Host', `api.test:${HTTP}`])).status, 200);
   guest.destroy();
+});
+
+test('a ClientHello split across records is decided on its whole name, never on the part in the first record', async () => {
+  const net = h.runtime('rt-split-sni', '127.0.0.12', ['api.test']);
+  h.destination = { address: '127.0.0.1', port: h.up.port(h.up.tcp) };
+  const name = 'api.test.attacker.test';
+  const hello = await clientHello(name);
+  // The first record ends right after `api.test`, which is all the first record says.
+  const split = splitRecords(hello, hello.subarray(5).indexOf('api.test') + 'api.test'.length);
+  // The same hello claiming one more byte of name than the list holds.
+  const overlong = Buffer.from(hello);
+  const at = 5 + hello.subarray(5).indexOf(name) - 2;
+  overlong.writeUInt16BE(overlong.readUInt16BE(at) + 5, at);
+  for (const bytes of [split, overlong]) {
+    const s = connect({ host: '127.0.0.1', port: h.proxyPort, localAddress: net.identity });
+    let echoed = '';
+    s.on('data', (d) => (echoed += d));
+    s.on('error', () => undefined);
+    s.setTimeout(2000, () => s.destroy());
+    s.write(bytes);
+    await new Promise((r) => s.once('close', r));
+    assert.equal(echoed, '', 'nothing was spliced');
+  }
+  const audits = h.audits.filter((a) => a.runtimeId === net.id);
+  assert.deepEqual(audits.map((a) => [a.detail.action, a.detail.host, a.detail.reason]), [['deny', name, 'host_not_allowed'], ['deny', null, 'bad_request']]);
+  h.destination = { address: '127.0.0.1', port: HTTP };
 });

@@ -5,8 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { IncomingMessage, ServerResponse } from 'node:http';
-import { createServer, Socket } from 'node:net';
-import { connect as tlsConnect } from 'node:tls';
+import { Socket } from 'node:net';
 import fc from 'fast-check';
 import { GUEST_NETWORK } from '../../src/core/ports.js';
 import { identityAddress, slotOfTap, tapName } from '../../src/net/addressing.js';
@@ -20,26 +19,8 @@ import { withQueryParam } from '../../src/net/secret-injection.js';
 import { Redactor } from '../../src/net/secret-redaction.js';
 import { SlotAllocator } from '../../src/net/slots.js';
 import { parseOverrides } from '../../src/net/resolver.js';
-import { sniff } from '../../src/net/traffic-sniff.js';
-
-/** The ClientHello Node's TLS client really sends for `servername`. */
-async function clientHello(servername?: string): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const server = createServer((s) => {
-      s.once('data', (d) => {
-        resolve(d);
-        s.destroy();
-        server.close();
-      });
-    });
-    server.listen(0, '127.0.0.1', () => {
-      const port = (server.address() as { port: number }).port;
-      const c = tlsConnect({ host: '127.0.0.1', port, ...(servername ? { servername } : {}) });
-      c.on('error', () => undefined);
-    });
-    server.on('error', reject);
-  });
-}
+import { MAX_CLIENT_HELLO, sniff } from '../../src/net/traffic-sniff.js';
+import { clientHello, splitRecords } from '../support/tls-hello.js';
 
 test('sniff: a real ClientHello yields its SNI, whole or not at all', async () => {
   const hello = await clientHello('api.example.com');
@@ -47,6 +28,38 @@ test('sniff: a real ClientHello yields its SNI, whole or not at all', async () =
   assert.deepEqual(sniff(hello.subarray(0, hello.length - 1)), { kind: 'incomplete' });
   assert.deepEqual(sniff(hello.subarray(0, 3)), { kind: 'incomplete' });
   assert.deepEqual(sniff(await clientHello()), { kind: 'tls', sni: null });
+});
+
+test('sniff: a ClientHello across records is reassembled; a name is never read from part of it', async () => {
+  const name = 'allowed.example.attacker.test';
+  const hello = await clientHello(name);
+  const hs = hello.subarray(5);
+  // The first record ends right after `allowed.example`: the first record alone said that name.
+  const cut = hs.indexOf('allowed.example') + 'allowed.example'.length;
+  const split = splitRecords(hello, cut);
+  assert.deepEqual(sniff(split), { kind: 'tls', sni: name });
+  for (let n = 5; n < split.length; n += 7) assert.deepEqual(sniff(split.subarray(0, n)), { kind: 'incomplete' }, `${n} bytes`);
+  // Cut into records of one byte each, still reassembled.
+  const tiny = Buffer.concat([...hs].map((b) => Buffer.from([0x16, 0x03, 0x01, 0, 1, b])));
+  assert.deepEqual(sniff(tiny), { kind: 'tls', sni: name });
+  // A length past its data is malformed, never clamped: the name's, the list's, the message's.
+  const at = hs.indexOf(name);
+  for (const [offset, delta] of [[at - 2, 10], [at - 5, 10], [1, 0]] as const) {
+    const bad = Buffer.from(hello);
+    if (offset === 1) bad.writeUIntBE(hs.length - 4 + 1, 5 + 1, 3); // the message claims one byte more ...
+    else bad.writeUInt16BE(bad.readUInt16BE(5 + offset) + delta, 5 + offset);
+    const more = offset === 1 ? Buffer.concat([bad, Buffer.from([0x16, 0x03, 0x01, 0, 1, 0])]) : bad; // ... which a next record holds
+    assert.deepEqual(sniff(more), { kind: 'bad_tls' }, `offset ${offset}`);
+  }
+  // Another record type before the hello is whole, or a message other than ClientHello.
+  assert.deepEqual(sniff(Buffer.concat([split.subarray(0, 5 + cut), Buffer.from([0x17, 0x03, 0x03, 0, 1, 0])])), { kind: 'bad_tls' });
+  const notHello = Buffer.from(hello);
+  notHello[5] = 0x02;
+  assert.deepEqual(sniff(notHello), { kind: 'bad_tls' });
+  // A hello longer than the gateway reads is refused, not waited for.
+  const huge = Buffer.from(hello);
+  huge.writeUIntBE(MAX_CLIENT_HELLO + 1, 6, 3);
+  assert.deepEqual(sniff(huge), { kind: 'bad_tls' });
 });
 
 test('sniff: HTTP request lines, partial ones, and everything else', () => {
@@ -69,7 +82,7 @@ test('sniff never throws on arbitrary bytes', () => {
         buf.writeUInt16BE(Math.min(buf.length - 5, 16384), 3);
       }
       const s = sniff(buf);
-      assert.ok(['incomplete', 'tls', 'http', 'other'].includes(s.kind));
+      assert.ok(['incomplete', 'tls', 'bad_tls', 'http', 'other'].includes(s.kind));
     }),
     { numRuns: 3000 },
   );
