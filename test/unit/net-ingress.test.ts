@@ -147,3 +147,30 @@ test('a guest status line or header the gateway cannot write is a 502 for that r
   }
   assert.equal((await visit(new Agent(), `${GUEST_PORT}-${RUNTIME}.localhost`, 'GET', '/after-bad-status', [])).status, 200, 'still serving');
 });
+
+test('a connection that delivers no whole request head in time is closed: silent, slow, or kept alive idle', async () => {
+  const hooks = { ingressTarget: async () => ({ runtimeId: RUNTIME, protocol: 'http' as const }), activity: () => undefined } as unknown as GatewayHooks;
+  const quick = new Ingress({ domain: 'localhost', registry, ca: await CertificateAuthority.loadOrCreate(up.dir), hooks: () => hooks, log: quietLog, headersTimeoutMs: 300 });
+  const port = await freePort();
+  await quick.listen('127.0.0.1', port);
+  const open = (first?: string) => {
+    const s = connect({ host: '127.0.0.1', port, localAddress: '127.0.0.34' });
+    s.on('error', () => undefined);
+    let got = '';
+    s.on('data', (d) => (got += d));
+    if (first !== undefined) s.write(first);
+    return { s, got: () => got };
+  };
+  const silent = open();
+  const partial = open(`GET / HTTP/1.1\r\nHost: ${GUEST_PORT}-${RUNTIME}.localhost\r\nX-Slow: a`);
+  const keptAlive = open(`GET /timeout-keepalive HTTP/1.1\r\nHost: ${GUEST_PORT}-${RUNTIME}.localhost\r\n\r\n`);
+  try {
+    assert.ok(await settle(() => silent.s.destroyed && partial.s.destroyed, 5000), 'the silent and the slow connection are closed');
+    assert.ok(await settle(() => keptAlive.s.destroyed, 5000), 'the idle kept-alive connection is closed');
+    assert.match(keptAlive.got(), /^HTTP\/1\.1 200 /, 'after its answer');
+    assert.equal(silent.got(), '');
+  } finally {
+    for (const c of [silent, partial, keptAlive]) c.s.destroy();
+    await quick.close();
+  }
+});

@@ -4,6 +4,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { EventEmitter } from 'node:events';
 import { IncomingMessage, ServerResponse } from 'node:http';
 import { Socket } from 'node:net';
 import fc from 'fast-check';
@@ -18,6 +19,7 @@ import { renderRuleset } from '../../src/net/nftables.js';
 import { withQueryParam } from '../../src/net/secret-injection.js';
 import { Redactor } from '../../src/net/secret-redaction.js';
 import { SlotAllocator } from '../../src/net/slots.js';
+import { ConnectionsPerSource } from '../../src/net/source-caps.js';
 import { parseOverrides } from '../../src/net/resolver.js';
 import { MAX_CLIENT_HELLO, sniff } from '../../src/net/traffic-sniff.js';
 import { clientHello, splitRecords } from '../support/tls-hello.js';
@@ -242,4 +244,20 @@ test('relayed response heads: what Node cannot write is refused whole, never thr
     assert.equal(writeRelayedHead(res, 200, reason, ['X-Ok', 'v']), true);
     assert.equal(res.statusMessage, shown);
   }
+});
+
+test('connection caps: an IPv6 client is its /64, IPv4 its address; the total is capped too', () => {
+  const socket = (remoteAddress: string) => Object.assign(new EventEmitter(), { remoteAddress }) as unknown as Socket;
+  const caps = new ConnectionsPerSource(2, 5);
+  assert.ok(caps.admit(socket('2001:db8:1:2::1')));
+  assert.ok(caps.admit(socket('2001:db8:1:2:ffff::9')));
+  assert.equal(caps.admit(socket('2001:db8:1:2:aaaa:bbbb:cccc:dddd')), false, 'another address of the same /64');
+  const other = socket('2001:db8:1:3::1');
+  assert.ok(caps.admit(other), 'the next /64');
+  assert.ok(caps.admit(socket('192.0.2.1')));
+  assert.ok(caps.admit(socket('::ffff:192.0.2.1')), 'IPv4-mapped is the IPv4 address');
+  assert.equal(caps.admit(socket('::ffff:192.0.2.1')), false);
+  assert.equal(caps.admit(socket('198.51.100.1')), false, 'the total');
+  other.emit('close');
+  assert.ok(caps.admit(socket('198.51.100.1')), 'room again once one closed');
 });
