@@ -261,3 +261,10 @@ test('connection caps: an IPv6 client is its /64, IPv4 its address; the total is
   other.emit('close');
   assert.ok(caps.admit(socket('198.51.100.1')), 'room again once one closed');
 });
+
+test('dial policy: the NAT64 prefix is refused in spellings that are not unwrapped to IPv4', () => {
+  const p = new DialPolicy();
+  assert.equal(p.mayDial('64:ff9b:0:0:0:0:808:808'), false, 'uncompressed 64:ff9b::8.8.8.8');
+  assert.equal(p.mayDial('64:ff9b::0:808:808'), false);
+  assert.equal(p.mayDial('2606:4700::1111'), true, 'a public IPv6 address is still dialable');
+});
