@@ -70,7 +70,7 @@ export class DnsResponder {
       this.#udp.once('error', reject);
       this.#udp.bind(port, host, () => resolve());
     });
-    await listenOn(this.#tcp, host, port);
+    await listenOn(this.#tcp, host, port, this.opts.log);
   }
 
   close(): void {

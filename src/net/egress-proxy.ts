@@ -69,7 +69,7 @@ export class EgressProxy {
     });
   }
 
-  listen = (host: string, port: number): Promise<void> => listenOn(this.#server, host, port);
+  listen = (host: string, port: number): Promise<void> => listenOn(this.#server, host, port, this.opts.log);
   close = (): Promise<void> => closeListener(this.#server, this.#http);
 
   async #accept(socket: Socket): Promise<void> {
@@ -169,7 +169,15 @@ export class EgressProxy {
       upstream.setKeepAlive(true, KEEPALIVE_MS);
       const release = this.#releases.get(socket) ?? (() => undefined);
       socket.off('close', release);
-      relaySockets(socket, upstream, net.relayTag, release);
+      try {
+        relaySockets(socket, upstream, net.relayTag, release);
+      } catch (err) {
+        // dup() fails with EMFILE when descriptors run out: this connection ends, not the service.
+        this.opts.log.warn({ err: (err as Error).message, runtimeId: net.id }, 'relay failed');
+        release();
+        socket.resetAndDestroy();
+        upstream.destroy();
+      }
     });
     upstream.on('error', () => socket.resetAndDestroy());
     socket.on('error', () => upstream.destroy());

@@ -97,7 +97,7 @@ export class Ingress {
   }
 
   listen = async (host: string, port: number): Promise<void> => {
-    await listenOn(this.#server, host, port);
+    await listenOn(this.#server, host, port, this.opts.log);
     const now = () => Date.now();
     this.#watchdog = setInterval(() => {
       for (const [socket, deadline] of this.#awaitingHead) if (now() > deadline) socket.destroy();

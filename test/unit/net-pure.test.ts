@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import { IncomingMessage, ServerResponse } from 'node:http';
-import { Socket } from 'node:net';
+import { createServer, Socket } from 'node:net';
 import fc from 'fast-check';
 import { GUEST_NETWORK } from '../../src/core/ports.js';
 import { identityAddress, slotOfTap, tapName } from '../../src/net/addressing.js';
@@ -19,6 +19,7 @@ import { renderRuleset } from '../../src/net/nftables.js';
 import { withQueryParam } from '../../src/net/secret-injection.js';
 import { Redactor } from '../../src/net/secret-redaction.js';
 import { SlotAllocator } from '../../src/net/slots.js';
+import { listenOn } from '../../src/net/listeners.js';
 import { ConnectionsPerSource } from '../../src/net/source-caps.js';
 import { parseOverrides } from '../../src/net/resolver.js';
 import { MAX_CLIENT_HELLO, sniff } from '../../src/net/traffic-sniff.js';
@@ -267,4 +268,17 @@ test('dial policy: the NAT64 prefix is refused in spellings that are not unwrapp
   assert.equal(p.mayDial('64:ff9b:0:0:0:0:808:808'), false, 'uncompressed 64:ff9b::8.8.8.8');
   assert.equal(p.mayDial('64:ff9b::0:808:808'), false);
   assert.equal(p.mayDial('2606:4700::1111'), true, 'a public IPv6 address is still dialable');
+});
+
+test('listeners: an error once listening (accept failing with EMFILE) is logged, and the server keeps listening', async () => {
+  const logged: object[] = [];
+  const server = createServer();
+  await listenOn(server, '127.0.0.1', 0, { warn: (o: object) => void logged.push(o) });
+  try {
+    server.emit('error', Object.assign(new Error('accept EMFILE'), { code: 'EMFILE' }));
+    assert.equal(server.listening, true);
+    assert.deepEqual(logged, [{ err: 'accept EMFILE', code: 'EMFILE' }]);
+  } finally {
+    server.close();
+  }
 });
