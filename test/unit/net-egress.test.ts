@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { connect, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import { EgressHarness } from '../support/egress-harness.js';
+import { exchange } from '../support/exchange.js';
 import { clientHello, splitRecords } from '../support/tls-hello.js';
 import { BAD_RESPONSES } from '../support/upstream.js';
 
@@ -54,15 +55,7 @@ test('a body with a transfer coding that cannot be framed again is refused, and 
 
 /** Writes raw bytes as the guest at `identity` and returns everything it reads back until the proxy closes or 2 s pass. */
 function rawExchange(identity: string, bytes: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const s = connect({ host: '127.0.0.1', port: h.proxyPort, localAddress: identity });
-    let got = '';
-    s.setTimeout(2000, () => s.end());
-    s.on('data', (d) => (got += d));
-    s.on('close', () => resolve(got));
-    s.on('error', reject);
-    s.write(bytes);
-  });
+  return exchange(connect({ host: '127.0.0.1', port: h.proxyPort, localAddress: identity }), bytes);
 }
 
 test('exactly one Host goes upstream, the decided one; duplicate Host is refused and audited', async () => {
@@ -188,16 +181,8 @@ test('a spliced connection counts until its relay ends; a detach closes it, and 
 
 /** Like rawExchange, over TLS to the proxy with SNI `servername` (the service CA is not checked). */
 function tlsExchange(identity: string, servername: string, bytes: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const socket = connect({ host: '127.0.0.1', port: h.proxyPort, localAddress: identity });
-    const s = tlsConnect({ socket, servername, rejectUnauthorized: false });
-    let got = '';
-    s.setTimeout(2000, () => s.end());
-    s.on('data', (d) => (got += d.toString('latin1')));
-    s.on('close', () => resolve(got));
-    s.on('error', reject);
-    s.write(bytes);
-  });
+  const socket = connect({ host: '127.0.0.1', port: h.proxyPort, localAddress: identity });
+  return exchange(tlsConnect({ socket, servername, rejectUnauthorized: false }), bytes);
 }
 
 test('an upstream status line or header the gateway cannot write is a 502 for that request alone, plain and intercepted', async () => {

@@ -17,6 +17,7 @@ import { RuntimeNet, RuntimeRegistry } from '../../src/net/runtime-registry.js';
 import { freePort } from '../support/service.js';
 import { BAD_RESPONSES, Upstreams } from '../support/upstream.js';
 import { quietLog } from '../support/egress-harness.js';
+import { exchange } from '../support/exchange.js';
 
 const up = new Upstreams();
 const registry = new RuntimeRegistry();
@@ -128,15 +129,7 @@ test('a chunked body reaches the guest framed: a request hidden in it is only ev
 
 /** Writes `bytes` to the ingress port and returns all it reads back until it closes (or 2 s pass). */
 function rawVisit(bytes: string, localAddress = '127.0.0.33'): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const s = connect({ host: '127.0.0.1', port: PORT, localAddress });
-    let got = '';
-    s.setTimeout(2000, () => s.end());
-    s.on('data', (d) => (got += d.toString('latin1')));
-    s.on('close', () => resolve(got));
-    s.on('error', reject);
-    s.write(bytes);
-  });
+  return exchange(connect({ host: '127.0.0.1', port: PORT, localAddress }), bytes);
 }
 
 test('a guest status line or header the gateway cannot write is a 502 for that request alone', async () => {
