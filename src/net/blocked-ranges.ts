@@ -20,8 +20,8 @@ const GATEWAY_V4 = [`${GUEST_NETWORK.gateway}/${GUEST_NETWORK.prefixLength}`, ID
 const SPECIAL_V6 = [
   '::/127', '100::/64', '2001:db8::/32', 'fc00::/7', 'fe80::/10', 'ff00::/8', '2001::/32', '2002::/16',
   // IPv4-compatible and IPv4-mapped addresses in any spelling embeddedV4 does not unwrap, the
-  // local-use NAT64 prefix, and deprecated site-local addresses.
-  '::/96', '::ffff:0:0/96', '64:ff9b:1::/48', 'fec0::/10',
+  // well-known and local-use NAT64 prefixes, and deprecated site-local addresses.
+  '::/96', '::ffff:0:0/96', '64:ff9b::/96', '64:ff9b:1::/48', 'fec0::/10',
 ];
 
 function addCidr(list: BlockList, cidr: string): void {

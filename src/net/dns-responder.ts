@@ -5,8 +5,7 @@
  * types for an allowed name answer with no records.
  */
 import { createSocket, type Socket as UdpSocket } from 'node:dgram';
-import { createServer, type Server, type Socket } from 'node:net';
-import * as dns from 'dns-packet';
+import { createServer, isIP, type Server, type Socket } from 'node:net';
 import { normalizeHostName } from '../core/host-pattern.js';
 import { DialPolicy } from './blocked-ranges.js';
 import type { EgressDecisions } from './egress-decisions.js';
@@ -14,7 +13,23 @@ import { listenOn } from './listeners.js';
 import type { RuntimeNet, RuntimeRegistry, StandInAddresses } from './runtime-registry.js';
 import { ConnectionsPerSource } from './source-caps.js';
 
-const RCODE = { NOERROR: 0, FORMERR: 1, SERVFAIL: 2, NXDOMAIN: 3, REFUSED: 5 } as const;
+const RCODE = { NOERROR: 0, FORMERR: 1, SERVFAIL: 2, NXDOMAIN: 3, NOTIMP: 4, REFUSED: 5 } as const;
+/**
+ * The largest query a guest may send, over UDP and over TCP alike. A stub resolver's query is a
+ * 12-byte header, one name (at most 255 bytes), type and class, and at most one EDNS OPT record
+ * (11 bytes plus options: a cookie is 12 to 44): well under 512, the classic UDP limit. EDNS's
+ * larger sizes (1232 and up) are about the responses a client can take, not the queries it
+ * sends. A bigger message is dropped unread (over TCP the connection is closed), so no guest can
+ * make the responder parse more than this many bytes per message.
+ */
+export const MAX_QUERY_BYTES = 512;
+const HEADER_BYTES = 12;
+const FLAG_RESPONSE = 0x8000;
+const FLAG_RECURSION_DESIRED = 0x0100;
+const FLAG_RECURSION_AVAILABLE = 0x0080;
+const TYPE_A = 1;
+const TYPE_OPT = 41;
+const CLASS_IN = 1;
 /** What guests may cache an answer for: short, so a changed policy or address shows soon. */
 const MAX_ANSWER_TTL = 60;
 /** An idle DNS-over-TCP connection is closed after this. */
@@ -55,7 +70,7 @@ export class DnsResponder {
       this.#udp.once('error', reject);
       this.#udp.bind(port, host, () => resolve());
     });
-    await listenOn(this.#tcp, host, port);
+    await listenOn(this.#tcp, host, port, this.opts.log);
   }
 
   close(): void {
@@ -63,33 +78,30 @@ export class DnsResponder {
     this.#tcp.close();
   }
 
-  /** The reply to one DNS message from `source`, or null to stay silent (not a query, not ours). */
+  /**
+   * The reply to one DNS message from `source`, or null to stay silent (too big, not a query).
+   * The message is read by parseQuery, in one pass and without following compression pointers:
+   * anything but one question (with at most an EDNS OPT record) is FORMERR.
+   */
   async answer(message: Buffer, source: string): Promise<Buffer | null> {
-    let query: dns.DecodedPacket;
-    try {
-      query = dns.decode(message);
-    } catch {
-      return null;
-    }
-    if (query.type !== 'query') return null;
-    const reply = (rcode: number, answers: dns.Answer[] = []) =>
-      dns.encode({ type: 'response', id: query.id, flags: dns.RECURSION_DESIRED | dns.RECURSION_AVAILABLE | rcode, questions: query.questions, answers });
+    const query = parseQuery(message);
+    if (query === null) return null;
+    if ('rcode' in query) return encodeReply(query.id, null, query.rcode);
+    const reply = (rcode: number, answers: Array<{ ttl: number; ip: string }> = []) => encodeReply(query.id, query.question, rcode, answers);
     const net = this.opts.registry.byIdentity(source);
     if (net === undefined) return reply(RCODE.REFUSED);
     this.opts.activity(net);
-    const question = query.questions?.[0];
-    if (question === undefined || query.questions!.length !== 1) return reply(RCODE.FORMERR);
-    const name = normalizeHostName(question.name);
+    const name = query.name === null ? null : normalizeHostName(query.name);
     if (name === null || !this.opts.decisions.allows(net, name)) return reply(RCODE.NXDOMAIN);
-    if (question.type !== 'A') return reply(RCODE.NOERROR);
+    if (query.type !== TYPE_A) return reply(RCODE.NOERROR);
     const { addresses, ttlSecs, reason } = await this.opts.decisions.dialable(name);
     if (reason === 'unresolvable') return reply(RCODE.NXDOMAIN);
     const ttl = Math.min(ttlSecs, MAX_ANSWER_TTL);
-    const answers: dns.Answer[] = addresses.map((realIp) => {
+    const answers = addresses.filter((ip) => isIP(ip) === 4).map((realIp) => {
       // A guest cannot send to its own loopback or link-local range through us: show it a stand-in.
       const shown = DialPolicy.guestLocal(realIp) ? this.opts.standIns.for(name) : realIp;
       net.pin(shown, name, realIp);
-      return { type: 'A', name: question.name, ttl, data: shown };
+      return { ttl, ip: shown };
     });
     return reply(RCODE.NOERROR, answers);
   }
@@ -110,10 +122,13 @@ export class DnsResponder {
     if (!this.#tcpPerSource.admit(socket)) return void socket.destroy();
     const source = socket.remoteAddress ?? '';
     socket.setTimeout(TCP_IDLE_MS, () => socket.destroy());
-    const messages = new LengthPrefixed();
+    const messages = new LengthPrefixed(MAX_QUERY_BYTES);
     let pending = 0;
     socket.on('data', (chunk) => {
-      for (const msg of messages.push(chunk)) {
+      const received = messages.push(chunk);
+      // A message longer than any query is not waited for: the connection ends at its prefix.
+      if (received === null) return void socket.destroy();
+      for (const msg of received) {
         pending++;
         if (pending >= MAX_PENDING_PER_TCP_CONNECTION) socket.pause();
         void this.#safeAnswer(msg, source).then((reply) => {
@@ -134,8 +149,8 @@ export class DnsResponder {
  * Splits a TCP stream into messages with two-byte length prefixes. Chunks are kept in a list and
  * joined at most once per message, and a message wholly inside one chunk is a view of it, so the
  * work is linear in the bytes received however they are cut (joining everything so far on every
- * chunk cost quadratic time), and at most one message (65,537 bytes) is held beyond the chunk
- * being split.
+ * chunk cost quadratic time), and at most one message (`maxMessage` + 2 bytes) is held beyond the
+ * chunk being split.
  */
 export class LengthPrefixed {
   #chunks: Buffer[] = [];
@@ -143,14 +158,19 @@ export class LengthPrefixed {
   /** Bytes the message at the front needs with its prefix, once the prefix has arrived. */
   #need: number | null = null;
 
-  push(chunk: Buffer): Buffer[] {
+  constructor(private readonly maxMessage = 65_535) {}
+
+  /** The messages completed by `chunk`; null once a prefix announced more than `maxMessage` bytes. */
+  push(chunk: Buffer): Buffer[] | null {
     this.#chunks.push(chunk);
     this.#length += chunk.length;
     const out: Buffer[] = [];
     for (;;) {
       if (this.#need === null) {
         if (this.#length < 2) break;
-        this.#need = 2 + this.#front(2).readUInt16BE(0);
+        const length = this.#front(2).readUInt16BE(0);
+        if (length > this.maxMessage) return null;
+        this.#need = 2 + length;
       }
       if (this.#length < this.#need) break;
       const front = this.#front(this.#need);
@@ -177,4 +197,75 @@ export class LengthPrefixed {
     else this.#chunks[0] = rest;
     this.#length -= n;
   }
+}
+
+type ParsedQuery =
+  | { id: number; rcode: number }
+  | { id: number; question: Buffer; name: string | null; type: number };
+
+/**
+ * One guest query, read in a single pass over at most MAX_QUERY_BYTES: null when it is to be
+ * dropped (too short, too long, or a response), `rcode` when it is refused (NOTIMP for an opcode
+ * other than QUERY, FORMERR for anything but exactly one question with no answer or authority
+ * records and at most one additional record, an EDNS OPT, ending the message). The question's
+ * name must be plain labels: a query has nothing earlier to point to, so a compression pointer
+ * is FORMERR, and no pointer is ever followed. `name` is null when a label holds a byte no host
+ * name has (a dot, a space, a control byte), so it can never be read as another name.
+ */
+export function parseQuery(msg: Buffer): ParsedQuery | null {
+  if (msg.length < HEADER_BYTES || msg.length > MAX_QUERY_BYTES) return null;
+  const id = msg.readUInt16BE(0);
+  const flags = msg.readUInt16BE(2);
+  if ((flags & FLAG_RESPONSE) !== 0) return null;
+  if (((flags >> 11) & 0xf) !== 0) return { id, rcode: RCODE.NOTIMP };
+  const formErr = { id, rcode: RCODE.FORMERR };
+  const [qd, an, ns, ar] = [msg.readUInt16BE(4), msg.readUInt16BE(6), msg.readUInt16BE(8), msg.readUInt16BE(10)];
+  if (qd !== 1 || an !== 0 || ns !== 0 || ar > 1) return formErr;
+  const labels: string[] = [];
+  let plain = true;
+  let p = HEADER_BYTES;
+  for (;;) {
+    if (p >= msg.length) return formErr;
+    const len = msg[p]!;
+    p++;
+    if (len === 0) break;
+    if (len > 63) return formErr; // a pointer (0xc0) or a reserved label type
+    if (p + len > msg.length || p + len - HEADER_BYTES > 254) return formErr; // 255 bytes with the final 0
+    const label = msg.subarray(p, p + len);
+    if (label.some((b) => b <= 0x20 || b === 0x2e || b === 0x7f)) plain = false;
+    labels.push(label.toString('utf8'));
+    p += len;
+  }
+  if (p + 4 > msg.length) return formErr;
+  const type = msg.readUInt16BE(p);
+  p += 4;
+  const question = msg.subarray(HEADER_BYTES, p);
+  if (ar === 1) {
+    // The OPT pseudo-record: root name, type 41, class, TTL, then options filling the rest.
+    if (p + 11 > msg.length || msg[p] !== 0 || msg.readUInt16BE(p + 1) !== TYPE_OPT) return formErr;
+    p += 11 + msg.readUInt16BE(p + 9);
+  }
+  if (p !== msg.length) return formErr;
+  return { id, question, name: plain ? labels.join('.') : null, type };
+}
+
+/** A response to query `id`: its question copied back as it came (if any), then A records pointing to it. */
+function encodeReply(id: number, question: Buffer | null, rcode: number, answers: Array<{ ttl: number; ip: string }> = []): Buffer {
+  const out = Buffer.alloc(HEADER_BYTES + (question?.length ?? 0) + answers.length * 16);
+  out.writeUInt16BE(id, 0);
+  out.writeUInt16BE(FLAG_RESPONSE | FLAG_RECURSION_DESIRED | FLAG_RECURSION_AVAILABLE | rcode, 2);
+  out.writeUInt16BE(question === null ? 0 : 1, 4);
+  out.writeUInt16BE(answers.length, 6);
+  let p = HEADER_BYTES;
+  if (question !== null) p += question.copy(out, p);
+  for (const { ttl, ip } of answers) {
+    out.writeUInt16BE(0xc000 | HEADER_BYTES, p); // the name: a pointer to the question's
+    out.writeUInt16BE(TYPE_A, p + 2);
+    out.writeUInt16BE(CLASS_IN, p + 4);
+    out.writeUInt32BE(ttl, p + 6);
+    out.writeUInt16BE(4, p + 10);
+    ip.split('.').forEach((octet, i) => out.writeUInt8(Number(octet), p + 12 + i));
+    p += 16;
+  }
+  return out;
 }

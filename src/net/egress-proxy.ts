@@ -69,7 +69,7 @@ export class EgressProxy {
     });
   }
 
-  listen = (host: string, port: number): Promise<void> => listenOn(this.#server, host, port);
+  listen = (host: string, port: number): Promise<void> => listenOn(this.#server, host, port, this.opts.log);
   close = (): Promise<void> => closeListener(this.#server, this.#http);
 
   async #accept(socket: Socket): Promise<void> {
@@ -94,6 +94,8 @@ export class EgressProxy {
       if (!net.subject.policy.enabled) return this.#passThrough(socket, net, dst);
       const first = await sniffSocket(socket, SILENT_MS);
       if (socket.destroyed || net.closed) return void socket.destroy();
+      // A handshake we cannot read whole is refused: its name is not decided on in part.
+      if (first.kind === 'bad_tls') return this.#deny(socket, net, { host: null, ip: dst.address, port: dst.port }, 'bad_request');
       if (first.kind === 'tls' && first.sni !== null) return await this.#tls(socket, net, dst, first.sni);
       if (first.kind === 'http') return this.#serveHttp(socket, { net, port: dst.port, shownIp: dst.address, tls: null });
       return this.#raw(socket, net, dst);
@@ -167,7 +169,15 @@ export class EgressProxy {
       upstream.setKeepAlive(true, KEEPALIVE_MS);
       const release = this.#releases.get(socket) ?? (() => undefined);
       socket.off('close', release);
-      relaySockets(socket, upstream, net.relayTag, release);
+      try {
+        relaySockets(socket, upstream, net.relayTag, release);
+      } catch (err) {
+        // dup() fails with EMFILE when descriptors run out: this connection ends, not the service.
+        this.opts.log.warn({ err: (err as Error).message, runtimeId: net.id }, 'relay failed');
+        release();
+        socket.resetAndDestroy();
+        upstream.destroy();
+      }
     });
     upstream.on('error', () => socket.resetAndDestroy());
     socket.on('error', () => upstream.destroy());

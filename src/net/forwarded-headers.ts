@@ -8,7 +8,7 @@
  * the upstream read them as a request of their own (smuggling). Framing is therefore set here,
  * explicitly, for every method; a body that cannot be framed again faithfully is refused.
  */
-import type { IncomingHttpHeaders } from 'node:http';
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 
 /** Not forwarded: they describe one hop, not the message (RFC 9110 §7.6.1). */
 export const HOP_BY_HOP: ReadonlySet<string> = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'proxy-authorization', 'proxy-authenticate']);
@@ -60,4 +60,27 @@ export function requestFraming(headers: IncomingHttpHeaders): string[] | null {
 export function responseLength(headers: IncomingHttpHeaders): string[] {
   const length = headers['content-length'];
   return length === undefined ? [] : ['Content-Length', length];
+}
+
+/** A reason phrase passed on as the upstream wrote it: visible ASCII, spaces and tabs only. */
+const PLAIN_REASON = /^[\t\x20-\x7e]*$/;
+
+/**
+ * Writes the head of a response relayed from an upstream (or a guest) to our client; false, with
+ * nothing written, when it cannot be relayed: the caller answers 502 instead. Node's client
+ * parser accepts a status line its server refuses to write (any byte but CR/LF in the reason, a
+ * code such as 099), and `writeHead` throws on it; thrown inside the client's 'response' callback
+ * that was an uncaught exception, which ended the whole service. So: a code outside 200..599 (a
+ * 1xx is never a final response) is not relayed; a reason with any other byte than visible
+ * ASCII, space or tab is dropped for the standard one; a header Node refuses (a control byte in
+ * a value) makes writeHead throw before anything is set or sent, and is not relayed either.
+ */
+export function writeRelayedHead(res: ServerResponse, statusCode: number | undefined, reason: string | undefined, headers: string[]): boolean {
+  if (statusCode === undefined || !Number.isInteger(statusCode) || statusCode < 200 || statusCode > 599) return false;
+  try {
+    res.writeHead(statusCode, reason !== undefined && PLAIN_REASON.test(reason) ? reason : undefined, headers);
+    return true;
+  } catch {
+    return false;
+  }
 }

@@ -13,7 +13,7 @@ import type { EgressAuditDetail } from '../core/types.js';
 import { hostMatches, normalizeHostName } from '../core/host-pattern.js';
 import { pathMatches } from '../core/path-glob.js';
 import type { DenyReason, EgressDecisions } from './egress-decisions.js';
-import { endToEndHeaders, headerValues, requestFraming, responseLength } from './forwarded-headers.js';
+import { endToEndHeaders, headerValues, requestFraming, responseLength, writeRelayedHead } from './forwarded-headers.js';
 import type { RuntimeNet } from './runtime-registry.js';
 import type { SecretCache } from './secret-cache.js';
 import { injectionFor } from './secret-injection.js';
@@ -108,21 +108,25 @@ export class HttpForwarder {
       ...(ctx.tls !== null ? { servername: host, secureContext: this.opts.upstreamTls } : {}),
     });
     const done = (status: number, reason: string) => this.opts.audit(net, { action: 'allow', ...base, ip: target.ip, reason, status, rule_ids: ruleIds });
+    const failed = (code: string) => {
+      res.writeHead(502, { 'content-type': 'text/plain', connection: 'close' });
+      res.end('vessel egress: upstream failed\n');
+      done(502, `upstream_error: ${code}`);
+    };
     upstream.on('response', (up) => {
-      const status = up.statusCode ?? 502;
-      res.writeHead(status, redactor.text(up.statusMessage ?? ''), [...redactor.headers(endToEndHeaders(up.rawHeaders)), ...responseLength(up.headers)]);
+      const headers = [...redactor.headers(endToEndHeaders(up.rawHeaders)), ...responseLength(up.headers)];
+      if (!writeRelayedHead(res, up.statusCode, redactor.text(up.statusMessage ?? ''), headers)) {
+        // Not a response we can pass on: its connection is not reused either.
+        up.destroy();
+        return failed('bad_response');
+      }
       // A response cut short closes the guest's connection rather than leave it mid-message.
       pipeline(up, res, () => undefined);
-      done(status, 'host_allowed');
+      done(up.statusCode!, 'host_allowed');
     });
     upstream.on('error', (err) => {
-      if (!res.headersSent) {
-        res.writeHead(502, { 'content-type': 'text/plain', connection: 'close' });
-        res.end('vessel egress: upstream failed\n');
-        done(502, `upstream_error: ${(err as NodeJS.ErrnoException).code ?? 'failed'}`);
-      } else {
-        res.destroy();
-      }
+      if (!res.headersSent) failed((err as NodeJS.ErrnoException).code ?? 'failed');
+      else res.destroy();
     });
     // A request body cut short must not leave a half-sent request on a pooled connection.
     req.on('close', () => req.complete || upstream.destroy());

@@ -16,7 +16,7 @@ import { pipeline } from 'node:stream';
 import { TLSSocket } from 'node:tls';
 import type { GatewayHooks } from '../core/ports.js';
 import type { CertificateAuthority } from './certificate-authority.js';
-import { endToEndHeaders, headerValues, requestFraming, responseLength } from './forwarded-headers.js';
+import { endToEndHeaders, headerValues, requestFraming, responseLength, writeRelayedHead } from './forwarded-headers.js';
 import { closeListener, listenOn } from './listeners.js';
 import type { RuntimeNet, RuntimeRegistry } from './runtime-registry.js';
 import { sniffSocket } from './socket-ops.js';
@@ -28,8 +28,17 @@ import { ConnectionsPerSource } from './source-caps.js';
  * service's descriptors (and so the API's, which shares the process).
  */
 export const MAX_INGRESS_CONNECTIONS_PER_SOURCE = 64;
+/** Open ingress connections of all clients together: what a botnet can hold of our descriptors. */
+export const MAX_INGRESS_CONNECTIONS = 4096;
 /** How long a client may stay silent before it is served as plain HTTP. */
 const SILENT_MS = 10_000;
+/**
+ * How long a connection may take to deliver a whole request head: from accept (sniffing and any
+ * TLS handshake included), and again from the end of each response on a kept-alive connection.
+ * The internal HTTP server is only handed sockets and never listens, so Node's own
+ * headersTimeout/requestTimeout checks (started by 'listening') never run for it: this does.
+ */
+export const INGRESS_HEADERS_TIMEOUT_MS = 20_000;
 /** Set by the gateway on every request to a guest; what the client sent under these names is dropped. */
 const SET_FOR_GUEST: ReadonlySet<string> = new Set(['x-forwarded-proto', 'x-forwarded-for']);
 
@@ -41,6 +50,8 @@ export interface IngressOptions {
   ca: CertificateAuthority;
   hooks: () => GatewayHooks | null;
   log: { warn(o: object, m: string): void };
+  /** INGRESS_HEADERS_TIMEOUT_MS unless set (tests). */
+  headersTimeoutMs?: number;
 }
 
 /** `8000-<uuid>.example.test` with domain `example.test` → { port: 8000, runtimeId: '<uuid>' }. */
@@ -60,23 +71,58 @@ export class Ingress {
   readonly #server: Server;
   readonly #http = createHttpServer({ requireHostHeader: true });
   readonly #overTls = new WeakSet<Socket>();
-  readonly #perSource = new ConnectionsPerSource(MAX_INGRESS_CONNECTIONS_PER_SOURCE);
+  readonly #perSource = new ConnectionsPerSource(MAX_INGRESS_CONNECTIONS_PER_SOURCE, MAX_INGRESS_CONNECTIONS);
+  /** The accepted socket under each TLS socket made on it. */
+  readonly #rawOf = new WeakMap<Socket, Socket>();
+  /** Accepted sockets waiting for a whole request head, and until when. */
+  readonly #awaitingHead = new Map<Socket, number>();
+  readonly #headersTimeoutMs: number;
+  #watchdog: NodeJS.Timeout | null = null;
 
   constructor(private readonly opts: IngressOptions) {
+    this.#headersTimeoutMs = opts.headersTimeoutMs ?? INGRESS_HEADERS_TIMEOUT_MS;
     this.#server = createServer({ pauseOnConnect: true }, (s) => this.#admit(s));
-    this.#http.on('request', (req: IncomingMessage, res: ServerResponse) => void this.#guard(req.socket, () => this.#forward(req, res)));
-    this.#http.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => void this.#guard(socket, () => this.#upgrade(req, socket, head)));
+    this.#http.on('request', (req: IncomingMessage, res: ServerResponse) => {
+      const raw = this.#rawOf.get(req.socket) ?? req.socket;
+      this.#awaitingHead.delete(raw);
+      // The next request on a kept-alive connection has the same time to arrive.
+      res.once('finish', () => raw.destroyed || this.#awaitHead(raw));
+      void this.#guard(req.socket, () => this.#forward(req, res));
+    });
+    this.#http.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      this.#awaitingHead.delete(this.#rawOf.get(socket) ?? socket);
+      void this.#guard(socket, () => this.#upgrade(req, socket, head));
+    });
     this.#http.on('clientError', (_err, socket: Socket) => socket.destroy());
   }
 
-  listen = (host: string, port: number): Promise<void> => listenOn(this.#server, host, port);
-  close = (): Promise<void> => closeListener(this.#server, this.#http);
+  listen = async (host: string, port: number): Promise<void> => {
+    await listenOn(this.#server, host, port, this.opts.log);
+    const now = () => Date.now();
+    this.#watchdog = setInterval(() => {
+      for (const [socket, deadline] of this.#awaitingHead) if (now() > deadline) socket.destroy();
+    }, Math.max(10, Math.min(1000, this.#headersTimeoutMs / 4)));
+    this.#watchdog.unref();
+  };
 
-  /** Counts the connection against its source's cap, then serves it. */
+  close = (): Promise<void> => {
+    if (this.#watchdog !== null) clearInterval(this.#watchdog);
+    for (const socket of this.#awaitingHead.keys()) socket.destroy();
+    return closeListener(this.#server, this.#http);
+  };
+
+  /** Counts the connection against its client's cap and the total, then serves it. */
   #admit(socket: Socket): void {
     socket.on('error', () => undefined);
     if (!this.#perSource.admit(socket)) return void socket.destroy();
+    this.#awaitHead(socket);
+    socket.once('close', () => this.#awaitingHead.delete(socket));
     void this.#guard(socket, () => this.#accept(socket));
+  }
+
+  /** From now, `socket` has the headers timeout to deliver a whole request head, or it is closed. */
+  #awaitHead(socket: Socket): void {
+    this.#awaitingHead.set(socket, Date.now() + this.#headersTimeoutMs);
   }
 
   /** Runs a handler; whatever it throws closes the connection instead of leaving it open. */
@@ -91,7 +137,7 @@ export class Ingress {
 
   async #accept(socket: Socket): Promise<void> {
     const first = await sniffSocket(socket, SILENT_MS);
-    if (socket.destroyed) return;
+    if (socket.destroyed || first.kind === 'bad_tls') return void socket.destroy();
     if (first.kind === 'tls') {
       // A leaf is signed only for a name that routes to an https port.
       const route = first.sni === null ? null : await this.#route(first.sni);
@@ -101,6 +147,7 @@ export class Ingress {
       if (socket.destroyed) return;
       const tls = new TLSSocket(socket, { isServer: true, secureContext, ALPNProtocols: ['http/1.1'] });
       tls.on('error', () => socket.destroy());
+      this.#rawOf.set(tls, socket);
       this.#overTls.add(tls);
       this.#http.emit('connection', tls);
     } else {
@@ -153,11 +200,20 @@ export class Ingress {
     const to = await this.#target(req);
     if ('status' in to) return fail(to.status, to.message);
     const upstream = request({ host: to.net.identity, port: to.port, method: req.method, path: req.url, headers: this.#headersFor(req), setHost: false, agent: to.net.ingressAgent }, (up) => {
-      res.writeHead(up.statusCode ?? 502, up.statusMessage, [...endToEndHeaders(up.rawHeaders), ...responseLength(up.headers)]);
+      if (!writeRelayedHead(res, up.statusCode, up.statusMessage, [...endToEndHeaders(up.rawHeaders), ...responseLength(up.headers)])) {
+        // Not a response we can pass on (see writeRelayedHead): its connection is not reused either.
+        up.destroy();
+        return fail(502, `the runtime sent a response on port ${to.port} that cannot be passed on`);
+      }
       // A response cut short closes the client's connection rather than leave it mid-message.
       pipeline(up, res, () => undefined);
     });
-    upstream.on('error', () => (res.headersSent ? res.destroy() : fail(503, `the runtime is not answering on port ${to.port}`)));
+    upstream.on('error', (err: NodeJS.ErrnoException) => {
+      if (res.headersSent) return void res.destroy();
+      // A parser error (HPE_*) is a response that was no HTTP: 502; otherwise nothing answered: 503.
+      if (err.code?.startsWith('HPE_') === true) fail(502, `the runtime sent an invalid response on port ${to.port}`);
+      else fail(503, `the runtime is not answering on port ${to.port}`);
+    });
     // A request body cut short must not leave a half-sent request on a pooled connection.
     req.on('close', () => req.complete || upstream.destroy());
     req.pipe(upstream);

@@ -92,7 +92,8 @@ export async function sniffSocket(socket: Socket, silentMs: number): Promise<Sni
       if (buf.length === 0) return { kind: 'other' };
       const s = sniff(buf);
       if (s.kind !== 'incomplete') return s;
-      if (waited > SNIFF_DEADLINE_MS) return { kind: 'other' };
+      // A ClientHello still not whole is refused, never decided on the part that came.
+      if (waited > SNIFF_DEADLINE_MS) return { kind: buf[0] === 0x16 ? 'bad_tls' : 'other' };
     } else if (waited > silentMs) {
       return { kind: 'silent' };
     }

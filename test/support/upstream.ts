@@ -7,6 +7,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import { connect, createServer as createTcpServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { createServer as createTlsServer } from 'node:tls';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CertificateAuthority } from '../../src/net/certificate-authority.js';
@@ -19,6 +20,20 @@ export interface Seen {
   body: string;
 }
 
+/**
+ * Responses Node's client parser accepts but its server cannot write as they are, by path, and
+ * what the guest gets for each: a reason with a control byte (or any non-ASCII byte) is replaced
+ * by the standard one; a code outside 200..599 or a header value with a control byte is a 502.
+ */
+export const BAD_RESPONSES: Record<string, [response: string, statusLine: RegExp]> = {
+  '/bad-reason': ['HTTP/1.1 200 O\x01K\r\nContent-Length: 2\r\n\r\nok', /^HTTP\/1\.1 200 OK\r\n/],
+  '/bad-code': ['HTTP/1.1 099 X\r\nContent-Length: 0\r\n\r\n', /^HTTP\/1\.1 502 /],
+  '/big-code': ['HTTP/1.1 700 X\r\nContent-Length: 0\r\n\r\n', /^HTTP\/1\.1 502 /],
+  '/bad-header': ['HTTP/1.1 200 OK\r\nX-Bad: a\x01b\r\nContent-Length: 0\r\n\r\n', /^HTTP\/1\.1 502 /],
+  '/obs-reason': ['HTTP/1.1 201 Caf\xe9\r\nContent-Length: 2\r\n\r\nok', /^HTTP\/1\.1 201 Created\r\n/],
+  '/plain-reason': ['HTTP/1.1 200 All\tGood\r\nContent-Length: 2\r\n\r\nok', /^HTTP\/1\.1 200 All\tGood\r\n/],
+};
+
 export class Upstreams {
   readonly seen: Seen[] = [];
   readonly dir = mkdtempSync(join(tmpdir(), 'vessel-upstream-'));
@@ -28,6 +43,13 @@ export class Upstreams {
   /** Plain HTTP to the echo server through a recorder: `received` holds exactly the bytes sent to it. */
   recorded!: Server;
   received = '';
+  /**
+   * Servers that answer every request with the raw bytes `scripts` holds for its path (plain TCP,
+   * and TLS with a certificate from the test CA): for responses no HTTP server library would write.
+   */
+  scripted!: Server;
+  scriptedTls!: Server;
+  readonly scripts = new Map<string, string>();
   /** Raw TCP connections open now on `tcp`. */
   readonly tcpOpen = new Set<Socket>();
   caFile = '';
@@ -55,7 +77,21 @@ export class Upstreams {
       guest.on('error', () => echo.destroy());
       echo.on('error', () => guest.destroy());
     });
-    for (const s of [this.http, this.https, this.tcp, this.recorded]) await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
+    const script = (s: Socket) => {
+      let head = '';
+      s.on('error', () => undefined);
+      s.on('data', (d) => {
+        head += d.toString('latin1');
+        const end = head.indexOf('\r\n\r\n');
+        if (end === -1) return;
+        const path = head.split(' ')[1] ?? '';
+        head = head.slice(end + 4);
+        s.write(Buffer.from(this.scripts.get(path) ?? 'HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n', 'latin1'));
+      });
+    };
+    this.scripted = createTcpServer(script);
+    this.scriptedTls = createTlsServer({ SNICallback: (name, cb) => void ca.contextFor(name).then((ctx) => cb(null, ctx), (err) => cb(err)) }, script);
+    for (const s of [this.http, this.https, this.tcp, this.recorded, this.scripted, this.scriptedTls]) await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
   }
 
   /** Names the gateway resolves (VESSEL_DNS_OVERRIDES). */
@@ -66,7 +102,7 @@ export class Upstreams {
   hits = (pathPrefix: string): Seen[] => this.seen.filter((s) => s.url.startsWith(pathPrefix));
 
   close(): void {
-    for (const s of [this.http, this.https, this.tcp, this.recorded]) {
+    for (const s of [this.http, this.https, this.tcp, this.recorded, this.scripted, this.scriptedTls]) {
       (s as Server & { closeAllConnections?: () => void }).closeAllConnections?.();
       s.close();
     }

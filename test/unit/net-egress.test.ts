@@ -7,7 +7,11 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, type Socket } from 'node:net';
+import { connect as tlsConnect } from 'node:tls';
 import { EgressHarness } from '../support/egress-harness.js';
+import { exchange } from '../support/exchange.js';
+import { clientHello, splitRecords } from '../support/tls-hello.js';
+import { BAD_RESPONSES } from '../support/upstream.js';
 
 const h = new EgressHarness({ perRuntime: 3, perTenant: 4 });
 const SECRET = 'sk/t+st&key=1 "q"%';
@@ -51,15 +55,7 @@ test('a body with a transfer coding that cannot be framed again is refused, and 
 
 /** Writes raw bytes as the guest at `identity` and returns everything it reads back until the proxy closes or 2 s pass. */
 function rawExchange(identity: string, bytes: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const s = connect({ host: '127.0.0.1', port: h.proxyPort, localAddress: identity });
-    let got = '';
-    s.setTimeout(2000, () => s.end());
-    s.on('data', (d) => (got += d));
-    s.on('close', () => resolve(got));
-    s.on('error', reject);
-    s.write(bytes);
-  });
+  return exchange(connect({ host: '127.0.0.1', port: h.proxyPort, localAddress: identity }), bytes);
 }
 
 test('exactly one Host goes upstream, the decided one; duplicate Host is refused and audited', async () => {
@@ -181,4 +177,58 @@ test('a spliced connection counts until its relay ends; a detach closes it, and 
   assert.match(String(await new Promise((r) => survivor.once('data', r))), /echo:still/, "another runtime's relay is untouched");
   survivor.destroy();
   await waitFor(() => h.limits.count(other.id) === 0);
+});
+
+/** Like rawExchange, over TLS to the proxy with SNI `servername` (the service CA is not checked). */
+function tlsExchange(identity: string, servername: string, bytes: string): Promise<string> {
+  const socket = connect({ host: '127.0.0.1', port: h.proxyPort, localAddress: identity });
+  return exchange(tlsConnect({ socket, servername, rejectUnauthorized: false }), bytes);
+}
+
+test('an upstream status line or header the gateway cannot write is a 502 for that request alone, plain and intercepted', async () => {
+  const net = h.runtime('rt-badstatus', '127.0.0.11', ['api.test'], [h.rule('r-badstatus', 'status-secret', { headerName: 'X-Api-Key' })]);
+  for (const [path, [response]] of Object.entries(BAD_RESPONSES)) h.up.scripts.set(path, response);
+  for (const [scheme, server] of [['http', h.up.scripted], ['https', h.up.scriptedTls]] as const) {
+    const port = h.up.port(server);
+    for (const [path, [, statusLine]] of Object.entries(BAD_RESPONSES)) {
+      h.destination = { address: '127.0.0.1', port };
+      const request = `GET ${path} HTTP/1.1\r\nHost: api.test:${port}\r\nConnection: close\r\n\r\n`;
+      const got = scheme === 'http' ? await rawExchange(net.identity, request) : await tlsExchange(net.identity, 'api.test', request);
+      assert.match(got, statusLine, `${scheme} ${path}: ${JSON.stringify(got.slice(0, 60))}`);
+    }
+    const audited = h.audits.find((a) => a.runtimeId === net.id && a.detail.path === '/bad-code' && a.detail.status === 502);
+    assert.equal(audited?.detail.reason, 'upstream_error: bad_response', scheme);
+    h.audits.splice(0, h.audits.length, ...h.audits.filter((a) => a !== audited));
+  }
+  // Still serving.
+  h.destination = { address: '127.0.0.1', port: HTTP };
+  const guest = h.guestAgent(net.identity);
+  assert.equal((await h.send(guest, 'GET', '/after-bad-status', ['Host', `api.test:${HTTP}`])).status, 200);
+  guest.destroy();
+});
+
+test('a ClientHello split across records is decided on its whole name, never on the part in the first record', async () => {
+  const net = h.runtime('rt-split-sni', '127.0.0.12', ['api.test']);
+  h.destination = { address: '127.0.0.1', port: h.up.port(h.up.tcp) };
+  const name = 'api.test.attacker.test';
+  const hello = await clientHello(name);
+  // The first record ends right after `api.test`, which is all the first record says.
+  const split = splitRecords(hello, hello.subarray(5).indexOf('api.test') + 'api.test'.length);
+  // The same hello claiming one more byte of name than the list holds.
+  const overlong = Buffer.from(hello);
+  const at = 5 + hello.subarray(5).indexOf(name) - 2;
+  overlong.writeUInt16BE(overlong.readUInt16BE(at) + 5, at);
+  for (const bytes of [split, overlong]) {
+    const s = connect({ host: '127.0.0.1', port: h.proxyPort, localAddress: net.identity });
+    let echoed = '';
+    s.on('data', (d) => (echoed += d));
+    s.on('error', () => undefined);
+    s.setTimeout(2000, () => s.destroy());
+    s.write(bytes);
+    await new Promise((r) => s.once('close', r));
+    assert.equal(echoed, '', 'nothing was spliced');
+  }
+  const audits = h.audits.filter((a) => a.runtimeId === net.id);
+  assert.deepEqual(audits.map((a) => [a.detail.action, a.detail.host, a.detail.reason]), [['deny', name, 'host_not_allowed'], ['deny', null, 'bad_request']]);
+  h.destination = { address: '127.0.0.1', port: HTTP };
 });

@@ -9,7 +9,7 @@ import { connect } from 'node:net';
 import * as dns from 'dns-packet';
 import { DialPolicy } from '../../src/net/blocked-ranges.js';
 import { CertificateAuthority } from '../../src/net/certificate-authority.js';
-import { DnsResponder, MAX_TCP_CONNECTIONS_PER_SOURCE } from '../../src/net/dns-responder.js';
+import { DnsResponder, MAX_QUERY_BYTES, MAX_TCP_CONNECTIONS_PER_SOURCE } from '../../src/net/dns-responder.js';
 import { EgressDecisions } from '../../src/net/egress-decisions.js';
 import { NameResolver } from '../../src/net/resolver.js';
 import { RuntimeNet, RuntimeRegistry, StandInAddresses } from '../../src/net/runtime-registry.js';
@@ -28,7 +28,7 @@ function setup(allowed: string[], enabled = true) {
     const reply = await responder.answer(dns.encode({ type: 'query', id: 7, flags: dns.RECURSION_DESIRED, questions: [{ type, name }] }), from);
     return reply === null ? null : (dns.decode(reply) as dns.DecodedPacket & { rcode: string });
   };
-  return { net, ask, decisions, close: () => net.close() };
+  return { net, ask, responder, decisions, close: () => net.close() };
 }
 
 test('DNS: allowed names resolve and are pinned; others are NXDOMAIN; strangers are refused', async () => {
@@ -55,6 +55,80 @@ test('DNS: a private answer not in the allowed ranges is withheld', async () => 
   const r = await ask('private.test');
   assert.equal(r?.rcode, 'NOERROR');
   assert.equal(r?.answers?.length, 0);
+  close();
+});
+
+/**
+ * A message whose names follow a chain of `links` compression pointers, each to the one before,
+ * with `questions` questions that all point to the chain's top: decoding it naively costs
+ * links × questions steps.
+ */
+function pointerChain(links: number, questions: number, qdcount = questions): Buffer {
+  const header = Buffer.alloc(12);
+  header.writeUInt16BE(0x1234, 0);
+  header.writeUInt16BE(dns.RECURSION_DESIRED, 2);
+  header.writeUInt16BE(qdcount, 4);
+  const chain = Buffer.alloc(1 + 2 * links); // offset 12: the root label, then the pointers
+  for (let i = 0; i < links; i++) chain.writeUInt16BE(0xc000 | (12 + (i === 0 ? 0 : 1 + 2 * (i - 1))), 1 + 2 * i);
+  const top = 12 + 1 + 2 * (links - 1);
+  const question = Buffer.from([0xc0 | (top >> 8), top & 255, 0, 1, 0, 1]);
+  return Buffer.concat([header, chain, ...Array.from({ length: questions }, () => question)]);
+}
+
+/** Counts the two-byte reads and label decodes (the steps of following a pointer and reading a name) while `run` runs. */
+async function decodeSteps<T>(run: () => Promise<T>): Promise<{ steps: number; result: T }> {
+  let steps = 0;
+  const readUInt16BE = Buffer.prototype.readUInt16BE;
+  const toString = Buffer.prototype.toString;
+  Buffer.prototype.readUInt16BE = function (this: Buffer, offset?: number) {
+    steps++;
+    return readUInt16BE.call(this, offset);
+  };
+  Buffer.prototype.toString = function (this: Buffer, ...args: unknown[]) {
+    steps++;
+    return (toString as (...a: unknown[]) => string).apply(this, args);
+  };
+  try {
+    return { result: await run(), steps };
+  } finally {
+    Buffer.prototype.readUInt16BE = readUInt16BE;
+    Buffer.prototype.toString = toString;
+  }
+}
+
+test('DNS: a pointer chain with thousands of questions is dropped or refused in a few steps, never decoded', async () => {
+  const { responder, ask, close } = setup(['api.test']);
+  // 40 KB (a UDP datagram the kernel reassembles, or one TCP message): naive decoding is
+  // 8000 × 4000 pointer steps. Over the size bound, it is dropped unread.
+  const big = pointerChain(8000, 4000);
+  const dropped = await decodeSteps(() => responder.answer(big, '10.222.0.1'));
+  assert.ok(dropped.steps < 20, `${dropped.steps} steps for a ${big.length}-byte message`);
+  assert.equal(dropped.result, null);
+  // Within the bound: 5400 questions announced, or one question followed by a chain that is no record: FORMERR.
+  for (const small of [pointerChain(200, 10, 5400), pointerChain(200, 1)]) {
+    assert.ok(small.length <= MAX_QUERY_BYTES);
+    const refused = await decodeSteps(() => responder.answer(small, '10.222.0.1'));
+    const reply = dns.decode(refused.result!) as dns.DecodedPacket & { rcode: string };
+    assert.equal(reply.rcode, 'FORMERR');
+    assert.equal(reply.id, 0x1234);
+    assert.ok(refused.steps < 20, `${refused.steps} steps for a ${small.length}-byte message`);
+  }
+  // Two questions, an answer record, or trailing bytes: FORMERR. A response: silence.
+  const q = (extra: Partial<dns.Packet>) => dns.encode({ type: 'query', id: 9, flags: dns.RECURSION_DESIRED, questions: [{ type: 'A', name: 'api.test' }], ...extra });
+  const rcode = async (m: Buffer) => (dns.decode((await responder.answer(m, '10.222.0.1'))!) as dns.DecodedPacket & { rcode: string }).rcode;
+  assert.equal(await rcode(q({ questions: [{ type: 'A', name: 'api.test' }, { type: 'A', name: 'api.test' }] })), 'FORMERR');
+  assert.equal(await rcode(q({ answers: [{ type: 'A', name: 'api.test', data: '1.2.3.4' }] })), 'FORMERR');
+  assert.equal(await rcode(Buffer.concat([q({}), Buffer.from([0])])), 'FORMERR');
+  assert.equal(await responder.answer(dns.encode({ type: 'response', id: 9, questions: [{ type: 'A', name: 'api.test' }] }), '10.222.0.1'), null);
+  // A label holding a dot is not read as two labels (here: as the allowed api.test).
+  assert.equal(await rcode(Buffer.concat([q({}).subarray(0, 12), Buffer.from('\x08api.test\x00\x00\x01\x00\x01', 'latin1')])), 'NXDOMAIN');
+  // What stub resolvers send still works: one question, with or without an EDNS OPT record (a cookie).
+  const edns = await responder.answer(q({ additionals: [{ type: 'OPT', name: '.', udpPayloadSize: 1232, flags: 0, options: [{ code: 10, data: Buffer.alloc(8, 7) }] } as unknown as dns.Answer] }), '10.222.0.1');
+  const ok = dns.decode(edns!) as dns.DecodedPacket & { rcode: string };
+  assert.equal(ok.rcode, 'NOERROR');
+  assert.deepEqual(ok.questions, [{ type: 'A', name: 'api.test', class: 'IN' }]);
+  assert.deepEqual(ok.answers?.map((a) => [a.name, a.type, (a as dns.StringAnswer).data]), [['api.test', 'A', '93.184.216.34']]);
+  assert.equal((await ask('api.test'))?.rcode, 'NOERROR');
   close();
 });
 

@@ -15,8 +15,9 @@ import { CertificateAuthority } from '../../src/net/certificate-authority.js';
 import { Ingress, MAX_INGRESS_CONNECTIONS_PER_SOURCE, parseIngressHost } from '../../src/net/ingress.js';
 import { RuntimeNet, RuntimeRegistry } from '../../src/net/runtime-registry.js';
 import { freePort } from '../support/service.js';
-import { Upstreams } from '../support/upstream.js';
+import { BAD_RESPONSES, Upstreams } from '../support/upstream.js';
 import { quietLog } from '../support/egress-harness.js';
+import { exchange } from '../support/exchange.js';
 
 const up = new Upstreams();
 const registry = new RuntimeRegistry();
@@ -24,13 +25,16 @@ const RUNTIME = randomUUID();
 let ingress: Ingress;
 let PORT = 0;
 let GUEST_PORT = 0;
+/** A guest port whose server answers with raw scripted bytes (Upstreams.scripted). */
+let SCRIPTED_PORT = 0;
 
 before(async () => {
   await up.start();
   GUEST_PORT = up.port(up.recorded);
+  SCRIPTED_PORT = up.port(up.scripted);
   registry.add(new RuntimeNet({ runtimeId: RUNTIME, tenantId: 't', policy: { enabled: true, allowed_hosts: [] }, rules: [] }, 'vsl-ingress', '127.0.0.1'));
   const hooks = {
-    ingressTarget: async (id: string, port: number) => (id === RUNTIME && port === GUEST_PORT ? { runtimeId: RUNTIME, protocol: 'http' as const } : null),
+    ingressTarget: async (id: string, port: number) => (id === RUNTIME && (port === GUEST_PORT || port === SCRIPTED_PORT) ? { runtimeId: RUNTIME, protocol: 'http' as const } : null),
     activity: () => undefined,
   } as unknown as GatewayHooks;
   ingress = new Ingress({ domain: 'localhost', registry, ca: await CertificateAuthority.loadOrCreate(up.dir), hooks: () => hooks, log: quietLog });
@@ -121,4 +125,45 @@ test('a chunked body reaches the guest framed: a request hidden in it is only ev
   assert.match(up.received, /GET \/ingress-carrier-GET HTTP\/1\.1\r\n(?:[^\r]+\r\n)*Transfer-Encoding: chunked\r\n/);
   assert.equal((await visit(visitor, `${GUEST_PORT}-web.localhost`, 'GET', '/by-name', [])).status, 404);
   visitor.destroy();
+});
+
+/** Writes `bytes` to the ingress port and returns all it reads back until it closes (or 2 s pass). */
+function rawVisit(bytes: string, localAddress = '127.0.0.33'): Promise<string> {
+  return exchange(connect({ host: '127.0.0.1', port: PORT, localAddress }), bytes);
+}
+
+test('a guest status line or header the gateway cannot write is a 502 for that request alone', async () => {
+  for (const [path, [response]] of Object.entries(BAD_RESPONSES)) up.scripts.set(path, response);
+  for (const [path, [, statusLine]] of Object.entries(BAD_RESPONSES)) {
+    const got = await rawVisit(`GET ${path} HTTP/1.1\r\nHost: ${SCRIPTED_PORT}-${RUNTIME}.localhost\r\nConnection: close\r\n\r\n`);
+    assert.match(got, statusLine, `${path}: ${JSON.stringify(got.slice(0, 60))}`);
+  }
+  assert.equal((await visit(new Agent(), `${GUEST_PORT}-${RUNTIME}.localhost`, 'GET', '/after-bad-status', [])).status, 200, 'still serving');
+});
+
+test('a connection that delivers no whole request head in time is closed: silent, slow, or kept alive idle', async () => {
+  const hooks = { ingressTarget: async () => ({ runtimeId: RUNTIME, protocol: 'http' as const }), activity: () => undefined } as unknown as GatewayHooks;
+  const quick = new Ingress({ domain: 'localhost', registry, ca: await CertificateAuthority.loadOrCreate(up.dir), hooks: () => hooks, log: quietLog, headersTimeoutMs: 300 });
+  const port = await freePort();
+  await quick.listen('127.0.0.1', port);
+  const open = (first?: string) => {
+    const s = connect({ host: '127.0.0.1', port, localAddress: '127.0.0.34' });
+    s.on('error', () => undefined);
+    let got = '';
+    s.on('data', (d) => (got += d));
+    if (first !== undefined) s.write(first);
+    return { s, got: () => got };
+  };
+  const silent = open();
+  const partial = open(`GET / HTTP/1.1\r\nHost: ${GUEST_PORT}-${RUNTIME}.localhost\r\nX-Slow: a`);
+  const keptAlive = open(`GET /timeout-keepalive HTTP/1.1\r\nHost: ${GUEST_PORT}-${RUNTIME}.localhost\r\n\r\n`);
+  try {
+    assert.ok(await settle(() => silent.s.destroyed && partial.s.destroyed, 5000), 'the silent and the slow connection are closed');
+    assert.ok(await settle(() => keptAlive.s.destroyed, 5000), 'the idle kept-alive connection is closed');
+    assert.match(keptAlive.got(), /^HTTP\/1\.1 200 /, 'after its answer');
+    assert.equal(silent.got(), '');
+  } finally {
+    for (const c of [silent, partial, keptAlive]) c.s.destroy();
+    await quick.close();
+  }
 });

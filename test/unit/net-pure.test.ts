@@ -4,41 +4,26 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer } from 'node:net';
-import { connect as tlsConnect } from 'node:tls';
+import { EventEmitter } from 'node:events';
+import { IncomingMessage, ServerResponse } from 'node:http';
+import { createServer, Socket } from 'node:net';
 import fc from 'fast-check';
 import { GUEST_NETWORK } from '../../src/core/ports.js';
 import { identityAddress, slotOfTap, tapName } from '../../src/net/addressing.js';
 import { DialPolicy, parseCidrList } from '../../src/net/blocked-ranges.js';
 import { LengthPrefixed } from '../../src/net/dns-responder.js';
-import { endToEndHeaders, headerValues, requestFraming, responseLength } from '../../src/net/forwarded-headers.js';
+import { endToEndHeaders, headerValues, requestFraming, responseLength, writeRelayedHead } from '../../src/net/forwarded-headers.js';
 import { HostAddresses, ownAddresses, type InterfaceList } from '../../src/net/host-addresses.js';
 import { decidedHost } from '../../src/net/http-forwarder.js';
 import { renderRuleset } from '../../src/net/nftables.js';
 import { withQueryParam } from '../../src/net/secret-injection.js';
 import { Redactor } from '../../src/net/secret-redaction.js';
 import { SlotAllocator } from '../../src/net/slots.js';
+import { listenOn } from '../../src/net/listeners.js';
+import { ConnectionsPerSource } from '../../src/net/source-caps.js';
 import { parseOverrides } from '../../src/net/resolver.js';
-import { sniff } from '../../src/net/traffic-sniff.js';
-
-/** The ClientHello Node's TLS client really sends for `servername`. */
-async function clientHello(servername?: string): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const server = createServer((s) => {
-      s.once('data', (d) => {
-        resolve(d);
-        s.destroy();
-        server.close();
-      });
-    });
-    server.listen(0, '127.0.0.1', () => {
-      const port = (server.address() as { port: number }).port;
-      const c = tlsConnect({ host: '127.0.0.1', port, ...(servername ? { servername } : {}) });
-      c.on('error', () => undefined);
-    });
-    server.on('error', reject);
-  });
-}
+import { MAX_CLIENT_HELLO, sniff } from '../../src/net/traffic-sniff.js';
+import { clientHello, splitRecords } from '../support/tls-hello.js';
 
 test('sniff: a real ClientHello yields its SNI, whole or not at all', async () => {
   const hello = await clientHello('api.example.com');
@@ -46,6 +31,38 @@ test('sniff: a real ClientHello yields its SNI, whole or not at all', async () =
   assert.deepEqual(sniff(hello.subarray(0, hello.length - 1)), { kind: 'incomplete' });
   assert.deepEqual(sniff(hello.subarray(0, 3)), { kind: 'incomplete' });
   assert.deepEqual(sniff(await clientHello()), { kind: 'tls', sni: null });
+});
+
+test('sniff: a ClientHello across records is reassembled; a name is never read from part of it', async () => {
+  const name = 'allowed.example.attacker.test';
+  const hello = await clientHello(name);
+  const hs = hello.subarray(5);
+  // The first record ends right after `allowed.example`: the first record alone said that name.
+  const cut = hs.indexOf('allowed.example') + 'allowed.example'.length;
+  const split = splitRecords(hello, cut);
+  assert.deepEqual(sniff(split), { kind: 'tls', sni: name });
+  for (let n = 5; n < split.length; n += 7) assert.deepEqual(sniff(split.subarray(0, n)), { kind: 'incomplete' }, `${n} bytes`);
+  // Cut into records of one byte each, still reassembled.
+  const tiny = Buffer.concat([...hs].map((b) => Buffer.from([0x16, 0x03, 0x01, 0, 1, b])));
+  assert.deepEqual(sniff(tiny), { kind: 'tls', sni: name });
+  // A length past its data is malformed, never clamped: the name's, the list's, the message's.
+  const at = hs.indexOf(name);
+  for (const [offset, delta] of [[at - 2, 10], [at - 5, 10], [1, 0]] as const) {
+    const bad = Buffer.from(hello);
+    if (offset === 1) bad.writeUIntBE(hs.length - 4 + 1, 5 + 1, 3); // the message claims one byte more ...
+    else bad.writeUInt16BE(bad.readUInt16BE(5 + offset) + delta, 5 + offset);
+    const more = offset === 1 ? Buffer.concat([bad, Buffer.from([0x16, 0x03, 0x01, 0, 1, 0])]) : bad; // ... which a next record holds
+    assert.deepEqual(sniff(more), { kind: 'bad_tls' }, `offset ${offset}`);
+  }
+  // Another record type before the hello is whole, or a message other than ClientHello.
+  assert.deepEqual(sniff(Buffer.concat([split.subarray(0, 5 + cut), Buffer.from([0x17, 0x03, 0x03, 0, 1, 0])])), { kind: 'bad_tls' });
+  const notHello = Buffer.from(hello);
+  notHello[5] = 0x02;
+  assert.deepEqual(sniff(notHello), { kind: 'bad_tls' });
+  // A hello longer than the gateway reads is refused, not waited for.
+  const huge = Buffer.from(hello);
+  huge.writeUIntBE(MAX_CLIENT_HELLO + 1, 6, 3);
+  assert.deepEqual(sniff(huge), { kind: 'bad_tls' });
 });
 
 test('sniff: HTTP request lines, partial ones, and everything else', () => {
@@ -68,7 +85,7 @@ test('sniff never throws on arbitrary bytes', () => {
         buf.writeUInt16BE(Math.min(buf.length - 5, 16384), 3);
       }
       const s = sniff(buf);
-      assert.ok(['incomplete', 'tls', 'http', 'other'].includes(s.kind));
+      assert.ok(['incomplete', 'tls', 'bad_tls', 'http', 'other'].includes(s.kind));
     }),
     { numRuns: 3000 },
   );
@@ -196,15 +213,72 @@ test('query parameters: set as text, the guest value replaced, everything else b
 test('DNS over TCP framing: linear however the bytes are cut, one message held at most', () => {
   const messages = [Buffer.alloc(65_535, 1), Buffer.alloc(0), Buffer.alloc(3, 7), Buffer.alloc(65_535, 2)];
   const stream = Buffer.concat(messages.flatMap((m) => [Buffer.from([m.length >> 8, m.length & 255]), m]));
-  const whole = new LengthPrefixed().push(stream);
+  const whole = new LengthPrefixed().push(stream)!;
   assert.deepEqual(whole.map((m) => m.length), [65_535, 0, 3, 65_535]);
   const framer = new LengthPrefixed();
   const out: Buffer[] = [];
   const start = process.hrtime.bigint();
-  for (let i = 0; i < stream.length; i++) out.push(...framer.push(stream.subarray(i, i + 1)));
+  for (let i = 0; i < stream.length; i++) out.push(...framer.push(stream.subarray(i, i + 1))!);
   const ms = Number(process.hrtime.bigint() - start) / 1e6;
   assert.deepEqual(out.map((m) => m.length), [65_535, 0, 3, 65_535]);
   assert.ok(out[3]!.every((b) => b === 2));
   // Joining all held bytes on every one-byte chunk copies ~4 GB here; linear work is milliseconds.
   assert.ok(ms < 1500, `${ms} ms for ${stream.length} one-byte chunks`);
+});
+
+test('DNS over TCP framing: a prefix announcing more than the bound is refused at once, unread', () => {
+  const framer = new LengthPrefixed(512);
+  assert.deepEqual(framer.push(Buffer.from([0, 3, 1, 2, 3])), [Buffer.from([1, 2, 3])]);
+  assert.equal(framer.push(Buffer.from([2, 1])), null, '513 bytes announced: no waiting for them');
+});
+
+test('relayed response heads: what Node cannot write is refused whole, never thrown; odd reasons are replaced', () => {
+  const response = () => new ServerResponse(new IncomingMessage(new Socket()));
+  for (const [code, reason, headers] of [[99, 'X', []], [700, 'X', []], [undefined, '', []], [101, 'Switching', []], [200, 'OK', ['X-Bad', 'a\x01b']], [200, 'OK', ['Bad Name', 'v']]] as const) {
+    const res = response();
+    assert.equal(writeRelayedHead(res, code, reason, [...headers]), false, `${code} ${JSON.stringify(headers)}`);
+    assert.equal(res.headersSent, false);
+    assert.deepEqual(res.getHeaderNames(), [], 'nothing half set');
+  }
+  for (const [reason, shown] of [['O\x01K', 'OK'], ['Caf\xe9', 'OK'], ['All\tGood', 'All\tGood'], ['', '']] as const) {
+    const res = response();
+    assert.equal(writeRelayedHead(res, 200, reason, ['X-Ok', 'v']), true);
+    assert.equal(res.statusMessage, shown);
+  }
+});
+
+test('connection caps: an IPv6 client is its /64, IPv4 its address; the total is capped too', () => {
+  const socket = (remoteAddress: string) => Object.assign(new EventEmitter(), { remoteAddress }) as unknown as Socket;
+  const caps = new ConnectionsPerSource(2, 5);
+  assert.ok(caps.admit(socket('2001:db8:1:2::1')));
+  assert.ok(caps.admit(socket('2001:db8:1:2:ffff::9')));
+  assert.equal(caps.admit(socket('2001:db8:1:2:aaaa:bbbb:cccc:dddd')), false, 'another address of the same /64');
+  const other = socket('2001:db8:1:3::1');
+  assert.ok(caps.admit(other), 'the next /64');
+  assert.ok(caps.admit(socket('192.0.2.1')));
+  assert.ok(caps.admit(socket('::ffff:192.0.2.1')), 'IPv4-mapped is the IPv4 address');
+  assert.equal(caps.admit(socket('::ffff:192.0.2.1')), false);
+  assert.equal(caps.admit(socket('198.51.100.1')), false, 'the total');
+  other.emit('close');
+  assert.ok(caps.admit(socket('198.51.100.1')), 'room again once one closed');
+});
+
+test('dial policy: the NAT64 prefix is refused in spellings that are not unwrapped to IPv4', () => {
+  const p = new DialPolicy();
+  assert.equal(p.mayDial('64:ff9b:0:0:0:0:808:808'), false, 'uncompressed 64:ff9b::8.8.8.8');
+  assert.equal(p.mayDial('64:ff9b::0:808:808'), false);
+  assert.equal(p.mayDial('2606:4700::1111'), true, 'a public IPv6 address is still dialable');
+});
+
+test('listeners: an error once listening (accept failing with EMFILE) is logged, and the server keeps listening', async () => {
+  const logged: object[] = [];
+  const server = createServer();
+  await listenOn(server, '127.0.0.1', 0, { warn: (o: object) => void logged.push(o) });
+  try {
+    server.emit('error', Object.assign(new Error('accept EMFILE'), { code: 'EMFILE' }));
+    assert.equal(server.listening, true);
+    assert.deepEqual(logged, [{ err: 'accept EMFILE', code: 'EMFILE' }]);
+  } finally {
+    server.close();
+  }
 });
