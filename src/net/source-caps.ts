@@ -5,7 +5,7 @@
  * 64 connections from each of 2^64 addresses.
  */
 import type { Socket } from 'node:net';
-import { clientKey } from '../api/rate-limit.js';
+import { clientKey } from '../platform/client-key.js';
 
 export class ConnectionsPerSource {
   readonly #open = new Map<string, number>();

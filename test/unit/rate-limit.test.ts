@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { RateLimiter, clientKey } from '../../src/api/rate-limit.js';
+import { RateLimiter } from '../../src/api/rate-limit.js';
+import { clientKey } from '../../src/platform/client-key.js';
 import { KeyedMutex } from '../../src/core/keyed-mutex.js';
 
 test('token bucket: burst, then refill at the rate, per key', () => {
