@@ -18,6 +18,27 @@ const AUDIT_FLUSH_MS = 250;
  */
 const MAX_UNWRITTEN_AUDITS = 50_000;
 
+/**
+ * The longest text an audit keeps of one field (a host, a path, an SNI a guest made up). Retention
+ * counts audits, so this is what bounds the store's size: a guest sending 16 KB names would
+ * otherwise make each of its tenant's 100,000 audits that large.
+ */
+export const MAX_AUDIT_FIELD_CHARS = 1024;
+
+/** `detail` with each text field cut to MAX_AUDIT_FIELD_CHARS; `truncated` lists the fields cut. */
+function boundedDetail(detail: EgressAuditDetail): EgressAuditDetail {
+  const cut: string[] = [];
+  const out: EgressAuditDetail = { ...detail };
+  for (const [field, value] of Object.entries(detail)) {
+    if (typeof value === 'string' && value.length > MAX_AUDIT_FIELD_CHARS) {
+      out[field] = value.slice(0, MAX_AUDIT_FIELD_CHARS);
+      cut.push(field);
+    }
+  }
+  if (cut.length > 0) out.truncated = cut;
+  return out;
+}
+
 export class EgressService implements GatewayHooks {
   #pending: Audit[] = [];
   #flushTimer: NodeJS.Timeout | null = null;
@@ -60,7 +81,8 @@ export class EgressService implements GatewayHooks {
   }
 
   audit(runtimeId: string, tenantId: string, kind: EgressAuditKind, detail: EgressAuditDetail): void {
-    this.#pending.push({ id: randomUUID(), tenantId, runtimeId, category: 'egress', payload: { egress: { kind, [kind]: detail } }, createdAt: new Date().toISOString() });
+    const payload = { egress: { kind, [kind]: boundedDetail(detail) } };
+    this.#pending.push({ id: randomUUID(), tenantId, runtimeId, category: 'egress', payload, createdAt: new Date().toISOString() });
     this.#flushTimer ??= setTimeout(() => void this.flush(), AUDIT_FLUSH_MS);
   }
 

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { AuditService } from '../../src/core/audits.js';
-import { EgressService } from '../../src/core/egress.js';
+import { EgressService, MAX_AUDIT_FIELD_CHARS } from '../../src/core/egress.js';
 import type { Audit } from '../../src/core/types.js';
 
 function service(record: (batch: Audit[]) => Promise<void>) {
@@ -16,7 +16,7 @@ function service(record: (batch: Audit[]) => Promise<void>) {
   return { egress, errors };
 }
 
-const denied = (n: number) => ({ host: `h${n}.example`, port: 443, decision: 'denied', reason: 'host_not_allowed' }) as never;
+const denied = (n: number) => ({ action: 'deny', host: `h${n}.example`, port: 443, reason: 'host_not_allowed' }) as const;
 
 test('a refused batch is kept and written with the next one; later flushes still run', async () => {
   const written: string[] = [];
@@ -41,4 +41,17 @@ test('while the store refuses, what is held stays bounded and the oldest go firs
   for (let i = 0; i < 60_000; i++) egress.audit('rt', 'tenant', 'tcp_connection', denied(i));
   await egress.flush();
   assert.deepEqual(errors.map((e: any) => [e.held, e.dropped]), [[50_000, 10_000]]);
+});
+
+test('an audit keeps at most MAX_AUDIT_FIELD_CHARS of each text field, and says which it cut', async () => {
+  const written: Audit[] = [];
+  const { egress } = service(async (batch) => void written.push(...batch));
+  egress.audit('rt', 'tenant', 'tcp_connection', { action: 'deny', host: 'x'.repeat(16_000), port: 443, reason: 'no_host' });
+  egress.audit('rt', 'tenant', 'tcp_connection', { action: 'allow', host: 'api.example', port: 443 });
+  await egress.flush();
+  const [long, short] = written.map((a) => (a.payload as any).egress.tcp_connection);
+  assert.equal(long.host.length, MAX_AUDIT_FIELD_CHARS);
+  assert.deepEqual(long.truncated, ['host']);
+  assert.equal(long.reason, 'no_host');
+  assert.deepEqual(short, { action: 'allow', host: 'api.example', port: 443 });
 });
