@@ -219,7 +219,12 @@ export class Ingress {
     req.pipe(upstream);
   }
 
-  /** WebSocket and other upgrades: the request head goes to the guest, then bytes flow both ways. */
+  /**
+   * WebSocket and other upgrades: the request head goes to the guest, and only once the guest
+   * answers 101 do bytes flow both ways. Until then nothing more of the client's reaches it, so
+   * requests pipelined behind a refused upgrade are never delivered undecided (with the
+   * forwarding headers they set themselves). A refusal is relayed and the connection ends.
+   */
   async #upgrade(req: IncomingMessage, socket: Socket, head: Buffer): Promise<void> {
     socket.on('error', () => undefined);
     const to = await this.#target(req);
@@ -229,13 +234,47 @@ export class Ingress {
       const lines: string[] = [];
       for (let i = 0; i < headers.length; i += 2) lines.push(`${headers[i]}: ${headers[i + 1]}`);
       upstream.write(`${req.method} ${req.url} HTTP/1.1\r\n${lines.join('\r\n')}\r\n\r\n`);
-      if (head.length > 0) upstream.write(head);
-      upstream.pipe(socket);
-      socket.pipe(upstream);
+      readResponseHead(upstream, (answer) => {
+        socket.write(answer);
+        upstream.pipe(socket);
+        if (!/^HTTP\/1\.1 101[ \r]/.test(answer.toString('latin1', 0, 13))) return;
+        if (head.length > 0) upstream.write(head);
+        socket.pipe(upstream);
+      });
     });
     to.net.track(upstream);
     upstream.on('error', () => socket.destroy());
     upstream.on('close', () => socket.destroy());
     socket.on('close', () => upstream.destroy());
   }
+}
+
+/** The longest response head a guest may send to an upgrade request. */
+const MAX_UPGRADE_RESPONSE_HEAD_BYTES = 16 * 1024;
+
+/**
+ * Reads `upstream` up to the end of a response head (each byte looked at once) and hands over
+ * that head and whatever followed it, leaving the stream paused; a head longer than the cap, or
+ * none before the end, destroys the stream.
+ */
+function readResponseHead(upstream: Socket, onHead: (bytes: Buffer) => void): void {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let tail = Buffer.alloc(0);
+  const onData = (chunk: Buffer) => {
+    chunks.push(chunk);
+    size += chunk.length;
+    // The terminator may straddle two chunks: search the last 3 bytes of before with the new ones.
+    const window = Buffer.concat([tail, chunk]);
+    const end = window.indexOf('\r\n\r\n');
+    if (end === -1) {
+      tail = window.subarray(Math.max(0, window.length - 3));
+      if (size > MAX_UPGRADE_RESPONSE_HEAD_BYTES) upstream.destroy();
+      return;
+    }
+    upstream.off('data', onData);
+    upstream.pause();
+    onHead(Buffer.concat(chunks));
+  };
+  upstream.on('data', onData);
 }

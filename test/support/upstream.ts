@@ -50,6 +50,9 @@ export class Upstreams {
   scripted!: Server;
   scriptedTls!: Server;
   readonly scripts = new Map<string, string>();
+  /** Every request path the scripted servers were sent, in order, and the raw bytes they received. */
+  readonly scriptedPaths: string[] = [];
+  scriptedReceived = '';
   /** Raw TCP connections open now on `tcp`. */
   readonly tcpOpen = new Set<Socket>();
   caFile = '';
@@ -82,9 +85,11 @@ export class Upstreams {
       s.on('error', () => undefined);
       s.on('data', (d) => {
         head += d.toString('latin1');
+        this.scriptedReceived += d.toString('latin1');
         const end = head.indexOf('\r\n\r\n');
         if (end === -1) return;
         const path = head.split(' ')[1] ?? '';
+        this.scriptedPaths.push(path);
         head = head.slice(end + 4);
         s.write(Buffer.from(this.scripts.get(path) ?? 'HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n', 'latin1'));
       });

@@ -167,3 +167,20 @@ test('a connection that delivers no whole request head in time is closed: silent
     await quick.close();
   }
 });
+
+test('an upgrade is spliced only once the guest answers 101: requests pipelined behind a refused one never reach it', async () => {
+  const host = `${SCRIPTED_PORT}-${RUNTIME}.localhost`;
+  up.scripts.set('/ws-refused', 'HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
+  up.scripts.set('/ws-ok', 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
+  const upgrade = (path: string) => `GET ${path} HTTP/1.1\r\nHost: ${host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n`;
+  const pipelined = 'GET /ws-pipelined HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n';
+
+  const refused = await rawVisit(upgrade('/ws-refused') + pipelined, '127.0.0.41');
+  assert.match(refused, /^HTTP\/1\.1 400 /);
+  assert.ok(up.scriptedPaths.includes('/ws-refused'));
+  assert.ok(!up.scriptedReceived.includes('/ws-pipelined'), 'nothing behind a refused upgrade reaches the guest');
+
+  const accepted = await rawVisit(upgrade('/ws-ok') + 'frame-bytes-after-101', '127.0.0.42');
+  assert.match(accepted, /^HTTP\/1\.1 101 /);
+  assert.ok(up.scriptedReceived.endsWith('frame-bytes-after-101'), 'after a 101 the client\'s bytes flow to the guest');
+});
