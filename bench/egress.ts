@@ -9,7 +9,7 @@
  * DNS responder, SO_ORIGINAL_DST, sniffing, TLS termination, injection. The baselines' client
  * sits in a second namespace that reaches squid, mitmproxy and the upstream directly.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -29,6 +29,13 @@ const NS_BASELINE = 'vbench-px';
 const BASELINE_HOST = '10.199.0.1';
 const TAP = 'vsl65000';
 const INSTANCE = 'bench';
+
+// The baselines are other programs: say how to get them before anything is started.
+const missing = ['squid', 'mitmdump'].filter((tool) => spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0);
+if (missing.length > 0) {
+  console.error(`bench:egress compares against ${missing.join(' and ')}, which this host lacks. Install them: apt-get install squid mitmproxy`);
+  process.exit(2);
+}
 
 const dir = mkdtempSync(join(tmpdir(), 'vessel-bench-egress-'));
 const children: ChildProcess[] = [];
