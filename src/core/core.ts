@@ -44,7 +44,13 @@ export class Core {
     this.audits = new AuditService(store);
     this.egress = new EgressService(store, gateway, this.secrets, this.audits, (id) => this.runtimes.touch(id), log);
     this.#pool = new WarmPool(driver, gateway, ports.warmPoolSize ?? 0, log);
-    const quotas = new TenantQuotas(store, ports.tenantLimits);
+    const quotas = new TenantQuotas(store, ports.tenantLimits, async (tenantId) => {
+      const [runtimes, checkpoints] = await Promise.all([store.runtimes.listAll(), store.checkpoints.listAll()]);
+      return driver.orphanedLayerBytes(
+        runtimes.filter((rt) => rt.tenantId === tenantId).map((rt) => rt.id),
+        checkpoints.filter((cp) => cp.tenantId === tenantId && !cp.deleted).map((cp) => cp.id),
+      );
+    });
     this.runtimes = new RuntimeService(store, driver, this.egress, quotas, log, this.#pool);
     this.rules = new RuleService(store, this.runtimes, this.secrets);
     this.checkpoints = new CheckpointService(store, this.runtimes, driver, quotas, log);

@@ -190,6 +190,11 @@ export interface VmDriver {
   imageId(): string;
   /** The largest VM this host could ever run: its CPUs, and its memory less what the host keeps. */
   hostLimits(): HostLimits;
+  /**
+   * Disk bytes of the layers these runtimes and checkpoints stand on whose own checkpoint was
+   * deleted: still held, counted by no checkpoint's size.
+   */
+  orphanedLayerBytes(runtimeIds: string[], checkpointIds: string[]): number;
   /** Boots the image once with these resources and captures it as the checkpoint's files. */
   createTemplate(checkpointId: string, resources: Resources): Promise<void>;
   /** Removes leftovers of work cut short by a crash (template VMs, unreferenced disk layers). */

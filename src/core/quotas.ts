@@ -62,6 +62,8 @@ export class TenantQuotas {
   constructor(
     private readonly store: Store,
     private readonly defaults: TenantLimits,
+    /** Disk the tenant holds beyond its checkpoints' sizes: layers of deleted checkpoints still stood on. */
+    private readonly orphanedLayerBytes: (tenantId: string) => Promise<number> = async () => 0,
   ) {}
 
   /** The limits in force for the tenant: its own where an operator set them, else the defaults. */
@@ -117,11 +119,13 @@ export class TenantQuotas {
    */
   admitCheckpoint<T>(tenantId: string, insert: () => Promise<T>): Promise<T> {
     return this.#lock.run(tenantId, async () => {
-      const [limits, usage] = await Promise.all([this.limits(tenantId), this.usage(tenantId)]);
+      const [limits, usage, orphaned] = await Promise.all([this.limits(tenantId), this.usage(tenantId), this.orphanedLayerBytes(tenantId)]);
       if (usage.checkpoints >= limits.checkpoints) throw failedPrecondition(atLimit(tenantId, usage.checkpoints, 'checkpoint', limits.checkpoints));
-      if (usage.checkpointBytes >= limits.checkpointGib * GiB) {
-        const gib = Math.round((usage.checkpointBytes / GiB) * 100) / 100;
-        throw failedPrecondition(`tenant '${tenantId}' has ${gib} GiB in checkpoints, at or past its limit of ${limits.checkpointGib} GiB`);
+      const bytes = usage.checkpointBytes + orphaned;
+      if (bytes >= limits.checkpointGib * GiB) {
+        const gib = (b: number) => Math.round((b / GiB) * 100) / 100;
+        const held = orphaned > 0 ? ` (${gib(orphaned)} GiB of it in disk layers of deleted checkpoints its runtimes or checkpoints still stand on)` : '';
+        throw failedPrecondition(`tenant '${tenantId}' has ${gib(bytes)} GiB in checkpoints${held}, at or past its limit of ${limits.checkpointGib} GiB`);
       }
       return insert();
     });

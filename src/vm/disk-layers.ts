@@ -4,7 +4,7 @@
  * while any runtime's chain or any checkpoint's manifest names it, and collected once nothing
  * does; the filesystem is the source of truth, so this survives crashes.
  */
-import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
@@ -102,6 +102,35 @@ export class DiskLayers {
     }
     const chain = (raw as { chain?: unknown } | null)?.chain;
     return Array.isArray(chain) && chain.every((l) => typeof l === 'string') ? (chain as string[]) : null;
+  }
+
+  /**
+   * The disk space of layers that `runtimeIds` and `checkpointIds` stand on whose own checkpoint
+   * was deleted. Such a layer stays while anything sits on it, and no checkpoint's size counts it
+   * any more, so its owner must: otherwise "write, checkpoint, delete", repeated, grows the disk
+   * past every quota. Each layer counts once however many stand on it.
+   */
+  bytesOfOrphanedLayers(runtimeIds: string[], checkpointIds: string[]): number {
+    const standsOn = new Set<string>();
+    for (const id of runtimeIds) {
+      try {
+        readVmState(join(this.runtimesDir, id)).chain.forEach((l) => standsOn.add(l));
+      } catch (err) {
+        if (!(err instanceof VmStateError)) throw err; // no VM yet, or a torn state: it stands on nothing we can name
+      }
+    }
+    for (const id of checkpointIds) (this.#chainOf(id) ?? []).forEach((l) => standsOn.add(l));
+    let bytes = 0;
+    for (const layerId of standsOn) {
+      // A checkpoint's directory lives from its capture's start to its delete: its size counts it.
+      if (existsSync(this.checkpointDir(layerId))) continue;
+      try {
+        bytes += statSync(this.layerFile(layerId)).blocks * 512;
+      } catch {
+        // collected meanwhile
+      }
+    }
+    return bytes;
   }
 
   /** Layers linked by a checkpoint in progress and not yet recorded in its runtime's vm.json. */

@@ -144,6 +144,10 @@ export class QemuDriver implements VmDriver {
     return { vcpus: availableParallelism(), memoryMib: hostMemoryLimitMib() };
   }
 
+  orphanedLayerBytes(runtimeIds: string[], checkpointIds: string[]): number {
+    return this.#layers.bytesOfOrphanedLayers(runtimeIds, checkpointIds);
+  }
+
   runtimeDir(runtimeId: string): string {
     return join(this.#layers.runtimesDir, runtimeId);
   }

@@ -100,13 +100,37 @@ test('checkpoints: a count of non-deleted ones, and the disk space of ready ones
     assert.equal((await h.call('POST', '/v1/runtimes/src/checkpoints', { name: 'c2' }, t)).status, 201);
     await h.core.checkpoints.settled();
     overQuota(await h.call('POST', '/v1/runtimes/src/checkpoints', { name: 'c3' }, t), /^tenant 'cp' has 1\.17 GiB in checkpoints, at or past its limit of 1 GiB$/);
+    // c2's layer goes once nothing stands on it (the test below keeps src and finds it counted).
     await h.call('DELETE', '/v1/checkpoints/c2', undefined, t);
+    await h.call('DELETE', '/v1/runtimes/src', undefined, t);
+    await create(h, t, 'src2');
     driver.failNextCheckpoint = true;
-    assert.equal((await h.call('POST', '/v1/runtimes/src/checkpoints', { name: 'failed' }, t)).status, 201);
+    assert.equal((await h.call('POST', '/v1/runtimes/src2/checkpoints', { name: 'failed' }, t)).status, 201);
     await h.core.checkpoints.settled();
-    assert.equal((await h.call('POST', '/v1/runtimes/src/checkpoints', { name: 'c3' }, t)).status, 201);
+    assert.equal((await h.call('POST', '/v1/runtimes/src2/checkpoints', { name: 'c3' }, t)).status, 201);
     await h.core.checkpoints.settled();
-    overQuota(await h.call('POST', '/v1/runtimes/src/checkpoints', { name: 'c4' }, t), /^tenant 'cp' has 3 checkpoints, its limit$/);
+    overQuota(await h.call('POST', '/v1/runtimes/src2/checkpoints', { name: 'c4' }, t), /^tenant 'cp' has 3 checkpoints, its limit$/);
+  });
+});
+
+test('a deleted checkpoint whose layer its runtime still stands on keeps counting until the runtime goes', async () => {
+  await withHarness({ ...SMALL, checkpoints: 10 }, async (h, driver) => {
+    const t = await h.token('churn', ['admin']);
+    await create(h, t, 'src');
+    driver.checkpointBytes = 600 * 1024 * 1024;
+    // Write, checkpoint, delete: the checkpoint's size is gone from the count, its layer is not.
+    for (const name of ['c1', 'c2']) {
+      assert.equal((await h.call('POST', '/v1/runtimes/src/checkpoints', { name }, t)).status, 201);
+      await h.core.checkpoints.settled();
+      assert.equal((await h.call('DELETE', `/v1/checkpoints/${name}`, undefined, t)).status, 200);
+    }
+    overQuota(
+      await h.call('POST', '/v1/runtimes/src/checkpoints', { name: 'c3' }, t),
+      /^tenant 'churn' has 1\.17 GiB in checkpoints \(1\.17 GiB of it in disk layers of deleted checkpoints its runtimes or checkpoints still stand on\), at or past its limit of 1 GiB$/,
+    );
+    assert.equal((await h.call('DELETE', '/v1/runtimes/src', undefined, t)).status, 200);
+    await create(h, t, 'next');
+    assert.equal((await h.call('POST', '/v1/runtimes/next/checkpoints', { name: 'c3' }, t)).status, 201, 'the layers went with their runtime');
   });
 });
 

@@ -28,6 +28,18 @@ export class FakeDriver implements VmDriver {
   hostLimits() {
     return { vcpus: 8, memoryMib: 32 * 1024 };
   }
+  /**
+   * Like the real layers: a runtime stands on the layer of each checkpoint taken of it, which
+   * outlives the checkpoint's delete until the runtime goes.
+   */
+  readonly #layers = new Map<string, { bytes: number; standing: Set<string> }>();
+  orphanedLayerBytes(runtimeIds: string[]): number {
+    let bytes = 0;
+    for (const [id, layer] of this.#layers) {
+      if (!this.checkpoints.has(id) && runtimeIds.some((rt) => layer.standing.has(rt))) bytes += layer.bytes;
+    }
+    return bytes;
+  }
   /** What each fake checkpoint "takes" on disk. */
   checkpointBytes = 64 * 1024 * 1024;
   async createTemplate(checkpointId: string) {
@@ -69,6 +81,7 @@ export class FakeDriver implements VmDriver {
   async destroy(id: string) {
     this.vms.delete(id);
     this.spares.delete(id);
+    for (const layer of this.#layers.values()) layer.standing.delete(id);
   }
   async exec(_id: string, req: ExecRequest): Promise<ExecResult> {
     return { exit_code: 0, duration_ms: 1, stdout: req.command, stdout_truncated: false, stderr: '', stderr_truncated: false };
@@ -88,12 +101,13 @@ export class FakeDriver implements VmDriver {
   async setMemoryTarget(id: string, mib: number) {
     this.#vm(id).memoryTarget = mib;
   }
-  async checkpoint(_id: string, checkpointId: string) {
+  async checkpoint(id: string, checkpointId: string) {
     if (this.failNextCheckpoint) {
       this.failNextCheckpoint = false;
       throw new Error('injected checkpoint failure');
     }
     this.checkpoints.add(checkpointId);
+    this.#layers.set(checkpointId, { bytes: this.checkpointBytes, standing: new Set([id]) });
     return { bytes: this.checkpointBytes };
   }
   async verifyCheckpoint(checkpointId: string): Promise<string | null> {
