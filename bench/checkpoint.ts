@@ -18,7 +18,7 @@ import { hostTscKhz } from '../src/vm/accel.js';
 import { INCOMING_FDSET, migrateFromFdset, migrateToFile } from '../src/vm/migration.js';
 import { qemuArgs } from '../src/vm/qemu-args.js';
 import { QmpClient } from '../src/vm/qmp-client.js';
-import { GuestAgentClient } from '../src/vm/guest-agent-client.js';
+import { AgentClient } from '../src/vm/agent/agent-client.js';
 import { runCommand } from '../src/platform/run-command.js';
 import { SHARED_IMAGE_DIR } from '../test/support/service.js';
 
@@ -97,7 +97,7 @@ try {
       backing: chain.map((_, i) => ({ node: `b${i}`, fdset: 10_000 + i, format: i === 0 ? 'raw' : 'qcow2' })),
       memory: { file: join(cpDir, 'ram'), shared: false }, incoming: true,
       fdsets: [{ fd: 3, set: INCOMING_FDSET }, { fd: 4, set: 100 }, { fd: 5, set: 100 }, ...chain.map((_, i) => ({ fd: 6 + i, set: 10_000 + i }))],
-      qmpSocket: join(dir, 'qmp.sock'), agentSocket: join(dir, 'agent.sock'), serialLog: join(dir, 'serial.log'), memoryMib: manifest.memoryMib, vcpus: manifest.vcpus,
+      qmpSocket: join(dir, 'qmp.sock'), agentSocket: join(dir, 'vessel-agent.sock'), serialLog: join(dir, 'serial.log'), memoryMib: manifest.memoryMib, vcpus: manifest.vcpus,
       name: `raw-${i}`, runAs: '299999:299999', chroot: join(svc.dataDir, 'qemu-root'), tscKhz: hostTscKhz(), tapFd: null,
     });
     const child = spawn('qemu-system-x86_64', args, { stdio: ['ignore', 'ignore', 'ignore', ...fds], detached: true });
@@ -105,7 +105,7 @@ try {
     const qmp = await connectRetry(() => QmpClient.connect(join(dir, 'qmp.sock'), 1000));
     await migrateFromFdset(qmp);
     await qmp.execute('cont');
-    const agent = await connectRetry(() => GuestAgentClient.connect(join(dir, 'agent.sock'), 1000));
+    const agent = await connectRetry(() => AgentClient.connect(join(dir, 'vessel-agent.sock'), { timeoutMs: 1000 }));
     rawRestore.push(performance.now() - t);
     agent.close();
     qmp.close();
