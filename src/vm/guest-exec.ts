@@ -1,16 +1,14 @@
 /**
- * Buffered commands through the guest agent: guest-exec, then guest-exec-status polled with a
- * backoff that starts at once, so short commands return fast and long ones cost little.
+ * Buffered commands through vessel-agent (docs/agent-protocol.md): one SPAWN with HOLD, so that
+ * no byte of output is lost before it reaches us, stdin written within the agent's credit, each
+ * stream kept up to the request's cap (the rest counted as truncated) and, at the deadline, a
+ * SIGKILL of the whole tree. The exit comes as a frame: nothing is polled.
  */
+import { randomBytes } from 'node:crypto';
 import { VesselError } from '../core/errors.js';
 import type { ExecRequest, ExecResult } from '../core/types.js';
-import { GuestAgentError, type GuestAgentClient } from './guest-agent-client.js';
-
-// Every 5 ms for the first 40 ms, where most short commands end (a /bin/true takes about 30 ms
-// under TCG), then backing off: a long command costs a poll every 250 ms.
-const POLL_DELAYS_MS = [0, 2, 3, 5, 5, 5, 5, 5, 5, 5, 10, 20, 40, 80, 150, 250];
-const NO_CWD = '\0vessel-nocwd';
-const NO_EXEC = '\0vessel-noexec';
+import { AgentError, type AgentClient } from './agent/agent-client.js';
+import { MAX_PAYLOAD } from './agent/frames.js';
 
 /** Where the gateway's CA goes in the guest; update-ca-certificates adds it to the bundle. */
 export const GUEST_CA_FILE = '/usr/local/share/ca-certificates/vessel-egress-ca.crt';
@@ -32,107 +30,85 @@ export const GUEST_BASE_ENV: Record<string, string> = {
   ...GUEST_CA_ENV,
 };
 
-/** cd needs a shell; the markers let the host tell "could not start" from the command's own failures. */
-const CWD_WRAPPER = `cd -- "$1" 2>/dev/null || { printf '\\0vessel-nocwd' >&2; exit 127; }; shift; command -v -- "$1" >/dev/null 2>&1 || { printf '\\0vessel-noexec' >&2; exit 127; }; exec "$@"`;
+/** SPAWN's fixed part (docs/agent-protocol.md): flags, ring, window, rows and cols, argc and envc. */
+const SPAWN_FIXED_BYTES = 20;
+const ENOENT = 2;
+/** Where a command too large for one SPAWN frame is staged (tmpfs; the script removes itself). */
+const STAGING_DIR = '/run/vessel';
 
-/**
- * Kills the command and its descendants, listed first and then killed in one call. It must not
- * SIGSTOP them: they share the agent's process group, and a stopped member of an orphaned group
- * makes the kernel send SIGHUP to the whole group, the agent included.
- */
-const TREE_KILL = [
-  'walk() { for c in $(pgrep -P "$1"); do echo "$c"; walk "$c"; done; }',
-  'pids=$(walk "$1")',
-  'kill -KILL "$1" $pids 2>/dev/null',
-  'for p in $pids; do kill -KILL $(walk "$p") 2>/dev/null; done; true',
-].join('\n');
+type Agent = () => Promise<AgentClient>;
 
-interface ExecStatus {
-  exited: boolean;
-  exitcode?: number;
-  signal?: number;
-  'out-data'?: string;
-  'err-data'?: string;
-  'out-truncated'?: boolean;
-  'err-truncated'?: boolean;
+interface Plan {
+  argv: string[];
+  env: string[];
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const cBytes = (s: string): number => Buffer.byteLength(s) + 1;
+const spawnBytes = (p: Plan, cwd: string): number => SPAWN_FIXED_BYTES + cBytes(cwd) + [...p.argv, ...p.env].reduce((n, s) => n + cBytes(s), 0);
 
-function argv(req: ExecRequest): { path: string; arg: string[] } {
-  const direct = req.args.length === 0 ? { path: '/bin/sh', arg: ['-c', req.command] } : { path: req.command, arg: req.args };
-  if (req.cwd === null) return direct;
-  return { path: '/bin/sh', arg: ['-c', CWD_WRAPPER, 'vessel-exec', req.cwd, direct.path, ...direct.arg] };
-}
+/** POSIX sh quoting: anything but a NUL (which argv and env cannot hold) survives it. */
+const shQuote = (s: string): string => `'${s.replaceAll("'", `'\\''`)}'`;
 
-function capture(b64: string | undefined, agentTruncated: boolean | undefined, max: number): { text: string; truncated: boolean } {
-  const bytes = Buffer.from(b64 ?? '', 'base64');
-  const truncated = bytes.length > max || agentTruncated === true;
-  // toString('utf8') is lossy by design: invalid sequences become U+FFFD.
-  return { text: (bytes.length > max ? bytes.subarray(0, max) : bytes).toString('utf8'), truncated };
-}
+/** What the request names: `sh -c` for the shell form (no args), the program itself for the argv form. */
+const programOf = (req: ExecRequest): string => (req.args.length === 0 ? '/bin/sh' : req.command);
 
-export async function execInGuest(agent: () => Promise<GuestAgentClient>, req: ExecRequest): Promise<ExecResult> {
-  const started = Date.now();
-  const { path, arg } = argv(req);
-  const env = Object.entries({ ...GUEST_BASE_ENV, ...req.env }).map(([k, v]) => `${k}=${v}`);
-  let pid: number;
-  try {
-    const ga = await agent();
-    ({ pid } = await ga.call<{ pid: number }>('guest-exec', {
-      path,
-      arg,
-      env,
-      'capture-output': true,
-      ...(req.stdin === null ? {} : { 'input-data': Buffer.from(req.stdin, 'utf8').toString('base64') }),
-    }));
-  } catch (err) {
-    if (err instanceof GuestAgentError) throw new VesselError('command_failed', `cannot start '${req.args.length === 0 ? '/bin/sh' : req.command}': ${err.desc}`);
-    throw err;
-  }
-
-  const deadline = started + Math.min(req.timeoutSecs * 1000, 2 ** 31 - 1);
-  let status: ExecStatus;
-  for (let i = 0; ; i++) {
-    const wait = POLL_DELAYS_MS[Math.min(i, POLL_DELAYS_MS.length - 1)]!;
-    if (wait > 0) await sleep(Math.min(wait, Math.max(0, deadline - Date.now())));
-    status = await (await agent()).call<ExecStatus>('guest-exec-status', { pid });
-    if (status.exited) break;
-    if (Date.now() >= deadline) {
-      await killTree(agent, pid);
-      throw new VesselError('deadline_exceeded', `command did not finish within ${req.timeoutSecs} s and was killed`);
-    }
-  }
-
-  const stderrRaw = Buffer.from(status['err-data'] ?? '', 'base64').toString('latin1');
-  if (req.cwd !== null && status.exitcode === 127 && (stderrRaw === NO_CWD || stderrRaw === NO_EXEC)) {
-    const what = stderrRaw === NO_CWD ? `working directory '${req.cwd}' does not exist` : `executable '${req.args.length === 0 ? '/bin/sh' : req.command}' was not found`;
-    throw new VesselError('command_failed', `cannot start command: ${what}`);
-  }
-  const stdout = capture(status['out-data'], status['out-truncated'], req.maxOutputBytes);
-  const stderr = capture(status['err-data'], status['err-truncated'], req.maxOutputBytes);
+function planOf(req: ExecRequest): Plan {
   return {
-    exit_code: status.signal !== undefined ? 128 + status.signal : (status.exitcode ?? -1),
-    duration_ms: Date.now() - started,
-    stdout: stdout.text,
-    stdout_truncated: stdout.truncated,
-    stderr: stderr.text,
-    stderr_truncated: stderr.truncated,
+    argv: req.args.length === 0 ? ['/bin/sh', '-c', req.command] : [req.command, ...req.args],
+    env: Object.entries({ ...GUEST_BASE_ENV, ...req.env }).map(([k, v]) => `${k}=${v}`),
   };
 }
 
-async function killTree(agent: () => Promise<GuestAgentClient>, pid: number): Promise<void> {
+/**
+ * A SPAWN frame holds at most MAX_PAYLOAD bytes, and the API takes a command (and env values) of
+ * up to 128 KiB, the kernel's limit for one argument. Such a command is written to a script on
+ * the guest's tmpfs first, which removes itself and execs it through `env -i` with the same argv
+ * and environment: one more request, only for requests this large.
+ */
+async function staged(agent: AgentClient, plan: Plan): Promise<Plan> {
+  const script = `${STAGING_DIR}/exec-${randomBytes(8).toString('hex')}.sh`;
+  const text = `rm -f ${shQuote(script)}\nexec /usr/bin/env -i ${[...plan.env, '--', ...plan.argv].map(shQuote).join(' ')}\n`;
+  await agent.writeFile(script, Buffer.from(text), { mkdirs: true, mode: 0o600 });
+  return { argv: ['/bin/sh', script], env: [`PATH=${GUEST_BASE_ENV.PATH}`] };
+}
+
+function lossyText(bytes: Buffer): string {
+  // Lossy by design: invalid sequences become U+FFFD.
+  return bytes.toString('utf8');
+}
+
+export async function execInGuest(agent: Agent, req: ExecRequest): Promise<ExecResult> {
+  const started = Date.now();
   const ga = await agent();
-  const { pid: killer } = await ga.call<{ pid: number }>('guest-exec', { path: '/bin/sh', arg: ['-c', TREE_KILL, 'vessel-kill', String(pid)] });
-  for (let i = 0; i < 50; i++) {
-    const s = await ga.call<ExecStatus>('guest-exec-status', { pid: killer });
-    if (s.exited) break;
-    await sleep(20);
+  const cwd = req.cwd ?? '';
+  let plan = planOf(req);
+  if (spawnBytes(plan, cwd) > MAX_PAYLOAD) plan = await staged(ga, plan);
+  let result;
+  try {
+    result = await ga.run({
+      argv: plan.argv,
+      env: plan.env,
+      cwd,
+      ...(req.stdin === null ? {} : { stdin: Buffer.from(req.stdin, 'utf8') }),
+      maxOutputBytes: req.maxOutputBytes,
+      timeoutMs: Math.min(req.timeoutSecs * 1000, 2 ** 31 - 1),
+    });
+  } catch (err) {
+    if (!(err instanceof AgentError)) throw err;
+    if (err.kind === 'CWD') {
+      const why = err.errno === ENOENT ? 'does not exist' : `cannot be entered (${err.detail})`;
+      throw new VesselError('command_failed', `cannot start command: working directory '${req.cwd}' ${why}`);
+    }
+    if (err.kind === 'EXEC') throw new VesselError('command_failed', `cannot start '${programOf(req)}': executable was not found or cannot be run (${err.detail})`);
+    throw new VesselError('command_failed', `cannot start '${programOf(req)}': ${err.detail}`);
   }
-  // Collect the killed command so the agent forgets it.
-  for (let i = 0; i < 50; i++) {
-    const s = await ga.call<ExecStatus>('guest-exec-status', { pid }).catch(() => ({ exited: true }));
-    if (s.exited) return;
-    await sleep(20);
-  }
+  if (result.timedOut) throw new VesselError('deadline_exceeded', `command did not finish within ${req.timeoutSecs} s and was killed`);
+  return {
+    exit_code: result.signal !== null ? 128 + result.signal : (result.exitCode ?? -1),
+    duration_ms: Date.now() - started,
+    stdout: lossyText(result.stdout),
+    stdout_truncated: result.stdoutTruncated,
+    stderr: lossyText(result.stderr),
+    stderr_truncated: result.stderrTruncated,
+  };
 }

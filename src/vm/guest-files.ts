@@ -1,149 +1,82 @@
 /**
- * Files through the guest agent (guest-file-open/read/write/close), streamed in chunks in both
- * directions: a file is never held whole in memory on the host.
+ * Files through vessel-agent: raw bytes streamed both ways under the agent's flow control
+ * (docs/agent-protocol.md, "Files"), so a file is never held whole in memory on the host.
+ * A write is durable when the agent answers it: the file is fsync'd and closed, then every
+ * directory above it is fsync'd, in the guest, before the END.
  */
-import { Readable } from 'node:stream';
+import type { Readable } from 'node:stream';
 import { VesselError, invalidArgument, notFound } from '../core/errors.js';
-import { GuestAgentError, type GuestAgentClient } from './guest-agent-client.js';
+import { AgentError, type AgentClient } from './agent/agent-client.js';
 
-export const FILE_CHUNK_BYTES = 4 * 1024 * 1024;
-/** How long (in polls, at most 20 ms apart) a mkdir or a sync in the guest may take: a minute. */
-const GUEST_COMMAND_POLLS = 3000;
+type Agent = () => Promise<AgentClient>;
 
-type Agent = () => Promise<GuestAgentClient>;
+/** Linux errnos the agent reports (its ERROR carries the guest's errno). */
+const E = { ENOENT: 2, EIO: 5, EACCES: 13, ENOTDIR: 20, EISDIR: 21, EINVAL: 22, ENOSPC: 28, EROFS: 30, ENAMETOOLONG: 36, EDQUOT: 122 } as const;
 
 function mapFileError(err: unknown, path: string): unknown {
-  if (!(err instanceof GuestAgentError)) return err;
-  if (/No such file|ENOENT/i.test(err.desc)) return notFound('file', path);
-  if (/Is a directory|EISDIR/i.test(err.desc)) return invalidArgument(`'${path}' is a directory, not a regular file`);
-  if (/Not a directory|ENOTDIR/i.test(err.desc)) return invalidArgument(`a parent of '${path}' is not a directory`);
-  if (/Permission denied|EACCES|Read-only/i.test(err.desc)) return new VesselError('failed_precondition', `'${path}' cannot be accessed: ${err.desc}`);
-  if (/No space left/i.test(err.desc)) return new VesselError('failed_precondition', `the runtime's disk is full`);
-  return err;
-}
-
-interface ReadReply {
-  count: number;
-  'buf-b64': string;
-  eof: boolean;
+  // A path the agent's frame cannot carry (over 4095 bytes once in UTF-8).
+  if (err instanceof RangeError) return invalidArgument(`path '${path.slice(0, 64)}…' is too long for the guest`);
+  if (!(err instanceof AgentError) || err.kind !== 'ERRNO') return err;
+  switch (err.errno) {
+    case E.ENOENT:
+      return notFound('file', path);
+    case E.EISDIR:
+      return invalidArgument(`'${path}' is a directory, not a regular file`);
+    case E.ENOTDIR:
+      return invalidArgument(`a parent of '${path}' is not a directory`);
+    case E.EINVAL:
+      return invalidArgument(`'${path}' is not a regular file`);
+    case E.ENAMETOOLONG:
+      return invalidArgument(`'${path}' has a name too long for the guest's file system`);
+    case E.EACCES:
+    case E.EROFS:
+      return new VesselError('failed_precondition', `'${path}' cannot be accessed: ${err.detail}`);
+    case E.ENOSPC:
+    case E.EDQUOT:
+      return new VesselError('failed_precondition', `the runtime's disk is full`);
+    case E.EIO:
+      return new VesselError('failed_precondition', `'${path}' could not be written to the runtime's disk: ${err.detail}`);
+    default:
+      return err;
+  }
 }
 
 /**
- * Opens the file and reads the first chunk before returning, so that a missing file or a
- * directory is reported as an error status rather than a broken 200 stream.
+ * Resolves once the agent has opened the file (its STAT comes before any byte), so that a missing
+ * file or a directory is an error status rather than a broken 200 stream.
  */
 export async function readGuestFile(agent: Agent, path: string): Promise<Readable> {
-  const ga = await agent();
-  let handle: number;
-  let first: ReadReply;
   try {
-    handle = await ga.call<number>('guest-file-open', { path, mode: 'r' });
+    return (await (await agent()).readFile(path)).stream;
   } catch (err) {
     throw mapFileError(err, path);
   }
-  try {
-    first = await ga.call<ReadReply>('guest-file-read', { handle, count: FILE_CHUNK_BYTES });
-  } catch (err) {
-    await ga.call('guest-file-close', { handle }).catch(() => undefined);
-    throw mapFileError(err, path);
-  }
-  async function* chunks(): AsyncGenerator<Buffer> {
-    try {
-      let reply = first;
-      for (;;) {
-        if (reply.count > 0) yield Buffer.from(reply['buf-b64'], 'base64');
-        if (reply.eof || reply.count === 0) return;
-        reply = await (await agent()).call<ReadReply>('guest-file-read', { handle, count: FILE_CHUNK_BYTES });
-      }
-    } finally {
-      await (await agent()).call('guest-file-close', { handle }).catch(() => undefined);
+}
+
+/** The body, cut off with 413 at `maxBytes`. */
+async function* capped(body: Readable, maxBytes: number): AsyncGenerator<Uint8Array> {
+  let total = 0;
+  for await (const chunk of body) {
+    const buf: Buffer = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string);
+    total += buf.length;
+    if (total > maxBytes) {
+      body.destroy();
+      throw new VesselError('invalid_argument', `file is larger than the limit of ${maxBytes} bytes`, { httpStatus: 413 });
     }
+    yield buf;
   }
-  return Readable.from(chunks(), { objectMode: false });
-}
-
-/** Runs a small guest command to its end (mkdir, sync) and returns its exit code. */
-async function runToExit(ga: GuestAgentClient, path: string, arg: string[]): Promise<number> {
-  const { pid } = await ga.call<{ pid: number }>('guest-exec', { path, arg, 'capture-output': true });
-  for (let i = 0; ; i++) {
-    const s = await ga.call<{ exited: boolean; exitcode?: number; signal?: number }>('guest-exec-status', { pid });
-    if (s.exited) return s.exitcode ?? 128 + (s.signal ?? 0);
-    if (i >= GUEST_COMMAND_POLLS) throw new Error(`${path} did not finish in the guest`);
-    await new Promise((r) => setTimeout(r, i < 5 ? 2 : 20));
-  }
-}
-
-async function openForWrite(agent: Agent, path: string): Promise<number> {
-  const ga = await agent();
-  try {
-    return await ga.call<number>('guest-file-open', { path, mode: 'w' });
-  } catch (err) {
-    if (!(err instanceof GuestAgentError && /No such file/i.test(err.desc))) throw mapFileError(err, path);
-  }
-  // Missing parents: create them, then try once more.
-  await runToExit(ga, '/bin/mkdir', ['-p', '--', parentOf(path)]);
-  try {
-    return await ga.call<number>('guest-file-open', { path, mode: 'w' });
-  } catch (err) {
-    throw mapFileError(err, path);
-  }
-}
-
-const parentOf = (path: string): string => path.slice(0, path.lastIndexOf('/')) || '/';
-
-/** The file and every directory above it: what must reach the disk for the file to be found after a crash. */
-function fileAndAncestors(path: string): string[] {
-  const out = [path];
-  for (let p = path; p !== '/'; ) out.push((p = parentOf(p)));
-  return out;
 }
 
 /**
- * Writes the file and makes it durable before answering: written, closed (which flushes qemu-ga's
- * buffer, and reports a write that failed late, ENOSPC included), then fsync'd with its parent
- * directories (coreutils `sync FILE...`), so that it is found, whole, after the VM crashes. The
- * host honours the guest's flushes (the overlay's cache mode is writeback with flushes).
+ * Writes the file, missing parents created (0755), and answers once the agent has made it
+ * durable: found, whole, after the VM crashes (the host honours the guest's flushes: the
+ * overlay's cache mode is writeback with flushes). An aborted write leaves a partial file that
+ * was never acknowledged, as before.
  */
 export async function writeGuestFile(agent: Agent, path: string, body: Readable, maxBytes: number): Promise<number> {
-  const handle = await openForWrite(agent, path);
-  let total = 0;
-  let pending: Buffer[] = [];
-  let pendingBytes = 0;
-  const flush = async () => {
-    if (pendingBytes === 0) return;
-    const data = Buffer.concat(pending, pendingBytes);
-    pending = [];
-    pendingBytes = 0;
-    try {
-      await (await agent()).call('guest-file-write', { handle, 'buf-b64': data.toString('base64') }, 120_000);
-    } catch (err) {
-      throw mapFileError(err, path);
-    }
-  };
   try {
-    for await (const chunk of body) {
-      const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string);
-      total += buf.length;
-      if (total > maxBytes) {
-        body.destroy();
-        throw new VesselError('invalid_argument', `file is larger than the limit of ${maxBytes} bytes`, { httpStatus: 413 });
-      }
-      pending.push(buf);
-      pendingBytes += buf.length;
-      if (pendingBytes >= FILE_CHUNK_BYTES) await flush();
-    }
-    await flush();
-  } catch (err) {
-    await (await agent()).call('guest-file-close', { handle }).catch(() => undefined);
-    throw err;
-  }
-  const ga = await agent();
-  try {
-    await ga.call('guest-file-close', { handle });
+    return await (await agent()).writeFile(path, capped(body, maxBytes), { mkdirs: true });
   } catch (err) {
     throw mapFileError(err, path);
   }
-  const synced = await runToExit(ga, '/bin/sync', ['--', ...fileAndAncestors(path)]);
-  if (synced !== 0) throw new VesselError('failed_precondition', `'${path}' was written but could not be flushed to the runtime's disk`);
-  return total;
 }

@@ -8,10 +8,11 @@ import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, w
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { runCommand } from '../platform/run-command.js';
+import { AGENT_SOURCE_DIR, AGENT_SOURCE_FILES, agentGccArgs } from './agent/build.js';
 
 /** Bumped when the build steps change in a way the recipe files do not show. */
-const BUILDER_VERSION = 4;
-const RECIPE_FILES = ['recipe.json', 'initramfs-init', 'vessel-init', 'shutdown', 'vessel-identity.c'];
+const BUILDER_VERSION = 5;
+const RECIPE_FILES = ['recipe.json', 'initramfs-init', 'vessel-init'];
 
 export const GUEST_RECIPE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '../../../guest');
 
@@ -41,9 +42,11 @@ export interface BuildProgress {
   finish(message: string): void;
 }
 
-export function recipeHash(recipeDir = GUEST_RECIPE_DIR): string {
+/** The recipe's files and the guest agent's sources: a change to any of them is a new image. */
+export function recipeHash(recipeDir = GUEST_RECIPE_DIR, agentDir = AGENT_SOURCE_DIR): string {
   const h = createHash('sha256').update(`builder:${BUILDER_VERSION}\n`);
   for (const f of RECIPE_FILES) h.update(`${f}\n`).update(readFileSync(join(recipeDir, f)));
+  for (const f of AGENT_SOURCE_FILES) h.update(`agent/${f}\n`).update(readFileSync(join(agentDir, f)));
   return h.digest('hex').slice(0, 16);
 }
 
@@ -94,11 +97,11 @@ export async function buildImage(opts: { imagesDir: string; progress: BuildProgr
 
     p.step('rootfs: vessel init and agent', 3, total);
     install(join(recipeDir, 'vessel-init'), join(rootfs, 'sbin/vessel-init'));
-    install(join(recipeDir, 'shutdown'), join(rootfs, 'sbin/shutdown'));
-    // Static: it is the guest's own program, whatever libc the host builds with.
-    await runCommand('gcc', ['-static', '-Os', '-s', '-Wall', '-Wextra', '-o', join(rootfs, 'sbin/vessel-identity'), join(recipeDir, 'vessel-identity.c')]);
+    // The guest agent (guest/agent/): static, so it is the guest's own program whatever libc the
+    // host builds with.
+    await runCommand('gcc', agentGccArgs(join(rootfs, 'sbin/vessel-agent')));
     // A fork's identity lives in memory: the kernel's hostname, and a hosts file on /run that
-    // vessel-identity rewrites. The fork's disk overlay is not written for either.
+    // the agent rewrites (IDENTITY). The fork's disk overlay is not written for either.
     for (const [file, target] of [['etc/hostname', '/proc/sys/kernel/hostname'], ['etc/hosts', '/run/vessel/hosts']] as const) {
       rmSync(join(rootfs, file), { force: true });
       symlinkSync(target, join(rootfs, file));

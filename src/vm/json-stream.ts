@@ -1,16 +1,14 @@
 /**
- * Newline-delimited JSON over a Unix socket, shared by the QMP and guest-agent clients. What
- * arrives is hostile (a guest controls its agent): bytes are kept as the Buffers they came in,
- * each byte is scanned for the newline once, and a line longer than its owner allows (what the
- * pending request can legitimately produce) ends the connection, never the service.
+ * Newline-delimited JSON over a Unix socket, for the QMP client. What arrives is hostile (a
+ * guest that escaped into its QEMU controls QMP's side): bytes are kept as the Buffers they came
+ * in, each byte is scanned for the newline once, and a line longer than its owner allows ends the
+ * connection, never the service.
  */
 import { once } from 'node:events';
 import { createConnection, type Socket } from 'node:net';
 import { sendWithFds } from './vm-ops.js';
 
 const NEWLINE = 0x0a;
-/** qemu-ga's resync marker, sent before the reply to guest-sync-delimited. */
-const SENTINEL = 0xff;
 
 export interface JsonStreamOptions {
   /** The longest line acceptable right now, in bytes; asked again for every line. */
@@ -22,7 +20,6 @@ export class JsonStream {
   #partial: Buffer[] = [];
   #partialBytes = 0;
   #closed = false;
-  #awaitingSentinel = false;
   readonly #closeListeners: Array<(err?: Error) => void> = [];
 
   private constructor(
@@ -82,18 +79,6 @@ export class JsonStream {
     if (sent < data.length) this.socket.write(data.subarray(sent));
   }
 
-  /** Sends raw bytes (the guest agent's 0xFF resync marker). */
-  sendRaw(bytes: Buffer): void {
-    this.socket.write(bytes);
-  }
-
-  /** Drops everything buffered, and what arrives, up to and including the next 0xFF. */
-  discardUntilSentinel(): void {
-    this.#awaitingSentinel = true;
-    this.#partial = [];
-    this.#partialBytes = 0;
-  }
-
   close(): void {
     this.socket.destroy();
     this.#close();
@@ -101,12 +86,6 @@ export class JsonStream {
 
   #onData(chunk: Buffer): void {
     let start = 0;
-    if (this.#awaitingSentinel) {
-      const at = chunk.indexOf(SENTINEL);
-      if (at < 0) return;
-      this.#awaitingSentinel = false;
-      start = at + 1;
-    }
     while (start < chunk.length && !this.#closed) {
       const nl = chunk.indexOf(NEWLINE, start);
       const end = nl < 0 ? chunk.length : nl;
@@ -133,7 +112,7 @@ export class JsonStream {
     try {
       msg = JSON.parse(line.toString('utf8'));
     } catch {
-      return; // garbage after a reconnect, or a blank line; the sync protocol recovers from it
+      return; // a blank or broken line is skipped
     }
     if (typeof msg === 'object' && msg !== null && !Array.isArray(msg)) this.onMessage(msg as Record<string, unknown>);
   }

@@ -80,6 +80,9 @@ export const BOOT_PROFILE = {
   // memory request is a target, not a limit.
   balloon: 'virtio-balloon-device,id=balloon,deflate-on-oom=on',
   cmdline: 'console=ttyS0 root=/dev/vda rw quiet panic=-1 ipv6.disable=1 tsc=reliable nowatchdog sysctl.vm.compaction_proactiveness=0',
+  // vessel-agent's virtio-serial port: vessel-init finds it by this name. The ports are device
+  // state a fork inherits, so they are part of the profile.
+  agentPort: 'org.vessel.agent.0',
 };
 
 export function qemuArgs(p: LaunchPlan): string[] {
@@ -119,8 +122,9 @@ export function qemuArgs(p: LaunchPlan): string[] {
     '-blockdev', `driver=qcow2,file=${p.disk.node}-file,node-name=${p.disk.node},discard=unmap,backing=${p.backing.at(-1)?.node ?? 'null'}`,
     '-device', `virtio-blk-device,drive=${p.disk.node}`,
     '-device', 'virtio-serial-device',
-    '-chardev', `socket,id=agent,path=${p.agentSocket},server=on,wait=off`,
-    '-device', 'virtserialport,chardev=agent,name=org.qemu.guest_agent.0',
+    // The agent's channel (docs/agent-protocol.md): the service connects to this socket.
+    '-chardev', `socket,id=vagent,path=${p.agentSocket},server=on,wait=off`,
+    '-device', `virtserialport,chardev=vagent,name=${BOOT_PROFILE.agentPort}`,
     '-device', BOOT_PROFILE.balloon,
     '-device', 'virtio-rng-device',
     '-netdev', netdev,

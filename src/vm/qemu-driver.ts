@@ -23,7 +23,7 @@ import type { VmCgroups } from './cgroups.js';
 import { captureCheckpoint } from './checkpoint-capture.js';
 import { DiskLayers } from './disk-layers.js';
 import { digestFile } from './file-digest.js';
-import { GuestAgentError, type GuestAgentClient } from './guest-agent-client.js';
+import { AgentError, type AgentClient } from './agent/agent-client.js';
 import { execInGuest, GUEST_CA_ENV, GUEST_CA_FILE } from './guest-exec.js';
 import { readGuestFile, writeGuestFile } from './guest-files.js';
 import { giveIdentity, syncClock } from './guest-identity.js';
@@ -585,6 +585,7 @@ export class QemuDriver implements VmDriver {
 
   #track(runtimeId: string, live: LiveVm): void {
     this.#live.set(runtimeId, live);
+    live.vm.onAgentBroken((err) => this.opts.log.warn({ runtimeId, err: err.message }, 'the guest broke its agent channel; it is reconnected on the next request'));
     live.vm.onExit((expected) => {
       if (this.#live.get(runtimeId)?.vm === live.vm) this.#live.delete(runtimeId);
       if (!expected) {
@@ -644,12 +645,12 @@ export class QemuDriver implements VmDriver {
   }
 
   /** Agent transport failures (the VM died, the agent hangs) are the runtime being unavailable, not a bug. */
-  async #withAgent<T>(runtimeId: string, work: (agent: () => Promise<GuestAgentClient>) => Promise<T>): Promise<T> {
+  async #withAgent<T>(runtimeId: string, work: (agent: () => Promise<AgentClient>) => Promise<T>): Promise<T> {
     const vm = this.#vm(runtimeId);
     try {
       return await work(() => vm.agent());
     } catch (err) {
-      if (err instanceof VesselError || err instanceof GuestAgentError) throw err;
+      if (err instanceof VesselError || err instanceof AgentError) throw err;
       throw unavailable(vm.exited ? 'the VM stopped while the request ran' : `the guest agent is not responding: ${(err as Error).message}`);
     }
   }

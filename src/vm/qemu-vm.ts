@@ -1,6 +1,6 @@
 /**
- * One QEMU process and its two control channels (QMP for the machine, the guest agent for the
- * OS inside). The process is detached, so it outlives the service; after a restart adopt()
+ * One QEMU process and its two control channels (QMP for the machine, vessel-agent for the OS
+ * inside). The process is detached, so it outlives the service; after a restart adopt()
  * finds it again through the pid file and the sockets in its directory. It starts in a network
  * namespace of its own (`unshare --net`): its NIC is a TAP descriptor it inherits, and it can
  * open no socket on the host's networks.
@@ -9,17 +9,20 @@ import { spawn } from 'node:child_process';
 import { closeSync, constants, existsSync, fstatSync, openSync, readFileSync, readSync } from 'node:fs';
 import { writeFileDurably } from '../platform/durable-files.js';
 import { join } from 'node:path';
-import { GuestAgentClient } from './guest-agent-client.js';
+import { AgentClient, AgentProtocolError } from './agent/agent-client.js';
 import { QmpClient } from './qmp-client.js';
 
 export const vmPaths = (dir: string) => ({
   ram: join(dir, 'ram'),
   qmpSocket: join(dir, 'qmp.sock'),
-  agentSocket: join(dir, 'agent.sock'),
+  agentSocket: join(dir, 'vessel-agent.sock'),
   serialLog: join(dir, 'serial.log'),
   qemuLog: join(dir, 'qemu.log'),
   pidFile: join(dir, 'qemu.pid'),
 });
+
+/** How long one connection waits for its HELLO_ACK during boot before another is tried. */
+const HANDSHAKE_ATTEMPT_MS = 10_000;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -62,10 +65,11 @@ function tail(file: string, bytes = 1500): string {
 export class QemuVm {
   readonly paths: ReturnType<typeof vmPaths>;
   #qmp: QmpClient;
-  #agent: Promise<GuestAgentClient> | null = null;
+  #agent: Promise<AgentClient> | null = null;
   #expectingExit = false;
   #exited = false;
   readonly #exitListeners: Array<(expected: boolean) => void> = [];
+  #onAgentBroken: (err: Error) => void = () => undefined;
 
   private constructor(
     readonly dir: string,
@@ -147,8 +151,12 @@ export class QemuVm {
     this.#exitListeners.push(listener);
   }
 
-  /** The shared agent connection, reconnected (and resynchronized) after any failure. */
-  agent(timeoutMs = 5000): Promise<GuestAgentClient> {
+  /**
+   * The shared connection to vessel-agent, reconnected after any failure. Every connection starts
+   * with the resync handshake (HELLO): whatever an earlier service, a checkpoint's twin or a
+   * hostile guest left on the channel is skipped, and no stream survives it.
+   */
+  agent(timeoutMs = 5000): Promise<AgentClient> {
     const current = this.#agent;
     if (current !== null) {
       return current.then(
@@ -159,18 +167,35 @@ export class QemuVm {
     return this.#connectAgent(timeoutMs);
   }
 
-  #connectAgent(timeoutMs: number): Promise<GuestAgentClient> {
-    this.#agent = GuestAgentClient.connect(this.paths.agentSocket, timeoutMs);
-    return this.#agent;
+  /**
+   * Told when the agent's channel ended because of what the guest sent (a malformed frame,
+   * credit overrun): only that connection ends, and the next request reconnects.
+   */
+  onAgentBroken(listener: (err: Error) => void): void {
+    this.#onAgentBroken = listener;
   }
 
-  /** Waits until the guest agent answers: the guest has booted. */
+  #connectAgent(timeoutMs: number): Promise<AgentClient> {
+    const agent = AgentClient.connect(this.paths.agentSocket, { timeoutMs });
+    this.#agent = agent;
+    void agent.then(
+      (a) => a.onClose((err) => err instanceof AgentProtocolError && this.#onAgentBroken(err)),
+      () => undefined,
+    );
+    return agent;
+  }
+
+  /**
+   * Waits until the agent answers a HELLO: the guest has booted. One connection waits as long as
+   * it may (QEMU holds the handshake until the agent opens its port); a refused or failed one is
+   * tried again.
+   */
   async waitForAgent(timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       if (this.#exited) throw new Error(`the VM exited during boot: ${tail(this.paths.serialLog, 600) || tail(this.paths.qemuLog)}`);
       try {
-        await this.agent(Math.min(1000, Math.max(100, deadline - Date.now())));
+        await this.agent(Math.min(HANDSHAKE_ATTEMPT_MS, Math.max(100, deadline - Date.now())));
         return;
       } catch (err) {
         if (Date.now() > deadline) throw new Error(`the guest agent did not answer within ${timeoutMs} ms`, { cause: err });
@@ -190,7 +215,8 @@ export class QemuVm {
     try {
       if ((await this.status()) === 'paused') await this.#qmp.execute('cont');
       const agent = await this.agent(Math.min(2000, deadlineMs));
-      agent.notify('guest-shutdown', { mode: 'powerdown' });
+      // The agent answers, then stops every process, syncs, and powers the guest off.
+      await agent.shutdown({ timeoutMs: Math.min(2000, deadlineMs) });
     } catch {
       // an unresponsive guest gets the hard stop below
     }
