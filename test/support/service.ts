@@ -4,7 +4,7 @@
  * between runs through VESSEL_IMAGE_DIR and built once if missing.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -132,7 +132,23 @@ export class Service {
       }
     } finally {
       await this.stop();
+      killProcessesUnder(this.dataDir);
       rmSync(this.dataDir, { recursive: true, force: true });
+    }
+  }
+}
+
+/**
+ * Kills whatever still runs from `dir`: VMs survive the service by design (it adopts them at its
+ * next start), so a spare or a template still booting when a test's service stops would
+ * otherwise outlive the test, its directory gone.
+ */
+function killProcessesUnder(dir: string): void {
+  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    try {
+      if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(`${dir}/`)) process.kill(Number(pid), 'SIGKILL');
+    } catch {
+      // gone meanwhile, or not ours to read
     }
   }
 }
