@@ -17,7 +17,7 @@ import { HostAddresses, ownAddresses, type InterfaceList } from '../../src/net/h
 import { decidedHost } from '../../src/net/http-forwarder.js';
 import { renderRuleset } from '../../src/net/nftables.js';
 import { withQueryParam } from '../../src/net/secret-injection.js';
-import { Redactor } from '../../src/net/secret-redaction.js';
+import { REDACTED, Redactor } from '../../src/net/secret-redaction.js';
 import { SlotAllocator } from '../../src/net/slots.js';
 import { listenOn } from '../../src/net/listeners.js';
 import { ConnectionsPerSource } from '../../src/net/source-caps.js';
@@ -281,4 +281,15 @@ test('listeners: an error once listening (accept failing with EMFILE) is logged,
   } finally {
     server.close();
   }
+});
+
+test('redaction: repetitive and overlapping secrets, mixed case, text that is not latin1', () => {
+  const long = 'a'.repeat(65_536);
+  const r = new Redactor([long, 'Key-XY']);
+  assert.equal(r.text(`${'a'.repeat(16_383)}b`), `${'a'.repeat(16_383)}b`, 'a near miss is left alone');
+  assert.equal(r.text(`x${'A'.repeat(65_536)}y`), `x${REDACTED}y`);
+  assert.equal(r.text('key-xykey-xy;KEY-XY'), `${REDACTED}${REDACTED};${REDACTED}`);
+  assert.equal(new Redactor(['ab', 'abc']).text('zabcz'), `z${REDACTED}z`, 'the longer spelling wins where they overlap');
+  assert.equal(new Redactor(['key-xy']).text('İ key-xy'), REDACTED, 'text whose lowercase moves positions is redacted whole');
+  assert.equal(new Redactor(['key-xy']).text('İ nothing'), 'İ nothing');
 });
