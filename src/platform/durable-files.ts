@@ -9,18 +9,13 @@ import { open } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 
 /** Flushes a directory's entries (names created, renamed or removed in it). */
-export function fsyncDir(dir: string): void {
-  const fd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY);
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-}
+export const fsyncDir = (dir: string): void => fsyncOpened(dir, constants.O_RDONLY | constants.O_DIRECTORY);
 
 /** Flushes a file's data and metadata. */
-export function fsyncFile(path: string): void {
-  const fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
+export const fsyncFile = (path: string): void => fsyncOpened(path, constants.O_RDONLY | constants.O_NOFOLLOW);
+
+function fsyncOpened(path: string, flags: number): void {
+  const fd = openSync(path, flags);
   try {
     fsyncSync(fd);
   } finally {

@@ -6,10 +6,11 @@
  * open no socket on the host's networks.
  */
 import { spawn } from 'node:child_process';
-import { closeSync, constants, existsSync, fstatSync, openSync, readFileSync, readSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
 import { writeFileDurably } from '../platform/durable-files.js';
 import { join } from 'node:path';
 import { AgentClient, AgentProtocolError } from './agent/agent-client.js';
+import { readLogEnd } from './log-rotation.js';
 import { QmpClient } from './qmp-client.js';
 
 export const vmPaths = (dir: string) => ({
@@ -44,23 +45,8 @@ function isOurQemu(pid: number, dir: string): boolean {
   }
 }
 
-/** The last `bytes` of a log the guest writes, read without reading the rest (it may be large). */
-function tail(file: string, bytes = 1500): string {
-  let fd: number;
-  try {
-    fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW);
-  } catch {
-    return '';
-  }
-  try {
-    const size = fstatSync(fd).size;
-    const buf = Buffer.alloc(Math.min(bytes, size));
-    const n = readSync(fd, buf, 0, buf.length, size - buf.length);
-    return buf.subarray(0, n).toString('utf8').trim();
-  } finally {
-    closeSync(fd);
-  }
-}
+/** The end of a log, for an error message. */
+const tail = (file: string, bytes = 1500): string => readLogEnd(file, bytes)?.toString('utf8').trim() ?? '';
 
 export class QemuVm {
   readonly paths: ReturnType<typeof vmPaths>;
