@@ -5,9 +5,13 @@
  * - exec round trip of /bin/true through the API against the agent's own round trip on the same
  *   VM, straight on its channel socket (the service is stopped meanwhile; it adopts the VM
  *   again): a buffered run of /bin/true, and a PING (the channel alone);
- * - file write/read MiB/s through the API against the agent's file requests on the raw channel.
+ * - file write/read MiB/s through the API against the agent's file requests on the raw channel;
+ * - time to the first byte of a streamed exec (SSE) against a raw SPAWN's first OUTPUT;
+ * - an idle VM's QEMU CPU and memory with the service attached against the same VM with nothing
+ *   connected (what holding the agent channel costs).
  */
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Service } from '../test/support/service.js';
 import { AgentClient } from '../src/vm/agent/agent-client.js';
@@ -21,6 +25,43 @@ const FILE_MIB = Number(process.env.BENCH_FILE_MIB ?? 32);
  * translation cache is cold and the guest still settles, and the raw ones after all of the API's.
  */
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 20);
+
+const IDLE_SECS = Number(process.env.BENCH_IDLE_SECS ?? 10);
+const CLOCK_TICKS = 100; // USER_HZ on Linux
+
+/** CPU seconds (user + system) and resident MiB of a process, from /proc. */
+function usage(pid: number): { cpu: number; rssMib: number } {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const rss = Number(/^VmRSS:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? NaN);
+  return { cpu: (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS, rssMib: rss / 1024 };
+}
+
+/** The VM's QEMU over IDLE_SECS of doing nothing: CPU as a share of one core, and its RSS. */
+async function idleCost(pid: number): Promise<{ cpuPct: number; rssMib: number }> {
+  const a = usage(pid);
+  await new Promise((r) => setTimeout(r, IDLE_SECS * 1000));
+  const b = usage(pid);
+  return { cpuPct: ((b.cpu - a.cpu) / IDLE_SECS) * 100, rssMib: b.rssMib };
+}
+
+/** Milliseconds from sending a streamed exec to its first stdout event. */
+async function apiFirstByte(url: string, token: string): Promise<number> {
+  const t = performance.now();
+  const res = await fetch(`${url}/v1/runtimes/bench-0/exec`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'text/event-stream' },
+    body: JSON.stringify({ command: '/bin/echo', args: ['x'] }),
+  });
+  let seen = '';
+  let first = NaN;
+  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+    seen += Buffer.from(chunk).toString('utf8');
+    if (Number.isNaN(first) && seen.includes('event: stdout')) first = performance.now() - t;
+  }
+  if (Number.isNaN(first) || !seen.includes('event: exit')) throw new Error(`streamed exec: ${seen}`);
+  return first;
+}
 
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
 const ms = (x: number) => `${x.toFixed(1)} ms`;
@@ -59,6 +100,14 @@ try {
     if (i >= WARMUP) apiDriver.push(r.body.data.duration_ms as number);
   }
 
+  const apiFirst: number[] = [];
+  for (let i = 0; i < EXECS + WARMUP; i++) {
+    const first = await apiFirstByte(svc.url, svc.token);
+    if (i >= WARMUP) apiFirst.push(first);
+  }
+  const qemuPid = Number(readFileSync(vmPaths(join(svc.dataDir, 'runtimes', rt.id)).pidFile, 'utf8'));
+  const idleAttached = await idleCost(qemuPid);
+
   const data = randomBytes(FILE_MIB * 1024 * 1024);
   const headers = { authorization: `Bearer ${svc.token}` };
   let t = performance.now();
@@ -72,6 +121,7 @@ try {
 
   // Raw phase: the service lets go of the agent's socket; the VM keeps running.
   await svc.stop();
+  const idleDetached = await idleCost(qemuPid);
   const agent = await AgentClient.connect(vmPaths(join(svc.dataDir, 'runtimes', rt.id)).agentSocket, { timeoutMs: 5000 });
   const rawExec: number[] = [];
   const rawPing: number[] = [];
@@ -83,6 +133,14 @@ try {
     const t1 = performance.now();
     await agent.ping();
     if (i >= WARMUP) rawPing.push(performance.now() - t1);
+  }
+  const rawFirst: number[] = [];
+  for (let i = 0; i < EXECS + WARMUP; i++) {
+    const t0 = performance.now();
+    const proc = agent.spawn({ argv: ['/bin/echo', 'x'], env: ['PATH=/usr/bin:/bin'], hold: true, forgetOnExit: true });
+    let first = NaN;
+    for await (const _chunk of proc) if (Number.isNaN(first)) first = performance.now() - t0;
+    if (i >= WARMUP) rawFirst.push(first);
   }
   t = performance.now();
   await agent.writeFile('/root/raw.bin', data);
@@ -105,6 +163,12 @@ try {
   console.log(`files, ${FILE_MIB} MiB (raw: the agent's WRITE_FILE/READ_FILE on the channel socket, fsync'd like the API):`);
   console.log(`  write: API ${apiWrite.toFixed(1)} MiB/s, raw ${rawWrite.toFixed(1)} MiB/s, ratio ${(apiWrite / rawWrite).toFixed(2)}x (goal >= 0.77x: within 1.3x)`);
   console.log(`  read:  API ${apiRead.toFixed(1)} MiB/s, raw ${rawRead.toFixed(1)} MiB/s, ratio ${(apiRead / rawRead).toFixed(2)}x (goal >= 0.77x: within 1.3x)`);
+  console.log(`streamed exec, time to the first stdout byte (n=${EXECS}):`);
+  console.log(`  raw agent SPAWN: p50 ${ms(pct(rawFirst, 50))}, p99 ${ms(pct(rawFirst, 99))}`);
+  console.log(`  vessel API SSE:  p50 ${ms(pct(apiFirst, 50))}, p99 ${ms(pct(apiFirst, 99))}, ratio p50 ${(pct(apiFirst, 50) / pct(rawFirst, 50)).toFixed(2)}x`);
+  console.log(`idle VM over ${IDLE_SECS} s (QEMU process; baseline: the same VM with nothing connected):`);
+  console.log(`  service attached: CPU ${idleAttached.cpuPct.toFixed(2)}% of a core, RSS ${idleAttached.rssMib.toFixed(0)} MiB`);
+  console.log(`  nothing attached: CPU ${idleDetached.cpuPct.toFixed(2)}% of a core, RSS ${idleDetached.rssMib.toFixed(0)} MiB`);
 } finally {
   await svc.destroy();
 }

@@ -5,6 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyContextConfig, type FastifyInstance, type onRequestHookHandler, type onResponseHookHandler } from 'fastify';
 import swagger from '@fastify/swagger';
+import websocket from '@fastify/websocket';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv, type Options as AjvOptions } from 'ajv';
 import addFormats from 'ajv-formats';
@@ -20,6 +21,8 @@ import { RateLimiter, type RateLimitConfig } from './rate-limit.js';
 import { SHARED_SCHEMAS } from './schemas.js';
 import { checkpointRoutes } from './routes/checkpoints.js';
 import { fileRoutes } from './routes/files.js';
+import { processRoutes, stdinRoutes } from './routes/processes.js';
+import { TERMINAL_MAX_MESSAGE, terminalRoutes } from './routes/terminal.js';
 import { runtimeRoutes } from './routes/runtimes.js';
 import { secretRoutes, ruleRoutes, auditRoutes } from './routes/secrets.js';
 
@@ -209,6 +212,10 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
 
   const core = options.core;
   await app.register(runtimeRoutes, { core });
+  await app.register(websocket, { options: { maxPayload: TERMINAL_MAX_MESSAGE } });
+  await app.register(processRoutes, { core });
+  await app.register(terminalRoutes, { core });
+  await app.register(stdinRoutes, { core, maxStdinBytes: options.maxFileBytes });
   await app.register(fileRoutes, { core, maxFileBytes: options.maxFileBytes });
   await app.register(secretRoutes, { core });
   await app.register(ruleRoutes, { core });

@@ -1,6 +1,7 @@
 /** Domain records to the response shapes of the spec. */
 import type { RuleView } from '../core/rules.js';
-import type { Audit, Checkpoint, Page, Runtime, Secret } from '../core/types.js';
+import { exitCodeOf } from '../core/processes.js';
+import type { Audit, Checkpoint, Page, ProcessState, Runtime, Secret } from '../core/types.js';
 
 export const runtimeView = (r: Runtime) => ({
   id: r.id,
@@ -51,4 +52,19 @@ export const auditView = (a: Audit) => ({
 export const listView = <T, V>(page: Page<T>, view: (t: T) => V) => ({
   data: page.items.map(view),
   ...(page.nextPageToken === undefined ? {} : { next_page_token: page.nextPageToken }),
+});
+
+export const processView = (p: ProcessState) => ({
+  id: p.id,
+  pid: p.pid,
+  command: p.command,
+  status: p.status,
+  exit_code: p.status === 'running' ? null : exitCodeOf(p),
+  signal: p.signal,
+  pty: p.pty,
+  stdin_open: p.stdinOpen,
+  started_at: p.startedAt.toISOString(),
+  ended_at: p.endedAt === null ? null : p.endedAt.toISOString(),
+  stdout: p.stdout,
+  stderr: p.stderr,
 });

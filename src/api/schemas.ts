@@ -5,6 +5,7 @@
  */
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { ERROR_CODES } from '../core/errors.js';
+import { SIGNAL_NAMES } from '../core/processes.js';
 import { RUNTIME_STATUSES, CHECKPOINT_STATES } from '../core/types.js';
 
 /** OpenAPI 3.0.3 has no `type: null`; ajv and swagger both understand `nullable`. */
@@ -152,7 +153,33 @@ export const FileWritten = Type.Object({ path: Type.String(), size_bytes: Type.I
 export const Health = Type.Object({ status: Type.String() }, { $id: 'Health' });
 
 /** Every named schema, registered with Fastify so `$ref`s resolve and OpenAPI lists them as components. */
-export const SHARED_SCHEMAS = [ErrorEnvelope, Resources, EgressPolicy, IngressSpec, Runtime, Secret, InjectionConfig, SecretInjectionRule, Checkpoint, ExecResult, Audit, FileWritten, Health];
+const OutputRange = Type.Object(
+  {
+    start: Type.Integer({ minimum: 0, description: 'offset of the oldest byte the ring still holds' }),
+    end: Type.Integer({ minimum: 0, description: 'bytes the channel produced in all' }),
+  },
+  { additionalProperties: false },
+);
+
+export const Process = Type.Object(
+  {
+    id: Type.Integer({ minimum: 1, description: "the guest agent's id, never reused while the runtime runs" }),
+    pid: Type.Integer({ description: 'the pid in the guest' }),
+    command: Type.String({ description: 'argv joined by spaces, at most 256 bytes' }),
+    status: StringEnum(['running', 'exited', 'signaled'] as const),
+    exit_code: Nullable(Type.Integer({ description: 'the exit status, or 128 + n when signal n ended it; null while running' })),
+    signal: Nullable(Type.Integer({ description: 'the signal that ended it' })),
+    pty: Type.Boolean(),
+    stdin_open: Type.Boolean(),
+    started_at: Type.String({ format: 'date-time' }),
+    ended_at: Nullable(Type.String({ format: 'date-time' })),
+    stdout: OutputRange,
+    stderr: OutputRange,
+  },
+  { $id: 'Process', additionalProperties: false },
+);
+
+export const SHARED_SCHEMAS = [ErrorEnvelope, Resources, EgressPolicy, IngressSpec, Runtime, Secret, InjectionConfig, SecretInjectionRule, Checkpoint, ExecResult, Process, Audit, FileWritten, Health];
 
 // ---- requests ----
 
@@ -203,9 +230,58 @@ export const ExecBody = Type.Object(
     stdin: Type.Optional(Nullable(Type.String())),
     max_output_bytes: Type.Optional(Nullable(Type.Integer({ minimum: 0, maximum: MAX_OUTPUT_BYTES }))),
     timeout_secs: Type.Optional(Nullable(Type.Integer({ minimum: 1 }))),
+    background: Type.Optional(
+      Type.Boolean({ description: 'streaming only: when the client disconnects, the command runs on as a background process instead of being killed' }),
+    ),
   },
   { additionalProperties: false },
 );
+
+const TerminalSize = {
+  rows: Type.Integer({ minimum: 1, maximum: 1000 }),
+  cols: Type.Integer({ minimum: 1, maximum: 1000 }),
+};
+
+export const ProcessCreateBody = Type.Object(
+  {
+    command: ExecBody.properties.command,
+    args: ExecBody.properties.args,
+    cwd: ExecBody.properties.cwd,
+    env: ExecBody.properties.env,
+    pty: Type.Optional(Nullable(Type.Object(TerminalSize, { additionalProperties: false, description: 'run on a terminal of this size; stdout then carries all it shows' }))),
+    stdin: Type.Optional(Type.Boolean({ description: 'keep stdin open for POST .../stdin (a terminal always takes input)' })),
+    ring_bytes: Type.Optional(Type.Integer({ minimum: 4096, maximum: 4194304, description: 'output kept per channel for readers (default 1 MiB)' })),
+  },
+  { additionalProperties: false },
+);
+
+export const ProcessParams = Type.Object({ runtime_id: Type.String(), process_id: Type.Integer({ minimum: 1, maximum: 4294967295 }) });
+
+export const OutputQuery = Type.Object({
+  since: Type.Optional(
+    Type.String({
+      pattern: '^[0-9]{1,16}(,[0-9]{1,16})?$',
+      description: 'where to resume: the stdout offset, or "stdout,stderr" offsets (an event\'s id); default: the oldest byte kept',
+    }),
+  ),
+  follow: Type.Optional(Type.Boolean({ default: true, description: 'stream until the process exits; false: stop at what exists now' })),
+});
+
+export const StdinQuery = Type.Object({ eof: Type.Optional(Type.Boolean({ default: false, description: 'close stdin after these bytes' })) });
+
+export const SignalBody = Type.Object(
+  {
+    signal: StringEnum(SIGNAL_NAMES),
+    tree: Type.Optional(Type.Boolean({ default: true, description: 'also every descendant, including those that left its process group' })),
+  },
+  { additionalProperties: false },
+);
+
+export const TerminalQuery = Type.Object({
+  rows: Type.Optional(Type.Integer({ ...TerminalSize.rows, default: 24 })),
+  cols: Type.Optional(Type.Integer({ ...TerminalSize.cols, default: 80 })),
+  process_id: Type.Optional(Type.Integer({ minimum: 1, maximum: 4294967295, description: 'attach to this pty process instead of starting a login shell' })),
+});
 
 export const SecretCreateBody = Type.Object(
   {

@@ -2,6 +2,7 @@
 import { AuditService } from './audits.js';
 import { CheckpointService } from './checkpoints.js';
 import { EgressService } from './egress.js';
+import { ProcessService } from './processes.js';
 import type { NetworkGateway, Store, VmDriver } from './ports.js';
 import { TenantQuotas } from './quotas.js';
 import { RuleService } from './rules.js';
@@ -27,6 +28,8 @@ export interface CorePorts {
 export class Core {
   readonly tokens: TokenService;
   readonly runtimes: RuntimeService;
+  /** Streamed commands, background processes and terminals in running runtimes. */
+  readonly processes: ProcessService;
   readonly secrets: SecretService;
   readonly rules: RuleService;
   readonly checkpoints: CheckpointService;
@@ -52,6 +55,7 @@ export class Core {
       );
     });
     this.runtimes = new RuntimeService(store, driver, this.egress, quotas, log, this.#pool);
+    this.processes = new ProcessService(this.runtimes, driver);
     this.rules = new RuleService(store, this.runtimes, this.secrets);
     this.checkpoints = new CheckpointService(store, this.runtimes, driver, quotas, log);
     // A PATCHed policy or a rule change applies to the gateway's next connection.

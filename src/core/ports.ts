@@ -4,6 +4,7 @@
  */
 import type { Readable } from 'node:stream';
 import type {
+  AttachRequest,
   Audit,
   Checkpoint,
   EgressAuditDetail,
@@ -14,6 +15,9 @@ import type {
   InjectionRule,
   Page,
   PageRequest,
+  ProcessSpec,
+  ProcessState,
+  ProcessStream,
   Resources,
   Runtime,
   Secret,
@@ -220,6 +224,24 @@ export interface VmDriver {
   /** Kills the VM if it runs and removes all its files. Idempotent. */
   destroy(runtimeId: string): Promise<void>;
   exec(runtimeId: string, request: ExecRequest): Promise<ExecResult>;
+  /**
+   * Starts a process in the guest and resolves once it runs; throws command_failed when it
+   * cannot start (no such directory or program), unavailable when the guest does not answer.
+   */
+  spawnProcess(runtimeId: string, spec: ProcessSpec): Promise<ProcessStream>;
+  /**
+   * Reads a process the guest keeps. An offset older than its ring holds starts at the oldest
+   * byte held, and the first chunk counts what was lost; one past the end waits for new output.
+   */
+  attachProcess(runtimeId: string, processId: number, request: AttachRequest): Promise<ProcessStream>;
+  /** Every process the guest keeps, running or exited. */
+  listProcesses(runtimeId: string): Promise<ProcessState[]>;
+  /** Delivers a signal to the process, or to its whole tree. */
+  signalProcess(runtimeId: string, processId: number, signal: number, tree: boolean): Promise<void>;
+  /** A terminal's new size; the foreground program gets SIGWINCH. */
+  resizeTerminal(runtimeId: string, processId: number, rows: number, cols: number): Promise<void>;
+  /** Drops an exited process and its retained output. */
+  forgetProcess(runtimeId: string, processId: number): Promise<void>;
   readFile(runtimeId: string, path: string): Promise<Readable>;
   writeFile(runtimeId: string, path: string, body: Readable, maxBytes: number): Promise<number>;
   /** The guest's memory through the balloon; the host gets back what the guest gives up. */

@@ -99,6 +99,8 @@ export class RuntimeService {
   readonly #lock = new KeyedMutex();
   /** Last exec, file or egress activity per runtime, for idle suspension. */
   readonly #activity = new Map<string, number>();
+  /** Work in progress per runtime: while any runs, the runtime is not idle. */
+  readonly #inFlight = new Map<string, number>();
   #idleTimer: NodeJS.Timeout | null = null;
   #observer: RuntimeObserver | null = null;
 
@@ -273,17 +275,39 @@ export class RuntimeService {
   async exec(tenantId: string, ref: string, request: ExecRequest): Promise<ExecResult> {
     const rt = await this.get(tenantId, ref);
     requireState('exec', rt.status, rt.displayName);
-    return this.#busy(rt.id, () => this.driver.exec(rt.id, request));
+    return this.busy(rt.id, () => this.driver.exec(rt.id, request));
   }
 
   /** Counts as activity from start to end, so a long command does not look idle. */
-  async #busy<T>(runtimeId: string, work: () => Promise<T>): Promise<T> {
-    this.touch(runtimeId);
+  async busy<T>(runtimeId: string, work: () => Promise<T>): Promise<T> {
+    const release = this.hold(runtimeId);
     try {
       return await work();
     } finally {
-      this.touch(runtimeId);
+      release();
     }
+  }
+
+  /**
+   * Marks work in progress (a command, a stream, a terminal): the runtime is not idle until the
+   * returned release is called, however long that takes. Releasing twice is harmless.
+   */
+  hold(runtimeId: string): () => void {
+    this.touch(runtimeId);
+    this.#inFlight.set(runtimeId, (this.#inFlight.get(runtimeId) ?? 0) + 1);
+    let held = true;
+    return () => {
+      if (!held) return;
+      held = false;
+      this.touch(runtimeId);
+      const left = (this.#inFlight.get(runtimeId) ?? 1) - 1;
+      if (left > 0) this.#inFlight.set(runtimeId, left);
+      else this.#inFlight.delete(runtimeId);
+    };
+  }
+
+  #idle(runtimeId: string, idleSecs: number): boolean {
+    return !this.#inFlight.has(runtimeId) && Date.now() - (this.#activity.get(runtimeId) ?? 0) >= idleSecs * 1000;
   }
 
   /** Marks activity (exec, files, egress) so an idle timer does not suspend a busy runtime. */
@@ -306,10 +330,10 @@ export class RuntimeService {
           this.#activity.set(rt.id, now);
           continue;
         }
-        if (now - last < idleSecs * 1000) continue;
+        if (!this.#idle(rt.id, idleSecs)) continue;
         await this.#lock.run(rt.id, async () => {
           const current = await this.store.runtimes.findById(rt.id);
-          if (current?.status !== 'running' || Date.now() - (this.#activity.get(rt.id) ?? 0) < idleSecs * 1000) return;
+          if (current?.status !== 'running' || !this.#idle(rt.id, idleSecs)) return;
           try {
             await this.driver.suspend(rt.id);
             await this.#save(current, { status: 'suspended', statusMessage: null });
@@ -339,7 +363,7 @@ export class RuntimeService {
   async writeFile(tenantId: string, ref: string, path: string, body: Readable, maxBytes: number): Promise<number> {
     const rt = await this.get(tenantId, ref);
     requireState('files', rt.status, rt.displayName);
-    return this.#busy(rt.id, () => this.driver.writeFile(rt.id, checkGuestPath(path), body, maxBytes));
+    return this.busy(rt.id, () => this.driver.writeFile(rt.id, checkGuestPath(path), body, maxBytes));
   }
 
   /** Runs the work with this runtime's lifecycle lock held (used by checkpoint capture). */

@@ -188,3 +188,81 @@ export interface ExecResult {
   stderr: string;
   stderr_truncated: boolean;
 }
+
+/** What to start in the guest: the exec request's command form, with a terminal or stdin if asked. */
+export interface ProcessSpec {
+  command: string;
+  args: string[];
+  cwd: string | null;
+  env: Record<string, string>;
+  /** A terminal of this size instead of pipes; stdout then carries everything it shows. */
+  pty: { rows: number; cols: number } | null;
+  /** Keep stdin open for writes (a terminal always takes input). */
+  stdin: boolean;
+  /** Output retained per channel for readers that come later (bytes). */
+  ringBytes: number;
+  /**
+   * While this stream reads, the process never outruns it: no byte is dropped before it is
+   * delivered (streaming exec). Otherwise output goes to the ring whether anyone reads or not.
+   */
+  hold: boolean;
+  /** Drop the process from the guest's table once this stream has delivered its exit. */
+  forgetOnExit: boolean;
+}
+
+export type ProcessStatus = 'running' | 'exited' | 'signaled';
+
+/** A process the guest agent keeps. Offsets count every byte a channel ever produced. */
+export interface ProcessState {
+  id: number;
+  pid: number;
+  command: string;
+  status: ProcessStatus;
+  exitCode: number | null;
+  signal: number | null;
+  pty: boolean;
+  stdinOpen: boolean;
+  startedAt: Date;
+  endedAt: Date | null;
+  /** What each channel's ring still holds: [start, end). */
+  stdout: { start: number; end: number };
+  stderr: { start: number; end: number };
+}
+
+export type OutputChannel = 'stdout' | 'stderr';
+
+export interface ProcessOutput {
+  channel: OutputChannel;
+  /** Where `data` starts in the channel. */
+  offset: number;
+  data: Buffer;
+  /** Bytes the ring dropped between the previous chunk of this channel and this one. */
+  lost: number;
+}
+
+/**
+ * One reader of a process: its output as it comes (reading is what lets the guest send more),
+ * its stdin when it owns it, and its end.
+ */
+export interface ProcessStream extends AsyncIterable<ProcessOutput> {
+  /** The process as it was when the stream began. */
+  readonly state: ProcessState;
+  /** The final state once the process exited and its output was delivered; null when the stream ended first. */
+  readonly done: Promise<ProcessState | null>;
+  /** The offset of each channel's next byte: where a reader resumes with no gap and no repeat. */
+  readonly next: { stdout: number; stderr: number };
+  write(data: Buffer): Promise<void>;
+  /** Closes stdin once what was written is taken. */
+  endInput(): void;
+  /** Stops reading; the process runs on. */
+  detach(): void;
+}
+
+export interface AttachRequest {
+  /** Per-channel offsets, the oldest retained byte, or now. */
+  from: { stdout: number; stderr: number } | 'oldest' | 'end';
+  /** Stream until the process exits, or stop at what exists now. */
+  follow: boolean;
+  /** Take over the process's stdin. */
+  input: boolean;
+}

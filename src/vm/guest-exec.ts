@@ -38,26 +38,24 @@ const STAGING_DIR = '/run/vessel';
 
 type Agent = () => Promise<AgentClient>;
 
-interface Plan {
+/** A command as the API takes it: the shell form (no args) or argv, with its cwd and env. */
+export type CommandRequest = Pick<ExecRequest, 'command' | 'args' | 'cwd' | 'env'>;
+
+/** What SPAWN carries for a command. */
+export interface SpawnPlan {
   argv: string[];
   env: string[];
+  cwd: string;
 }
 
 const cBytes = (s: string): number => Buffer.byteLength(s) + 1;
-const spawnBytes = (p: Plan, cwd: string): number => SPAWN_FIXED_BYTES + cBytes(cwd) + [...p.argv, ...p.env].reduce((n, s) => n + cBytes(s), 0);
+const spawnBytes = (p: SpawnPlan): number => SPAWN_FIXED_BYTES + cBytes(p.cwd) + [...p.argv, ...p.env].reduce((n, s) => n + cBytes(s), 0);
 
 /** POSIX sh quoting: anything but a NUL (which argv and env cannot hold) survives it. */
 const shQuote = (s: string): string => `'${s.replaceAll("'", `'\\''`)}'`;
 
 /** What the request names: `sh -c` for the shell form (no args), the program itself for the argv form. */
-const programOf = (req: ExecRequest): string => (req.args.length === 0 ? '/bin/sh' : req.command);
-
-function planOf(req: ExecRequest): Plan {
-  return {
-    argv: req.args.length === 0 ? ['/bin/sh', '-c', req.command] : [req.command, ...req.args],
-    env: Object.entries({ ...GUEST_BASE_ENV, ...req.env }).map(([k, v]) => `${k}=${v}`),
-  };
-}
+const programOf = (req: CommandRequest): string => (req.args.length === 0 ? '/bin/sh' : req.command);
 
 /**
  * A SPAWN frame holds at most MAX_PAYLOAD bytes, and the API takes a command (and env values) of
@@ -65,11 +63,29 @@ function planOf(req: ExecRequest): Plan {
  * the guest's tmpfs first, which removes itself and execs it through `env -i` with the same argv
  * and environment: one more request, only for requests this large.
  */
-async function staged(agent: AgentClient, plan: Plan): Promise<Plan> {
+export async function spawnPlan(agent: AgentClient, req: CommandRequest): Promise<SpawnPlan> {
+  const plan: SpawnPlan = {
+    argv: req.args.length === 0 ? ['/bin/sh', '-c', req.command] : [req.command, ...req.args],
+    env: Object.entries({ ...GUEST_BASE_ENV, ...req.env }).map(([k, v]) => `${k}=${v}`),
+    cwd: req.cwd ?? '',
+  };
+  if (spawnBytes(plan) <= MAX_PAYLOAD) return plan;
   const script = `${STAGING_DIR}/exec-${randomBytes(8).toString('hex')}.sh`;
-  const text = `rm -f ${shQuote(script)}\nexec /usr/bin/env -i ${[...plan.env, '--', ...plan.argv].map(shQuote).join(' ')}\n`;
+  const text = `rm -f ${shQuote(script)}\nexec /usr/bin/env -i -- ${[...plan.env, ...plan.argv].map(shQuote).join(' ')}\n`;
   await agent.writeFile(script, Buffer.from(text), { mkdirs: true, mode: 0o600 });
-  return { argv: ['/bin/sh', script], env: [`PATH=${GUEST_BASE_ENV.PATH}`] };
+  return { argv: ['/bin/sh', script], env: [`PATH=${GUEST_BASE_ENV.PATH}`], cwd: plan.cwd };
+}
+
+/** A command that could not start is the caller's command_failed, saying which step failed. */
+export function startFailure(err: unknown, req: CommandRequest): unknown {
+  if (!(err instanceof AgentError)) return err;
+  if (err.kind === 'LIMIT') return new VesselError('failed_precondition', `the guest runs as many processes as it keeps (128); forget exited ones: ${err.detail}`);
+  if (err.kind === 'CWD') {
+    const why = err.errno === ENOENT ? 'does not exist' : `cannot be entered (${err.detail})`;
+    return new VesselError('command_failed', `cannot start command: working directory '${req.cwd}' ${why}`);
+  }
+  if (err.kind === 'EXEC') return new VesselError('command_failed', `cannot start '${programOf(req)}': executable was not found or cannot be run (${err.detail})`);
+  return new VesselError('command_failed', `cannot start '${programOf(req)}': ${err.detail}`);
 }
 
 function lossyText(bytes: Buffer): string {
@@ -80,27 +96,17 @@ function lossyText(bytes: Buffer): string {
 export async function execInGuest(agent: Agent, req: ExecRequest): Promise<ExecResult> {
   const started = Date.now();
   const ga = await agent();
-  const cwd = req.cwd ?? '';
-  let plan = planOf(req);
-  if (spawnBytes(plan, cwd) > MAX_PAYLOAD) plan = await staged(ga, plan);
+  const plan = await spawnPlan(ga, req);
   let result;
   try {
     result = await ga.run({
-      argv: plan.argv,
-      env: plan.env,
-      cwd,
+      ...plan,
       ...(req.stdin === null ? {} : { stdin: Buffer.from(req.stdin, 'utf8') }),
       maxOutputBytes: req.maxOutputBytes,
       timeoutMs: Math.min(req.timeoutSecs * 1000, 2 ** 31 - 1),
     });
   } catch (err) {
-    if (!(err instanceof AgentError)) throw err;
-    if (err.kind === 'CWD') {
-      const why = err.errno === ENOENT ? 'does not exist' : `cannot be entered (${err.detail})`;
-      throw new VesselError('command_failed', `cannot start command: working directory '${req.cwd}' ${why}`);
-    }
-    if (err.kind === 'EXEC') throw new VesselError('command_failed', `cannot start '${programOf(req)}': executable was not found or cannot be run (${err.detail})`);
-    throw new VesselError('command_failed', `cannot start '${programOf(req)}': ${err.detail}`);
+    throw startFailure(err, req);
   }
   if (result.timedOut) throw new VesselError('deadline_exceeded', `command did not finish within ${req.timeoutSecs} s and was killed`);
   return {

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, invalidArgument, unavailable } from '../core/errors.js';
 import type { LiveState, VmDriver, VmSpec } from '../core/ports.js';
-import type { ExecRequest, ExecResult, Resources } from '../core/types.js';
+import type { AttachRequest, ExecRequest, ExecResult, ProcessSpec, ProcessState, ProcessStream, Resources } from '../core/types.js';
 import { flushFiles, fsyncDir } from '../platform/durable-files.js';
 import { runCommand } from '../platform/run-command.js';
 import { hostTscKhz, type Accel } from './accel.js';
@@ -26,6 +26,7 @@ import { digestFile } from './file-digest.js';
 import { AgentError, type AgentClient } from './agent/agent-client.js';
 import { execInGuest, GUEST_CA_ENV, GUEST_CA_FILE } from './guest-exec.js';
 import { readGuestFile, writeGuestFile } from './guest-files.js';
+import { attachProcess, listProcesses, onProcess, spawnProcess } from './guest-processes.js';
 import { giveIdentity, syncClock } from './guest-identity.js';
 import type { GuestImage } from './guest-image.js';
 import { rotateLog } from './log-rotation.js';
@@ -289,6 +290,30 @@ export class QemuDriver implements VmDriver {
 
   exec(runtimeId: string, request: ExecRequest): Promise<ExecResult> {
     return this.#withAgent(runtimeId, (agent) => execInGuest(agent, request));
+  }
+
+  spawnProcess(runtimeId: string, spec: ProcessSpec): Promise<ProcessStream> {
+    return this.#withAgent(runtimeId, (agent) => spawnProcess(agent, spec));
+  }
+
+  attachProcess(runtimeId: string, processId: number, request: AttachRequest): Promise<ProcessStream> {
+    return this.#withAgent(runtimeId, (agent) => attachProcess(agent, processId, request));
+  }
+
+  listProcesses(runtimeId: string): Promise<ProcessState[]> {
+    return this.#withAgent(runtimeId, (agent) => listProcesses(agent));
+  }
+
+  signalProcess(runtimeId: string, processId: number, signal: number, tree: boolean): Promise<void> {
+    return this.#withAgent(runtimeId, (agent) => onProcess(agent, processId, (ga) => ga.signal(processId, signal, { tree })));
+  }
+
+  resizeTerminal(runtimeId: string, processId: number, rows: number, cols: number): Promise<void> {
+    return this.#withAgent(runtimeId, (agent) => onProcess(agent, processId, (ga) => ga.resize(processId, rows, cols)));
+  }
+
+  forgetProcess(runtimeId: string, processId: number): Promise<void> {
+    return this.#withAgent(runtimeId, (agent) => onProcess(agent, processId, (ga) => ga.forget(processId)));
   }
 
   readFile(runtimeId: string, path: string): Promise<Readable> {

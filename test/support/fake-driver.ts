@@ -5,7 +5,7 @@
 import { Readable } from 'node:stream';
 import { notFound, unavailable } from '../../src/core/errors.js';
 import type { LiveState, VmDriver, VmSpec } from '../../src/core/ports.js';
-import type { ExecRequest, ExecResult } from '../../src/core/types.js';
+import type { ExecRequest, ExecResult, ProcessState, ProcessStream } from '../../src/core/types.js';
 
 export class FakeDriver implements VmDriver {
   readonly vms = new Map<string, { state: LiveState; files: Map<string, Buffer>; memoryTarget: number }>();
@@ -85,6 +85,25 @@ export class FakeDriver implements VmDriver {
   }
   async exec(_id: string, req: ExecRequest): Promise<ExecResult> {
     return { exit_code: 0, duration_ms: 1, stdout: req.command, stdout_truncated: false, stderr: '', stderr_truncated: false };
+  }
+  /** Processes need a guest: the real driver's, tested in test/vm/processes.test.ts. */
+  async spawnProcess(): Promise<ProcessStream> {
+    throw unavailable('the fake driver runs no processes');
+  }
+  async attachProcess(): Promise<ProcessStream> {
+    throw unavailable('the fake driver runs no processes');
+  }
+  async listProcesses(): Promise<ProcessState[]> {
+    return [];
+  }
+  async signalProcess(): Promise<void> {
+    throw unavailable('the fake driver runs no processes');
+  }
+  async resizeTerminal(): Promise<void> {
+    throw unavailable('the fake driver runs no processes');
+  }
+  async forgetProcess(): Promise<void> {
+    throw unavailable('the fake driver runs no processes');
   }
   async readFile(id: string, path: string): Promise<Readable> {
     const data = this.#vm(id).files.get(path);

@@ -4,8 +4,6 @@ import { runtimeView, listView } from '../presenters.js';
 import {
   DataOf,
   Empty,
-  ExecBody,
-  ExecResult,
   ListOf,
   ListQuery,
   Runtime,
@@ -14,9 +12,6 @@ import {
   RuntimePatchBody,
 } from '../schemas.js';
 import { ERROR_RESPONSES, pageOf, type RoutePlugin } from './common.js';
-
-export const DEFAULT_EXEC_TIMEOUT_SECS = 60;
-export const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
 
 const RuntimeData = DataOf(Type.Ref(Runtime));
 const tags = ['runtimes'];
@@ -67,21 +62,4 @@ export const runtimeRoutes: RoutePlugin = async (app, { core }) => {
       schema: { tags, summary, params: RuntimeParams, response: { 200: RuntimeData, ...ERROR_RESPONSES } },
     }, async (req) => ({ data: runtimeView(await runtimes.lifecycle(req.principal.tenantId, req.params.runtime_id, op)) }));
   }
-
-  app.post('/v1/runtimes/:runtime_id/exec', {
-    config: { scope: 'exec' },
-    schema: { tags, summary: 'Run a buffered command', params: RuntimeParams, body: ExecBody, response: { 200: DataOf(Type.Ref(ExecResult)), ...ERROR_RESPONSES } },
-  }, async (req) => {
-    const b = req.body;
-    const result = await runtimes.exec(req.principal.tenantId, req.params.runtime_id, {
-      command: b.command,
-      args: b.args ?? [],
-      cwd: b.cwd ?? null,
-      env: b.env ?? {},
-      stdin: b.stdin ?? null,
-      maxOutputBytes: b.max_output_bytes ?? DEFAULT_MAX_OUTPUT_BYTES,
-      timeoutSecs: b.timeout_secs ?? DEFAULT_EXEC_TIMEOUT_SECS,
-    });
-    return { data: result };
-  });
 };

@@ -1,0 +1,178 @@
+/**
+ * Commands in a runtime: the spec's buffered exec, the same exec streamed as server-sent events
+ * (Accept: text/event-stream), and background processes with their output, stdin and signals
+ * (docs/processes.md).
+ */
+import { Readable } from 'node:stream';
+import { Type } from '@sinclair/typebox';
+import type { FastifyRequest } from 'fastify';
+import { invalidArgument } from '../../core/errors.js';
+import type { AttachRequest, ExecRequest, ProcessOutput, ProcessStream } from '../../core/types.js';
+import { DEFAULT_RING_BYTES } from '../../core/processes.js';
+import { EventStream, OutputEncoder, wantsEventStream } from '../event-stream.js';
+import { processView } from '../presenters.js';
+import { DataOf, Empty, ExecBody, ExecResult, OutputQuery, Process, ProcessCreateBody, ProcessParams, RuntimeParams, SignalBody, StdinQuery } from '../schemas.js';
+import { ERROR_RESPONSES, type RoutePlugin } from './common.js';
+
+export const DEFAULT_EXEC_TIMEOUT_SECS = 60;
+export const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
+
+const tags = ['processes'];
+const ProcessData = DataOf(Type.Ref(Process));
+const EVENT_STREAM = { 'text/event-stream': { schema: { type: 'string', description: 'server-sent events (docs/processes.md)' } } };
+
+/** `since` or an SSE Last-Event-ID: "stdout" or "stdout,stderr" offsets. */
+function resumePoint(since: string | undefined, req: FastifyRequest): AttachRequest['from'] {
+  const given = since ?? req.headers['last-event-id'];
+  if (given === undefined) return 'oldest';
+  const m = typeof given === 'string' ? /^(\d{1,15})(?:,(\d{1,15}))?$/.exec(given) : null;
+  if (m === null) throw invalidArgument('Last-Event-ID must be "stdout" or "stdout,stderr" offsets');
+  return { stdout: Number(m[1]), stderr: Number(m[2] ?? m[1]) };
+}
+
+/** Sends each chunk as a `stdout` or `stderr` event, at the pace the client takes them. */
+async function pumpOutput(events: EventStream, output: AsyncIterable<ProcessOutput>, encoder: OutputEncoder): Promise<void> {
+  for await (const chunk of output) {
+    for (const event of encoder.encode(chunk)) await events.send(chunk.channel, event, encoder.id);
+    if (events.closed) return; // leaving the loop detaches from the process
+  }
+  for (const { channel, event } of encoder.flush()) await events.send(channel, event, encoder.id);
+}
+
+const startAt = (stream: ProcessStream) => new OutputEncoder(stream.next);
+
+export const processRoutes: RoutePlugin = async (app, { core }) => {
+  const processes = core.processes;
+
+  app.post('/v1/runtimes/:runtime_id/exec', {
+    config: { scope: 'exec' },
+    schema: {
+      tags: ['runtimes'],
+      summary: 'Run a command: buffered (JSON), or streamed as it runs with Accept: text/event-stream',
+      params: RuntimeParams,
+      body: ExecBody,
+      response: { 200: { description: 'the result, or its events', content: { 'application/json': { schema: DataOf(Type.Ref(ExecResult)) }, ...EVENT_STREAM } }, ...ERROR_RESPONSES },
+    },
+  }, async (req, reply) => {
+    const b = req.body;
+    const request: ExecRequest = {
+      command: b.command,
+      args: b.args ?? [],
+      cwd: b.cwd ?? null,
+      env: b.env ?? {},
+      stdin: b.stdin ?? null,
+      maxOutputBytes: b.max_output_bytes ?? DEFAULT_MAX_OUTPUT_BYTES,
+      timeoutSecs: b.timeout_secs ?? DEFAULT_EXEC_TIMEOUT_SECS,
+    };
+    if (!wantsEventStream(req)) {
+      if (b.background === true) throw invalidArgument('background applies to a streamed exec (Accept: text/event-stream)');
+      return { data: await core.runtimes.exec(req.principal.tenantId, req.params.runtime_id, request) };
+    }
+    const session = await processes.execStream(req.principal.tenantId, req.params.runtime_id, { ...request, background: b.background ?? false });
+    const events = new EventStream(reply);
+    events.onClose(() => session.abandon());
+    try {
+      await events.send('start', processView(session.process));
+      await pumpOutput(events, session.output, new OutputEncoder({ stdout: 0, stderr: 0 }));
+      if (!events.closed) await events.send('exit', await session.result());
+    } catch (err) {
+      await events.fail(err);
+    } finally {
+      events.end();
+    }
+    return reply;
+  });
+
+  app.post('/v1/runtimes/:runtime_id/processes', {
+    config: { scope: 'exec' },
+    schema: { tags, summary: 'Start a background process', params: RuntimeParams, body: ProcessCreateBody, response: { 201: ProcessData, ...ERROR_RESPONSES } },
+  }, async (req, reply) => {
+    const b = req.body;
+    const state = await processes.start(req.principal.tenantId, req.params.runtime_id, {
+      command: b.command,
+      args: b.args ?? [],
+      cwd: b.cwd ?? null,
+      env: b.env ?? {},
+      pty: b.pty ?? null,
+      stdin: b.stdin ?? false,
+      ringBytes: b.ring_bytes ?? DEFAULT_RING_BYTES,
+    });
+    return reply.code(201).send({ data: processView(state) });
+  });
+
+  app.get('/v1/runtimes/:runtime_id/processes', {
+    config: { scope: 'exec' },
+    schema: { tags, summary: 'List the processes the guest keeps, running and exited', params: RuntimeParams, response: { 200: Type.Object({ data: Type.Array(Type.Ref(Process)) }), ...ERROR_RESPONSES } },
+  }, async (req) => ({ data: (await processes.list(req.principal.tenantId, req.params.runtime_id)).map(processView) }));
+
+  app.get('/v1/runtimes/:runtime_id/processes/:process_id', {
+    config: { scope: 'exec' },
+    schema: { tags, summary: 'Get a process', params: ProcessParams, response: { 200: ProcessData, ...ERROR_RESPONSES } },
+  }, async (req) => ({ data: processView(await processes.get(req.principal.tenantId, req.params.runtime_id, req.params.process_id)) }));
+
+  app.delete('/v1/runtimes/:runtime_id/processes/:process_id', {
+    config: { scope: 'exec' },
+    schema: { tags, summary: 'Forget an exited process and its kept output', params: ProcessParams, response: { 200: Empty, ...ERROR_RESPONSES } },
+  }, async (req) => {
+    await processes.forget(req.principal.tenantId, req.params.runtime_id, req.params.process_id);
+    return { data: {} };
+  });
+
+  app.get('/v1/runtimes/:runtime_id/processes/:process_id/output', {
+    config: { scope: 'exec' },
+    schema: {
+      tags,
+      summary: "A process's output as server-sent events, from `since` (or Last-Event-ID) or the oldest byte kept",
+      params: ProcessParams,
+      querystring: OutputQuery,
+      response: { 200: { description: 'its events', content: EVENT_STREAM }, ...ERROR_RESPONSES },
+    },
+  }, async (req, reply) => {
+    const from = resumePoint(req.query.since, req);
+    const attachment = await processes.output(req.principal.tenantId, req.params.runtime_id, req.params.process_id, from, req.query.follow ?? true);
+    const events = new EventStream(reply);
+    events.onClose(() => attachment.close());
+    try {
+      const { stream } = attachment;
+      await events.send('start', processView(stream.state));
+      const encoder = startAt(stream);
+      await pumpOutput(events, stream, encoder);
+      const final = await stream.done;
+      if (!events.closed) await events.send(final === null ? 'end' : 'exit', final === null ? { next: encoder.id } : processView(final), encoder.id);
+    } catch (err) {
+      await events.fail(err);
+    } finally {
+      events.end();
+    }
+    return reply;
+  });
+
+  app.post('/v1/runtimes/:runtime_id/processes/:process_id/signal', {
+    config: { scope: 'exec' },
+    schema: { tags, summary: 'Send a signal to a process (and by default its whole tree)', params: ProcessParams, body: SignalBody, response: { 200: Empty, ...ERROR_RESPONSES } },
+  }, async (req) => {
+    await processes.signal(req.principal.tenantId, req.params.runtime_id, req.params.process_id, req.body.signal, req.body.tree ?? true);
+    return { data: {} };
+  });
+};
+
+/** Its own plugin scope: here the body is raw bytes for the process's stdin. */
+export const stdinRoutes: RoutePlugin<{ maxStdinBytes: number }> = async (app, { core, maxStdinBytes }) => {
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', (_req, payload, done) => done(null, payload));
+
+  app.post('/v1/runtimes/:runtime_id/processes/:process_id/stdin', {
+    config: { scope: 'exec' },
+    schema: {
+      tags,
+      summary: "Write the raw request body to a process's stdin (eof=true closes it after)",
+      params: ProcessParams,
+      querystring: StdinQuery,
+      response: { 200: DataOf(Type.Object({ bytes: Type.Integer({ minimum: 0 }) })), ...ERROR_RESPONSES },
+    },
+  }, async (req) => {
+    const body = (req.body as Readable | undefined) ?? Readable.from([]);
+    const bytes = await core.processes.writeStdin(req.principal.tenantId, req.params.runtime_id, req.params.process_id, body, req.query.eof ?? false, maxStdinBytes);
+    return { data: { bytes } };
+  });
+};

@@ -1,0 +1,280 @@
+/**
+ * Processes in a runtime beyond the buffered exec: a command streamed as it runs, background
+ * processes the guest keeps (with their output rings, stdin and signals), and terminals. The
+ * guest agent holds every process and its output, so they outlive API requests and service
+ * restarts; this service only checks who may reach them and keeps the runtime from idling while
+ * someone is attached.
+ */
+import { constants as osConstants } from 'node:os';
+import type { Readable } from 'node:stream';
+import { VesselError, failedPrecondition, invalidArgument, notFound } from './errors.js';
+import { requireState } from './lifecycle.js';
+import type { VmDriver } from './ports.js';
+import type { RuntimeService } from './runtimes.js';
+import type { AttachRequest, ExecRequest, ProcessOutput, ProcessState, ProcessStream } from './types.js';
+
+/** Output a background process keeps per channel unless asked otherwise (the agent allows 4 KiB to 4 MiB). */
+export const DEFAULT_RING_BYTES = 1024 * 1024;
+export const MIN_RING_BYTES = 4 * 1024;
+export const MAX_RING_BYTES = 4 * 1024 * 1024;
+/** A streamed command's ring: it holds the reader back, so the ring only matters once it leaves. */
+const STREAM_RING_BYTES = 64 * 1024;
+/** What a terminal's output ring keeps for a reader that attaches later: a few screens. */
+const TERMINAL_RING_BYTES = 256 * 1024;
+/** How long a closed terminal's tree has after SIGHUP before it is killed. */
+const HANGUP_GRACE_MS = 2000;
+/** The signals the API takes by name: what a user sends to a process they run, nothing exotic. */
+export const SIGNAL_NAMES = ['SIGHUP', 'SIGINT', 'SIGQUIT', 'SIGKILL', 'SIGUSR1', 'SIGUSR2', 'SIGTERM', 'SIGCONT', 'SIGSTOP', 'SIGTSTP', 'SIGWINCH'] as const;
+export type SignalName = (typeof SIGNAL_NAMES)[number];
+/** What a terminal runs when the caller names nothing: a login shell, as ssh gives. */
+const TERMINAL_SHELL = { command: '/bin/bash', args: ['-l'] };
+
+export interface ProcessStartInput {
+  command: string;
+  args: string[];
+  cwd: string | null;
+  env: Record<string, string>;
+  pty: { rows: number; cols: number } | null;
+  stdin: boolean;
+  ringBytes: number;
+}
+
+/** A command streamed to one caller. */
+export interface ExecSession {
+  readonly process: ProcessState;
+  readonly output: AsyncIterable<ProcessOutput>;
+  /** The exit code (128 + n for signal n) once the command ended; deadline_exceeded after a timeout. */
+  result(): Promise<{ exit_code: number; duration_ms: number }>;
+  /** The caller went away: the command's tree is killed, unless it was started in the background. */
+  abandon(): void;
+}
+
+/** A reader attached to a process (output, stdin, or a terminal). */
+export interface Attachment {
+  readonly runtimeId: string;
+  readonly stream: ProcessStream;
+  /** Ends the attachment: a terminal this attachment started is hung up; anything else runs on. */
+  close(): void;
+}
+
+export const exitCodeOf = (p: ProcessState): number => (p.signal !== null ? 128 + p.signal : (p.exitCode ?? -1));
+
+export class ProcessService {
+  constructor(
+    private readonly runtimes: RuntimeService,
+    private readonly driver: VmDriver,
+  ) {}
+
+  /**
+   * Starts a command whose output the caller reads as it comes. The command waits for its reader
+   * (no byte is dropped before it is delivered), and is killed at its timeout or when the reader
+   * goes, unless `background`: then it runs on as a background process, output going to its ring.
+   */
+  async execStream(tenantId: string, ref: string, req: ExecRequest & { background: boolean }): Promise<ExecSession> {
+    const runtimeId = await this.#running(tenantId, ref);
+    const started = Date.now();
+    const release = this.runtimes.hold(runtimeId);
+    let stream: ProcessStream;
+    try {
+      stream = await this.driver.spawnProcess(runtimeId, {
+        ...req,
+        pty: null,
+        stdin: req.stdin !== null,
+        ringBytes: req.background ? DEFAULT_RING_BYTES : STREAM_RING_BYTES,
+        hold: true,
+        forgetOnExit: !req.background,
+      });
+    } catch (err) {
+      release();
+      throw err;
+    }
+    if (req.stdin !== null) {
+      const input = Buffer.from(req.stdin, 'utf8');
+      // A command that exits without reading its stdin ends the stream first; nothing to report.
+      void stream.write(input).then(() => stream.endInput(), () => undefined);
+    }
+    let timedOut = false;
+    let finished = false;
+    const kill = () => this.driver.signalProcess(runtimeId, stream.state.id, osConstants.signals.SIGKILL, true).catch(() => undefined);
+    const timer = setTimeout(() => {
+      timedOut = true;
+      void kill();
+    }, Math.min(req.timeoutSecs * 1000, 2 ** 31 - 1));
+    const end = () => {
+      finished = true;
+      clearTimeout(timer);
+      release();
+    };
+    return {
+      process: stream.state,
+      output: stream,
+      result: async () => {
+        try {
+          const final = await stream.done;
+          if (timedOut) throw new VesselError('deadline_exceeded', `command did not finish within ${req.timeoutSecs} s and was killed`);
+          if (final === null) throw new VesselError('unavailable', 'the command\'s output stream ended before it exited');
+          return { exit_code: exitCodeOf(final), duration_ms: Date.now() - started };
+        } finally {
+          end();
+        }
+      },
+      abandon: () => {
+        if (finished) return;
+        end();
+        if (!req.background) void kill();
+        stream.detach();
+      },
+    };
+  }
+
+  /** Starts a background process and answers once it runs; its output goes to its rings. */
+  async start(tenantId: string, ref: string, input: ProcessStartInput): Promise<ProcessState> {
+    const runtimeId = await this.#running(tenantId, ref);
+    checkRing(input.ringBytes);
+    return this.runtimes.busy(runtimeId, async () => {
+      const stream = await this.driver.spawnProcess(runtimeId, { ...input, hold: false, forgetOnExit: false });
+      stream.detach();
+      return stream.state;
+    });
+  }
+
+  async list(tenantId: string, ref: string): Promise<ProcessState[]> {
+    const runtimeId = await this.#running(tenantId, ref);
+    return this.driver.listProcesses(runtimeId);
+  }
+
+  async get(tenantId: string, ref: string, processId: number): Promise<ProcessState> {
+    const runtimeId = await this.#running(tenantId, ref);
+    return this.#find(runtimeId, processId);
+  }
+
+  /** A reader of a process's output from `from`; with `follow`, until it exits. */
+  async output(tenantId: string, ref: string, processId: number, from: AttachRequest['from'], follow: boolean): Promise<Attachment> {
+    const runtimeId = await this.#running(tenantId, ref);
+    return this.#attach(runtimeId, processId, { from, follow, input: false }, null);
+  }
+
+  /** Writes to a process's stdin; `eof` closes it afterwards. Resolves once the guest took every byte. */
+  async writeStdin(tenantId: string, ref: string, processId: number, body: Readable, eof: boolean, maxBytes: number): Promise<number> {
+    const runtimeId = await this.#running(tenantId, ref);
+    const known = await this.#find(runtimeId, processId);
+    if (known.status !== 'running') throw failedPrecondition(`process ${processId} has exited`);
+    if (!known.stdinOpen) throw failedPrecondition(`process ${processId} has no open stdin; start it with "stdin": true`);
+    return this.runtimes.busy(runtimeId, async () => {
+      // FOLLOW keeps the stream (and with it the ownership of stdin) open until we detach.
+      const stream = await this.driver.attachProcess(runtimeId, processId, { from: 'end', follow: true, input: true });
+      let written = 0;
+      try {
+        for await (const chunk of body) {
+          const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as Uint8Array);
+          written += buf.length;
+          if (written > maxBytes) throw new VesselError('invalid_argument', `stdin writes are at most ${maxBytes} bytes per request`, { httpStatus: 413 });
+          await stream.write(buf);
+        }
+        if (eof) stream.endInput();
+        return written;
+      } finally {
+        stream.detach();
+      }
+    });
+  }
+
+  async signal(tenantId: string, ref: string, processId: number, signal: SignalName, tree: boolean): Promise<void> {
+    const runtimeId = await this.#running(tenantId, ref);
+    await this.runtimes.busy(runtimeId, () => this.driver.signalProcess(runtimeId, processId, osConstants.signals[signal], tree));
+  }
+
+  /** Drops an exited process and its retained output. */
+  async forget(tenantId: string, ref: string, processId: number): Promise<void> {
+    const runtimeId = await this.#running(tenantId, ref);
+    await this.runtimes.busy(runtimeId, () => this.driver.forgetProcess(runtimeId, processId));
+  }
+
+  /**
+   * A terminal: a new login shell (or `command`) on a PTY of this size, hung up when the
+   * attachment closes; or, with `processId`, an existing PTY process, replaying what its ring
+   * holds, which runs on when the attachment closes.
+   */
+  async terminal(tenantId: string, ref: string, opts: { processId: number | null; size: { rows: number; cols: number }; command: { command: string; args: string[] } | null }): Promise<Attachment> {
+    const runtimeId = await this.#running(tenantId, ref);
+    if (opts.processId !== null) {
+      const known = await this.#find(runtimeId, opts.processId);
+      if (!known.pty) throw failedPrecondition(`process ${opts.processId} has no terminal; start it with "pty"`);
+      const attachment = await this.#attach(runtimeId, opts.processId, { from: 'oldest', follow: true, input: true }, null);
+      if (known.status === 'running') await this.driver.resizeTerminal(runtimeId, opts.processId, opts.size.rows, opts.size.cols).catch(() => undefined);
+      return attachment;
+    }
+    const release = this.runtimes.hold(runtimeId);
+    let stream: ProcessStream;
+    try {
+      stream = await this.driver.spawnProcess(runtimeId, {
+        ...(opts.command ?? TERMINAL_SHELL),
+        cwd: null,
+        env: { TERM: 'xterm-256color', COLORTERM: 'truecolor' },
+        pty: opts.size,
+        stdin: true,
+        ringBytes: TERMINAL_RING_BYTES,
+        hold: true,
+        forgetOnExit: true,
+      });
+    } finally {
+      release();
+    }
+    return this.#attached(runtimeId, stream, () => this.#hangUp(runtimeId, stream.state.id));
+  }
+
+  async resize(runtimeId: string, processId: number, rows: number, cols: number): Promise<void> {
+    await this.driver.resizeTerminal(runtimeId, processId, rows, cols);
+  }
+
+  /** Like a terminal closing: SIGHUP to the tree, then SIGKILL for whatever still runs. */
+  #hangUp(runtimeId: string, processId: number): void {
+    const signal = (sig: number) => this.driver.signalProcess(runtimeId, processId, sig, true);
+    void signal(osConstants.signals.SIGHUP)
+      .then(() => new Promise((resolve) => setTimeout(resolve, HANGUP_GRACE_MS).unref()))
+      .then(() => this.driver.listProcesses(runtimeId))
+      .then((all) => (all.find((p) => p.id === processId)?.status === 'running' ? signal(osConstants.signals.SIGKILL) : undefined))
+      .catch(() => undefined); // the runtime stopped or the process is gone: nothing left to end
+  }
+
+  async #attach(runtimeId: string, processId: number, request: AttachRequest, onClose: (() => void) | null): Promise<Attachment> {
+    const stream = await this.driver.attachProcess(runtimeId, processId, request);
+    return this.#attached(runtimeId, stream, onClose);
+  }
+
+  /** The runtime is busy for as long as someone is attached. */
+  #attached(runtimeId: string, stream: ProcessStream, onClose: (() => void) | null): Attachment {
+    const release = this.runtimes.hold(runtimeId);
+    let open = true;
+    return {
+      runtimeId,
+      stream,
+      close: () => {
+        if (!open) return;
+        open = false;
+        release();
+        onClose?.();
+        stream.detach();
+      },
+    };
+  }
+
+  async #find(runtimeId: string, processId: number): Promise<ProcessState> {
+    const found = (await this.driver.listProcesses(runtimeId)).find((p) => p.id === processId);
+    if (found === undefined) throw notFound('process', String(processId));
+    return found;
+  }
+
+  /** Processes live in the guest: only a running runtime has them to show. */
+  async #running(tenantId: string, ref: string): Promise<string> {
+    const rt = await this.runtimes.get(tenantId, ref);
+    requireState('exec', rt.status, rt.displayName);
+    return rt.id;
+  }
+}
+
+function checkRing(bytes: number): void {
+  if (!Number.isInteger(bytes) || bytes < MIN_RING_BYTES || bytes > MAX_RING_BYTES) {
+    throw invalidArgument(`ring_bytes must be ${MIN_RING_BYTES} to ${MAX_RING_BYTES}`);
+  }
+}
