@@ -119,8 +119,11 @@ function abandon(ga: AgentClient, proc: AgentProcess): void {
  */
 export async function readGuestArchive(agent: Agent, dir: string): Promise<Readable> {
   const ga = await agent();
-  const st = await statGuestPath(agent, dir, true);
-  if (st.type !== 'directory') throw invalidArgument(`'${dir}' is not a directory`);
+  try {
+    if ((await ga.stat(dir)).type !== 'directory') throw invalidArgument(`'${dir}' is not a directory`);
+  } catch (err) {
+    throw guestPathError(err, dir, 'directory');
+  }
   const proc = ga.spawn({ argv: ['tar', '--one-file-system', '-C', dir, '-cf', '-', '.'], env: TAR_ENV, hold: true, forgetOnExit: true });
   const output = proc[Symbol.asyncIterator]();
   const stderr = new StderrHead();
@@ -137,27 +140,28 @@ export async function readGuestArchive(agent: Agent, dir: string): Promise<Reada
     throw spawnError(err);
   }
   if (first === null) throw failedPrecondition(`tar could not archive '${dir}' (${exitText(await proc.done)}): ${stderr}`);
+  const tar = { ended: false };
   // One chunk ahead at most: the agent stream's window is the buffer that matters.
-  return Readable.from(archiveRest(ga, proc, output, first, stderr, dir), { highWaterMark: 1 });
+  const archive = Readable.from(archiveRest(tar, proc, output, first, stderr, dir), { highWaterMark: 1 });
+  // The consumer went away (or the channel did), even before the first read: tar must not go
+  // on reading the whole tree, nor wait on its output for good.
+  archive.once('close', () => {
+    if (!tar.ended) abandon(ga, proc);
+  });
+  return archive;
 }
 
-async function* archiveRest(ga: AgentClient, proc: AgentProcess, output: AsyncIterator<OutputChunk>, first: Buffer, stderr: StderrHead, dir: string): AsyncGenerator<Buffer> {
-  let ended = false;
-  try {
-    yield first;
-    for (;;) {
-      const r = await output.next();
-      if (r.done) break;
-      if (r.value.channel === 'stdout') yield r.value.data;
-      else stderr.push(r.value.data);
-    }
-    ended = true;
-    const exit = await proc.done;
-    if (!succeeded(exit)) throw failedPrecondition(`tar failed while archiving '${dir}' (${exitText(exit)}): ${stderr}`);
-  } finally {
-    // The consumer went away (or the channel did): tar must not go on reading the whole tree.
-    if (!ended) abandon(ga, proc);
+async function* archiveRest(tar: { ended: boolean }, proc: AgentProcess, output: AsyncIterator<OutputChunk>, first: Buffer, stderr: StderrHead, dir: string): AsyncGenerator<Buffer> {
+  yield first;
+  for (;;) {
+    const r = await output.next();
+    if (r.done) break;
+    if (r.value.channel === 'stdout') yield r.value.data;
+    else stderr.push(r.value.data);
   }
+  tar.ended = true;
+  const exit = await proc.done;
+  if (!succeeded(exit)) throw failedPrecondition(`tar failed while archiving '${dir}' (${exitText(exit)}): ${stderr}`);
 }
 
 /**

@@ -136,6 +136,10 @@ test('a consumer that goes away kills tar', { skip }, async () => {
   stream.destroy();
   for (let i = 0; i < 100 && (await runningTars()).length > 0; i++) await sleep(20);
   assert.deepEqual(await runningTars(), []);
+  // Gone before its first read: the archive's generator never ran, and tar still goes.
+  (await readGuestArchive(agent, src)).destroy();
+  for (let i = 0; i < 100 && (await runningTars()).length > 0; i++) await sleep(20);
+  assert.deepEqual(await runningTars(), []);
 });
 
 test('an archive upload extracts into a new directory; bad archives are invalid_argument with tar\'s words', { skip }, async () => {
