@@ -93,7 +93,12 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   // Bodies are typed exactly; query strings and paths are text and may be coerced.
   const bodyAjv = makeAjv({ coerceTypes: false, removeAdditional: false });
   const textAjv = makeAjv({ coerceTypes: true, removeAdditional: false });
-  app.setValidatorCompiler(({ schema, httpPart }) => (httpPart === 'body' ? bodyAjv : textAjv).compile(schema));
+  // A raw body (a tar archive) is a stream for the handler: its schema is there for OpenAPI only.
+  const raw = () => true;
+  app.setValidatorCompiler(({ schema, httpPart, contentType }) => {
+    if (httpPart !== 'body') return textAjv.compile(schema);
+    return contentType === undefined || contentType === 'application/json' ? bodyAjv.compile(schema) : raw;
+  });
   app.setErrorHandler(errorHandler);
 
   // An empty body is fine for operations that take none, even when a client labels it JSON.

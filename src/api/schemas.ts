@@ -6,7 +6,7 @@
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { ERROR_CODES } from '../core/errors.js';
 import { SIGNAL_NAMES } from '../core/processes.js';
-import { RUNTIME_STATUSES, CHECKPOINT_STATES } from '../core/types.js';
+import { RUNTIME_STATUSES, CHECKPOINT_STATES, GUEST_FILE_TYPES } from '../core/types.js';
 
 /** OpenAPI 3.0.3 has no `type: null`; ajv and swagger both understand `nullable`. */
 const Nullable = <T extends TSchema>(schema: T) => Type.Unsafe<Static<T> | null>({ ...schema, nullable: true });
@@ -150,6 +150,20 @@ export const Audit = Type.Object(
 );
 
 export const FileWritten = Type.Object({ path: Type.String(), size_bytes: Type.Integer({ minimum: 0 }) }, { $id: 'FileWritten' });
+
+const FileInfoFields = {
+  name: Type.String({ description: "the last component of the path ('/' for the root)" }),
+  path: Type.String({ description: 'absolute path inside the runtime' }),
+  type: StringEnum(GUEST_FILE_TYPES),
+  size_bytes: Type.Integer({ minimum: 0, description: "for a symbolic link, the length of its target's name" }),
+  mode: Type.Integer({ minimum: 0, maximum: 0o7777, description: 'permission bits (st_mode & 07777) as a number: 420 is 0644' }),
+  modified_at: Type.String({ format: 'date-time' }),
+};
+export const FileInfo = Type.Object(FileInfoFields, { $id: 'FileInfo' });
+export const FileStat = Type.Object(
+  { ...FileInfoFields, uid: Type.Integer({ minimum: 0 }), gid: Type.Integer({ minimum: 0 }) },
+  { $id: 'FileStat' },
+);
 export const Health = Type.Object({ status: Type.String() }, { $id: 'Health' });
 
 /** Every named schema, registered with Fastify so `$ref`s resolve and OpenAPI lists them as components. */
@@ -179,7 +193,7 @@ export const Process = Type.Object(
   { $id: 'Process', additionalProperties: false },
 );
 
-export const SHARED_SCHEMAS = [ErrorEnvelope, Resources, EgressPolicy, IngressSpec, Runtime, Secret, InjectionConfig, SecretInjectionRule, Checkpoint, ExecResult, Process, Audit, FileWritten, Health];
+export const SHARED_SCHEMAS = [ErrorEnvelope, Resources, EgressPolicy, IngressSpec, Runtime, Secret, InjectionConfig, SecretInjectionRule, Checkpoint, ExecResult, Process, Audit, FileWritten, FileInfo, FileStat, Health];
 
 // ---- requests ----
 
@@ -324,6 +338,14 @@ export const AuditQuery = Type.Object({
 });
 
 export const FileQuery = Type.Object({ path: Type.String({ minLength: 1, maxLength: 4096 }) });
+export const StatQuery = Type.Composite([
+  FileQuery,
+  Type.Object({ follow_symlinks: Type.Optional(Type.Boolean({ default: true, description: 'false describes a symbolic link itself' })) }),
+]);
+export const RemoveQuery = Type.Composite([
+  FileQuery,
+  Type.Object({ recursive: Type.Optional(Type.Boolean({ default: false, description: 'remove a directory with everything in it' })) }),
+]);
 
 export const RuntimeParams = Type.Object({ runtime_id: Type.String() });
 export const SecretParams = Type.Object({ secret_id: Type.String() });

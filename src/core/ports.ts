@@ -12,6 +12,8 @@ import type {
   EgressPolicy,
   ExecRequest,
   ExecResult,
+  GuestFileInfo,
+  GuestFileStat,
   InjectionRule,
   Page,
   PageRequest,
@@ -244,6 +246,20 @@ export interface VmDriver {
   forgetProcess(runtimeId: string, processId: number): Promise<void>;
   readFile(runtimeId: string, path: string): Promise<Readable>;
   writeFile(runtimeId: string, path: string, body: Readable, maxBytes: number): Promise<number>;
+  /** A directory's entries, without . and .., symbolic links not followed, sorted by name. */
+  listDir(runtimeId: string, path: string): Promise<GuestFileInfo[]>;
+  statPath(runtimeId: string, path: string, followSymlinks: boolean): Promise<GuestFileStat>;
+  /** mkdir -p: existing directories on the way, the last one included, are fine. */
+  makeDir(runtimeId: string, path: string): Promise<void>;
+  /** A file, a link or an empty directory; with `recursive`, a whole tree. */
+  removePath(runtimeId: string, path: string, recursive: boolean): Promise<void>;
+  /**
+   * A tar archive of the directory's contents. Resolves once the first bytes exist, so that a
+   * failure before them is an error status; a failure after them destroys the stream with an error.
+   */
+  readArchive(runtimeId: string, dir: string): Promise<Readable>;
+  /** Extracts a tar archive into the directory, made first with its parents; resolves with the bytes taken. */
+  writeArchive(runtimeId: string, dir: string, body: Readable, maxBytes: number): Promise<number>;
   /** The guest's memory through the balloon; the host gets back what the guest gives up. */
   setMemoryTarget(runtimeId: string, mib: number): Promise<void>;
   /** Captures the runtime into the checkpoint's files; resolves with the disk space they take. */

@@ -1,5 +1,6 @@
 /** Runtime domain rules: creation, the lifecycle state machine, resources, exec and files. */
 import { randomUUID } from 'node:crypto';
+import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, invalidArgument, notFound, unavailable } from './errors.js';
 import { normalizeHostPattern } from './host-pattern.js';
@@ -8,7 +9,7 @@ import { LIVE_STATUSES, RESULT_OF, requireState, type LifecycleOp } from './life
 import { checkDisplayName } from './names.js';
 import type { HostLimits, Store, VmDriver, VmSpec } from './ports.js';
 import type { TenantQuotas } from './quotas.js';
-import type { Checkpoint, EgressPolicy, ExecRequest, ExecResult, IngressSpec, Page, PageRequest, Resources, Runtime } from './types.js';
+import type { Checkpoint, EgressPolicy, ExecRequest, ExecResult, GuestFileInfo, GuestFileStat, IngressSpec, Page, PageRequest, Resources, Runtime } from './types.js';
 import type { WarmPool } from './warm-pool.js';
 
 export const DEFAULT_MEMORY_MIB = 512;
@@ -92,6 +93,15 @@ function checkIngress(specs: IngressSpec[]): IngressSpec[] {
 export function checkGuestPath(path: string): string {
   if (!path.startsWith('/')) throw invalidArgument(`path '${path}' must be absolute`);
   if (path.includes('\0') || path.length > 4096) throw invalidArgument('path must not contain NUL and has at most 4096 characters');
+  return path;
+}
+
+/**
+ * An absolute path a removal may take: `/` under any spelling (`/.`, `//`, `/tmp/..`) would be
+ * the whole root file system, and the agent refuses only the literal `/`.
+ */
+function checkRemovablePath(path: string): string {
+  if (posix.normalize(path) === '/') throw invalidArgument(`'${path}' is the root directory, which cannot be removed`);
   return path;
 }
 
@@ -353,17 +363,45 @@ export class RuntimeService {
     this.#idleTimer = null;
   }
 
-  async readFile(tenantId: string, ref: string, path: string): Promise<Readable> {
-    const rt = await this.get(tenantId, ref);
-    requireState('files', rt.status, rt.displayName);
-    this.touch(rt.id);
-    return this.driver.readFile(rt.id, checkGuestPath(path));
+  readFile(tenantId: string, ref: string, path: string): Promise<Readable> {
+    return this.#files(tenantId, ref, path, (id, p) => this.driver.readFile(id, p));
   }
 
-  async writeFile(tenantId: string, ref: string, path: string, body: Readable, maxBytes: number): Promise<number> {
+  writeFile(tenantId: string, ref: string, path: string, body: Readable, maxBytes: number): Promise<number> {
+    return this.#files(tenantId, ref, path, (id, p) => this.driver.writeFile(id, p, body, maxBytes));
+  }
+
+  listDir(tenantId: string, ref: string, path: string): Promise<GuestFileInfo[]> {
+    return this.#files(tenantId, ref, path, (id, p) => this.driver.listDir(id, p));
+  }
+
+  statPath(tenantId: string, ref: string, path: string, followSymlinks: boolean): Promise<GuestFileStat> {
+    return this.#files(tenantId, ref, path, (id, p) => this.driver.statPath(id, p, followSymlinks));
+  }
+
+  makeDir(tenantId: string, ref: string, path: string): Promise<void> {
+    return this.#files(tenantId, ref, path, (id, p) => this.driver.makeDir(id, p));
+  }
+
+  removePath(tenantId: string, ref: string, path: string, recursive: boolean): Promise<void> {
+    return this.#files(tenantId, ref, path, (id, p) => this.driver.removePath(id, checkRemovablePath(p), recursive));
+  }
+
+  /** Activity from the request until the archive's last byte (or its abort). */
+  readArchive(tenantId: string, ref: string, dir: string): Promise<Readable> {
+    return this.#files(tenantId, ref, dir, async (id, p) => (await this.driver.readArchive(id, p)).once('close', () => this.touch(id)));
+  }
+
+  writeArchive(tenantId: string, ref: string, dir: string, body: Readable, maxBytes: number): Promise<number> {
+    return this.#files(tenantId, ref, dir, (id, p) => this.driver.writeArchive(id, p, body, maxBytes));
+  }
+
+  /** What every request on the guest's files shares: a running runtime, an absolute path, activity while it runs. */
+  async #files<T>(tenantId: string, ref: string, path: string, work: (runtimeId: string, path: string) => Promise<T>): Promise<T> {
     const rt = await this.get(tenantId, ref);
     requireState('files', rt.status, rt.displayName);
-    return this.busy(rt.id, () => this.driver.writeFile(rt.id, checkGuestPath(path), body, maxBytes));
+    const checked = checkGuestPath(path);
+    return this.busy(rt.id, () => work(rt.id, checked));
   }
 
   /** Runs the work with this runtime's lifecycle lock held (used by checkpoint capture). */

@@ -266,3 +266,25 @@ export interface AttachRequest {
   /** Take over the process's stdin. */
   input: boolean;
 }
+
+/** Kinds of file a guest path can be, as the API names them. */
+export const GUEST_FILE_TYPES = ['file', 'directory', 'symlink', 'char', 'block', 'fifo', 'socket', 'other'] as const;
+export type GuestFileType = (typeof GUEST_FILE_TYPES)[number];
+
+/** One path in a runtime's file system: a directory's entry, or what a stat describes. */
+export interface GuestFileInfo {
+  name: string;
+  /** Absolute: the directory listed joined with the name, or the path a stat was asked for. */
+  path: string;
+  type: GuestFileType;
+  size_bytes: number;
+  /** Permission bits (st_mode & 07777), e.g. 420 for 0644. */
+  mode: number;
+  /** RFC 3339. */
+  modified_at: string;
+}
+
+export interface GuestFileStat extends GuestFileInfo {
+  uid: number;
+  gid: number;
+}

@@ -5,41 +5,13 @@
  * directory above it is fsync'd, in the guest, before the END.
  */
 import type { Readable } from 'node:stream';
-import { VesselError, invalidArgument, notFound } from '../core/errors.js';
-import { AgentError, type AgentClient } from './agent/agent-client.js';
+import { VesselError } from '../core/errors.js';
+import type { AgentClient } from './agent/agent-client.js';
+import { guestPathError } from './guest-errors.js';
 
 type Agent = () => Promise<AgentClient>;
 
-/** Linux errnos the agent reports (its ERROR carries the guest's errno). */
-const E = { ENOENT: 2, EIO: 5, EACCES: 13, ENOTDIR: 20, EISDIR: 21, EINVAL: 22, ENOSPC: 28, EROFS: 30, ENAMETOOLONG: 36, EDQUOT: 122 } as const;
-
-function mapFileError(err: unknown, path: string): unknown {
-  // A path the agent's frame cannot carry (over 4095 bytes once in UTF-8).
-  if (err instanceof RangeError) return invalidArgument(`path '${path.slice(0, 64)}…' is too long for the guest`);
-  if (!(err instanceof AgentError) || err.kind !== 'ERRNO') return err;
-  switch (err.errno) {
-    case E.ENOENT:
-      return notFound('file', path);
-    case E.EISDIR:
-      return invalidArgument(`'${path}' is a directory, not a regular file`);
-    case E.ENOTDIR:
-      return invalidArgument(`a parent of '${path}' is not a directory`);
-    case E.EINVAL:
-      return invalidArgument(`'${path}' is not a regular file`);
-    case E.ENAMETOOLONG:
-      return invalidArgument(`'${path}' has a name too long for the guest's file system`);
-    case E.EACCES:
-    case E.EROFS:
-      return new VesselError('failed_precondition', `'${path}' cannot be accessed: ${err.detail}`);
-    case E.ENOSPC:
-    case E.EDQUOT:
-      return new VesselError('failed_precondition', `the runtime's disk is full`);
-    case E.EIO:
-      return new VesselError('failed_precondition', `'${path}' could not be written to the runtime's disk: ${err.detail}`);
-    default:
-      return err;
-  }
-}
+const mapFileError = (err: unknown, path: string): unknown => guestPathError(err, path, 'file');
 
 /**
  * Resolves once the agent has opened the file (its STAT comes before any byte), so that a missing
@@ -53,15 +25,15 @@ export async function readGuestFile(agent: Agent, path: string): Promise<Readabl
   }
 }
 
-/** The body, cut off with 413 at `maxBytes`. */
-async function* capped(body: Readable, maxBytes: number): AsyncGenerator<Uint8Array> {
+/** The body, cut off with 413 at `maxBytes`; `what` names it in the error. */
+export async function* capped(body: Readable, maxBytes: number, what = 'file'): AsyncGenerator<Buffer> {
   let total = 0;
   for await (const chunk of body) {
     const buf: Buffer = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string);
     total += buf.length;
     if (total > maxBytes) {
       body.destroy();
-      throw new VesselError('invalid_argument', `file is larger than the limit of ${maxBytes} bytes`, { httpStatus: 413 });
+      throw new VesselError('invalid_argument', `${what} is larger than the limit of ${maxBytes} bytes`, { httpStatus: 413 });
     }
     yield buf;
   }

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, invalidArgument, unavailable } from '../core/errors.js';
 import type { LiveState, VmDriver, VmSpec } from '../core/ports.js';
-import type { AttachRequest, ExecRequest, ExecResult, ProcessSpec, ProcessState, ProcessStream, Resources } from '../core/types.js';
+import type { AttachRequest, ExecRequest, ExecResult, GuestFileInfo, GuestFileStat, ProcessSpec, ProcessState, ProcessStream, Resources } from '../core/types.js';
 import { flushFiles, fsyncDir } from '../platform/durable-files.js';
 import { runCommand } from '../platform/run-command.js';
 import { hostTscKhz, type Accel } from './accel.js';
@@ -25,6 +25,7 @@ import { DiskLayers } from './disk-layers.js';
 import { digestFile } from './file-digest.js';
 import { AgentError, type AgentClient } from './agent/agent-client.js';
 import { execInGuest, GUEST_CA_ENV, GUEST_CA_FILE } from './guest-exec.js';
+import { listGuestDir, makeGuestDir, readGuestArchive, removeGuestPath, statGuestPath, writeGuestArchive } from './guest-directories.js';
 import { readGuestFile, writeGuestFile } from './guest-files.js';
 import { attachProcess, listProcesses, onProcess, spawnProcess } from './guest-processes.js';
 import { giveIdentity, syncClock } from './guest-identity.js';
@@ -322,6 +323,30 @@ export class QemuDriver implements VmDriver {
 
   writeFile(runtimeId: string, path: string, body: Readable, maxBytes: number): Promise<number> {
     return this.#withAgent(runtimeId, (agent) => writeGuestFile(agent, path, body, maxBytes));
+  }
+
+  listDir(runtimeId: string, path: string): Promise<GuestFileInfo[]> {
+    return this.#withAgent(runtimeId, (agent) => listGuestDir(agent, path));
+  }
+
+  statPath(runtimeId: string, path: string, followSymlinks: boolean): Promise<GuestFileStat> {
+    return this.#withAgent(runtimeId, (agent) => statGuestPath(agent, path, followSymlinks));
+  }
+
+  makeDir(runtimeId: string, path: string): Promise<void> {
+    return this.#withAgent(runtimeId, (agent) => makeGuestDir(agent, path));
+  }
+
+  removePath(runtimeId: string, path: string, recursive: boolean): Promise<void> {
+    return this.#withAgent(runtimeId, (agent) => removeGuestPath(agent, path, recursive));
+  }
+
+  readArchive(runtimeId: string, dir: string): Promise<Readable> {
+    return this.#withAgent(runtimeId, (agent) => readGuestArchive(agent, dir));
+  }
+
+  writeArchive(runtimeId: string, dir: string, body: Readable, maxBytes: number): Promise<number> {
+    return this.#withAgent(runtimeId, (agent) => writeGuestArchive(agent, dir, body, maxBytes));
   }
 
   /**

@@ -48,8 +48,14 @@ const SPEC_OPERATIONS = [
   'GET /v1/audits',
 ];
 
-/** Beyond the spec (docs/processes.md): background processes and terminals. */
+/** Beyond the spec: directories (docs/api.md), background processes and terminals (docs/processes.md). */
 const EXTENSION_OPERATIONS = [
+  'GET /v1/runtimes/{runtime_id}/files/list',
+  'GET /v1/runtimes/{runtime_id}/files/stat',
+  'POST /v1/runtimes/{runtime_id}/files/mkdir',
+  'DELETE /v1/runtimes/{runtime_id}/files',
+  'GET /v1/runtimes/{runtime_id}/files/archive',
+  'PUT /v1/runtimes/{runtime_id}/files/archive',
   'POST /v1/runtimes/{runtime_id}/processes',
   'GET /v1/runtimes/{runtime_id}/processes',
   'GET /v1/runtimes/{runtime_id}/processes/{process_id}',

@@ -3,12 +3,21 @@
  * errors, state machine). It runs nothing; the real driver is tested with real VMs in test/vm.
  */
 import { Readable } from 'node:stream';
-import { notFound, unavailable } from '../../src/core/errors.js';
+import { VesselError, failedPrecondition, invalidArgument, notFound, unavailable } from '../../src/core/errors.js';
 import type { LiveState, VmDriver, VmSpec } from '../../src/core/ports.js';
-import type { ExecRequest, ExecResult, ProcessState, ProcessStream } from '../../src/core/types.js';
+import type { ExecRequest, ExecResult, GuestFileInfo, GuestFileStat, ProcessState, ProcessStream } from '../../src/core/types.js';
+
+const fakeInfo = (path: string, file: Buffer | undefined): GuestFileInfo => ({
+  name: path.split('/').pop() || '/',
+  path,
+  type: file === undefined ? 'directory' : 'file',
+  size_bytes: file?.length ?? 0,
+  mode: file === undefined ? 0o755 : 0o644,
+  modified_at: new Date(0).toISOString(),
+});
 
 export class FakeDriver implements VmDriver {
-  readonly vms = new Map<string, { state: LiveState; files: Map<string, Buffer>; memoryTarget: number }>();
+  readonly vms = new Map<string, { state: LiveState; files: Map<string, Buffer>; dirs: Set<string>; memoryTarget: number }>();
   readonly checkpoints = new Set<string>();
   capacityMib = 64 * 1024;
   /** How long a create or start takes, so that tests can overlap them. */
@@ -58,11 +67,11 @@ export class FakeDriver implements VmDriver {
     await this.#delay();
     if (this.spares.delete(spec.runtimeId) && this.vms.has(spec.runtimeId)) return;
     if (this.#used() + spec.resources.limits.memory_mib > this.capacityMib) throw unavailable('not enough host memory');
-    this.vms.set(spec.runtimeId, { state: 'running', files: new Map(), memoryTarget: spec.resources.requests.memory_mib });
+    this.vms.set(spec.runtimeId, { state: 'running', files: new Map(), dirs: new Set(), memoryTarget: spec.resources.requests.memory_mib });
   }
   async start(spec: VmSpec): Promise<void> {
     await this.#delay();
-    const vm = this.vms.get(spec.runtimeId) ?? { state: 'running' as LiveState, files: new Map(), memoryTarget: 0 };
+    const vm = this.vms.get(spec.runtimeId) ?? { state: 'running' as LiveState, files: new Map(), dirs: new Set<string>(), memoryTarget: 0 };
     vm.state = 'running';
     this.vms.set(spec.runtimeId, vm);
   }
@@ -116,6 +125,38 @@ export class FakeDriver implements VmDriver {
     const data = Buffer.concat(chunks);
     this.#vm(id).files.set(path, data);
     return data.length;
+  }
+  /** Directories: those made with makeDir, and every one a file lies below. No archives. */
+  async listDir(id: string, path: string): Promise<GuestFileInfo[]> {
+    const vm = this.#vm(id);
+    if (vm.files.has(path)) throw invalidArgument(`'${path}' is not a directory`);
+    const prefix = path.endsWith('/') ? path : `${path}/`;
+    const names = new Set([...vm.files.keys(), ...vm.dirs].filter((p) => p.startsWith(prefix)).map((p) => p.slice(prefix.length).split('/')[0]!));
+    if (names.size === 0 && !vm.dirs.has(path)) throw notFound('directory', path);
+    return [...names].sort().map((name) => fakeInfo(prefix + name, vm.files.get(prefix + name)));
+  }
+  async statPath(id: string, path: string): Promise<GuestFileStat> {
+    const file = this.#vm(id).files.get(path);
+    if (file === undefined) await this.listDir(id, path).catch(() => Promise.reject(notFound('path', path)));
+    return { ...fakeInfo(path, file), uid: 0, gid: 0 };
+  }
+  async makeDir(id: string, path: string) {
+    if (this.#vm(id).files.has(path)) throw invalidArgument(`'${path}' or one of its parents is not a directory`);
+    this.#vm(id).dirs.add(path);
+  }
+  async removePath(id: string, path: string, recursive: boolean) {
+    const vm = this.#vm(id);
+    if (vm.files.delete(path)) return;
+    if ((await this.listDir(id, path)).length > 0 && !recursive) throw failedPrecondition(`directory '${path}' is not empty`);
+    const doomed = (p: string) => p === path || p.startsWith(`${path}/`);
+    for (const p of [...vm.files.keys()].filter(doomed)) vm.files.delete(p);
+    for (const p of [...vm.dirs].filter(doomed)) vm.dirs.delete(p);
+  }
+  async readArchive(): Promise<Readable> {
+    throw new VesselError('unimplemented', 'the fake driver makes no archives');
+  }
+  async writeArchive(): Promise<number> {
+    throw new VesselError('unimplemented', 'the fake driver extracts no archives');
   }
   async setMemoryTarget(id: string, mib: number) {
     this.#vm(id).memoryTarget = mib;

@@ -1,9 +1,16 @@
+import { posix } from 'node:path';
 import { Readable } from 'node:stream';
 import { Type } from '@sinclair/typebox';
-import { DataOf, FileQuery, FileWritten, RuntimeParams } from '../schemas.js';
+import { DataOf, Empty, FileInfo, FileQuery, FileStat, FileWritten, RemoveQuery, RuntimeParams, StatQuery } from '../schemas.js';
 import { ERROR_RESPONSES, type RoutePlugin } from './common.js';
 
 const tags = ['files'];
+
+/** Raw bytes in OpenAPI; as a request body, documented only (app.ts validates no body but JSON). */
+const binary = (mediaType: string) => ({ content: { [mediaType]: { schema: { type: 'string', format: 'binary' } } } });
+
+/** A name any client can save to: the directory's own, without quotes or separators. */
+const archiveName = (dir: string): string => `${(posix.basename(dir) || 'root').replace(/[^A-Za-z0-9._-]/g, '_')}.tar`;
 
 /** Its own plugin scope: here, and only here, a body is raw bytes streamed to the guest. */
 export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { core, maxFileBytes }) => {
@@ -38,5 +45,84 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
     const size = await core.runtimes.writeFile(req.principal.tenantId, req.params.runtime_id, req.query.path, body ?? Readable.from([]), maxFileBytes);
     return { data: { path: req.query.path, size_bytes: size } };
   });
-};
 
+  app.delete('/v1/runtimes/:runtime_id/files', {
+    config: { scope: 'files:write' },
+    schema: {
+      tags,
+      summary: 'Remove a file, a symbolic link (not its target) or an empty directory; a whole tree with recursive=true',
+      params: RuntimeParams,
+      querystring: RemoveQuery,
+      response: { 200: Empty, ...ERROR_RESPONSES },
+    },
+  }, async (req) => {
+    await core.runtimes.removePath(req.principal.tenantId, req.params.runtime_id, req.query.path, req.query.recursive ?? false);
+    return { data: {} };
+  });
+
+  app.get('/v1/runtimes/:runtime_id/files/list', {
+    config: { scope: 'files:read' },
+    schema: {
+      tags,
+      summary: "List a directory's entries (not . and ..), sorted by name; symbolic links are not followed",
+      params: RuntimeParams,
+      querystring: FileQuery,
+      response: { 200: DataOf(Type.Array(Type.Ref(FileInfo))), ...ERROR_RESPONSES },
+    },
+  }, async (req) => ({ data: await core.runtimes.listDir(req.principal.tenantId, req.params.runtime_id, req.query.path) }));
+
+  app.get('/v1/runtimes/:runtime_id/files/stat', {
+    config: { scope: 'files:read' },
+    schema: {
+      tags,
+      summary: 'Describe one path',
+      params: RuntimeParams,
+      querystring: StatQuery,
+      response: { 200: DataOf(Type.Ref(FileStat)), ...ERROR_RESPONSES },
+    },
+  }, async (req) => ({ data: await core.runtimes.statPath(req.principal.tenantId, req.params.runtime_id, req.query.path, req.query.follow_symlinks ?? true) }));
+
+  app.post('/v1/runtimes/:runtime_id/files/mkdir', {
+    config: { scope: 'files:write' },
+    schema: {
+      tags,
+      summary: 'Make a directory and its missing parents (mkdir -p); an existing directory is fine',
+      params: RuntimeParams,
+      querystring: FileQuery,
+      response: { 200: DataOf(Type.Object({ path: Type.String() })), ...ERROR_RESPONSES },
+    },
+  }, async (req) => {
+    await core.runtimes.makeDir(req.principal.tenantId, req.params.runtime_id, req.query.path);
+    return { data: { path: req.query.path } };
+  });
+
+  app.get('/v1/runtimes/:runtime_id/files/archive', {
+    config: { scope: 'files:read' },
+    schema: {
+      tags,
+      summary: "Download a directory's contents as a tar archive (streamed; a failure midway breaks the transfer)",
+      params: RuntimeParams,
+      querystring: FileQuery,
+      response: { 200: { description: 'the tar archive of the directory, entries relative to it (./…)', ...binary('application/x-tar') }, ...ERROR_RESPONSES },
+    },
+  }, async (req, reply) => {
+    const archive = await core.runtimes.readArchive(req.principal.tenantId, req.params.runtime_id, req.query.path);
+    return reply.type('application/x-tar').header('content-disposition', `attachment; filename="${archiveName(req.query.path)}"`).send(archive);
+  });
+
+  app.put('/v1/runtimes/:runtime_id/files/archive', {
+    config: { scope: 'files:write' },
+    schema: {
+      tags,
+      summary: 'Extract a tar archive from the raw request body into a directory, which is created with its parents',
+      params: RuntimeParams,
+      querystring: FileQuery,
+      body: binary('application/x-tar'),
+      response: { 200: DataOf(Type.Ref(FileWritten)), ...ERROR_RESPONSES },
+    },
+  }, async (req) => {
+    const body = req.body as Readable | undefined;
+    const size = await core.runtimes.writeArchive(req.principal.tenantId, req.params.runtime_id, req.query.path, body ?? Readable.from([]), maxFileBytes);
+    return { data: { path: req.query.path, size_bytes: size } };
+  });
+};
