@@ -1,8 +1,8 @@
 /**
  * The egress proxy and forwarder in-process, against loopback upstreams that record what reaches
  * them: request framing (smuggling), the decided Host, redaction of injected values, refused
- * methods, odd request targets, per-runtime and per-tenant connection caps, and a detach closing
- * every connection of the runtime.
+ * methods, odd request targets, per-runtime and per-tenant connection caps, a detach closing
+ * every connection of the runtime, and deadlines for slow guests.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -231,4 +231,44 @@ test('a ClientHello split across records is decided on its whole name, never on 
   const audits = h.audits.filter((a) => a.runtimeId === net.id);
   assert.deepEqual(audits.map((a) => [a.detail.action, a.detail.host, a.detail.reason]), [['deny', name, 'host_not_allowed'], ['deny', null, 'bad_request']]);
   h.destination = { address: '127.0.0.1', port: HTTP };
+});
+
+test('a guest that trickles a request head, a TLS handshake or a body is closed, upstream too, and gets its places under the caps back', async () => {
+  const q = new EgressHarness({ perRuntime: 3, perTenant: 4 }, { headersTimeoutMs: 300, bodyIdleTimeoutMs: 200 });
+  await q.start();
+  try {
+    const net = q.runtime('rt-slow', '127.0.0.13', ['api.test'], [q.rule('r-slow', 'slow-secret', { headerName: 'X-Api-Key' })]);
+    const upstream = q.up.port(q.up.http);
+    q.destination = { address: '127.0.0.1', port: upstream };
+    const open = (bytes: string | Buffer) => {
+      const s = connect({ host: '127.0.0.1', port: q.proxyPort, localAddress: net.identity });
+      s.on('error', () => undefined);
+      // Read (and drop) what comes back, so that the close is seen.
+      s.resume();
+      s.write(bytes);
+      return s;
+    };
+    const head = open(`GET /slow-head HTTP/1.1\r\nHost: api.test:${upstream}\r\nX-Slow: a`);
+    // Intercepted (a rule names api.test), and the guest never finishes its handshake.
+    const handshake = open(await clientHello('api.test'));
+    const body = open(`POST /slow-body HTTP/1.1\r\nHost: api.test:${upstream}\r\nContent-Length: 1000000000\r\n\r\n`);
+    const drip = setInterval(() => body.destroyed || body.write('x'), 50);
+    const upstreamConnections = () => new Promise<number>((r) => q.up.http.getConnections((_err, n) => r(n)));
+    try {
+      await waitFor(() => q.up.hits('/slow-body').length === 1).catch(() => assert.fail('the body\'s request never reached the upstream'));
+      for (const [name, s] of Object.entries({ head, handshake, body })) await waitFor(() => s.destroyed, 5000).catch(() => assert.fail(`the slow ${name} is still open`));
+      await waitFor(() => q.limits.count(net.id) === 0).catch(() => assert.fail(`${q.limits.count(net.id)} places still held`));
+      let left = await upstreamConnections();
+      for (let i = 0; left > 0 && i < 100; i++) left = await new Promise((r) => setTimeout(r, 20)).then(upstreamConnections);
+      assert.equal(left, 0, 'the upstream request was closed with it');
+      const guest = q.guestAgent(net.identity);
+      assert.equal((await q.send(guest, 'GET', '/after-slow', ['Host', `api.test:${upstream}`])).status, 200, 'served again');
+      guest.destroy();
+    } finally {
+      clearInterval(drip);
+      for (const s of [head, handshake, body]) s.destroy();
+    }
+  } finally {
+    await q.close();
+  }
 });
