@@ -2,12 +2,14 @@
  * The egress proxy and forwarder in-process, against loopback upstreams that record what reaches
  * them: request framing (smuggling), the decided Host, redaction of injected values, refused
  * methods, odd request targets, per-runtime and per-tenant connection caps, a detach closing
- * every connection of the runtime, and deadlines for slow guests.
+ * every connection of the runtime, deadlines for slow guests, and sniffing that waits for bytes.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { connect, type Socket } from 'node:net';
+import { createRequire } from 'node:module';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
+import { sniffSocket } from '../../src/net/socket-ops.js';
 import { EgressHarness } from '../support/egress-harness.js';
 import { exchange } from '../support/exchange.js';
 import { clientHello, splitRecords } from '../support/tls-hello.js';
@@ -270,5 +272,73 @@ test('a guest that trickles a request head, a TLS handshake or a body is closed,
     }
   } finally {
     await q.close();
+  }
+});
+
+/** The native addon socket-ops.ts loads (the same module object), to count its calls. */
+const nativeOps = createRequire(import.meta.url)('../../../build/Release/socket_ops.node') as { peek: (...args: unknown[]) => unknown };
+
+/** A connection on loopback: the accepted end paused, as the gateway's listeners accept them. */
+async function acceptedPair(): Promise<{ accepted: Socket; client: Socket }> {
+  return new Promise((resolve) => {
+    const server = createServer({ pauseOnConnect: true }, (accepted) => {
+      server.close();
+      accepted.on('error', () => undefined);
+      resolve({ accepted, client });
+    });
+    let client: Socket;
+    server.listen(0, '127.0.0.1', () => {
+      client = connect((server.address() as AddressInfo).port, '127.0.0.1');
+      client.on('error', () => undefined);
+    });
+  });
+}
+
+test('sniffing looks again only when bytes arrive: a silent connection is peeked twice, not every 16 ms', async () => {
+  const peek = nativeOps.peek;
+  let peeks = 0;
+  nativeOps.peek = (...args: unknown[]) => {
+    peeks++;
+    return peek(...args);
+  };
+  const pairs: Array<{ accepted: Socket; client: Socket }> = [];
+  const pair = async () => {
+    const p = await acceptedPair();
+    pairs.push(p);
+    return p;
+  };
+  try {
+    const silent = await pair();
+    peeks = 0;
+    assert.deepEqual(await sniffSocket(silent.accepted, 1000), { kind: 'silent' });
+    assert.ok(peeks <= 2, `${peeks} peeks for a second of silence`);
+
+    // A start and then the end of the stream: decided on the close, not after the 5 s deadline of peeking.
+    const cut = await pair();
+    peeks = 0;
+    cut.client.end('GET /cut');
+    assert.deepEqual(await sniffSocket(cut.accepted, 60_000), { kind: 'other' });
+    assert.ok(peeks <= 3, `${peeks} peeks for a first line cut short`);
+
+    // Each piece wakes it: a ClientHello in three writes is read whole.
+    const pieces = await pair();
+    const hello = await clientHello('api.test');
+    const sniffed = sniffSocket(pieces.accepted, 1000);
+    for (let i = 0; i < 3; i++) {
+      pieces.client.write(hello.subarray(Math.floor((i * hello.length) / 3), Math.floor(((i + 1) * hello.length) / 3)));
+      await new Promise((r) => setTimeout(r, 30));
+    }
+    assert.deepEqual(await sniffed, { kind: 'tls', sni: 'api.test' });
+
+    // Closed while it waits: the wait lets go of its descriptor, so the peer sees the close.
+    const closed = await pair();
+    const waiting = sniffSocket(closed.accepted, 60_000);
+    const peerSawClose = new Promise((r) => closed.client.once('close', r));
+    closed.accepted.destroy();
+    assert.deepEqual(await waiting, { kind: 'other' });
+    await peerSawClose;
+  } finally {
+    nativeOps.peek = peek;
+    for (const p of pairs) [p.accepted, p.client].forEach((s) => s.destroy());
   }
 });
