@@ -15,6 +15,7 @@ import type { ConnectionLimits } from './connection-limits.js';
 import { closeListener, listenOn } from './listeners.js';
 import type { DenyReason, EgressDecisions } from './egress-decisions.js';
 import { HttpForwarder, type HttpContext } from './http-forwarder.js';
+import { RequestDeadlines, type RequestDeadlineOptions } from './request-deadlines.js';
 import type { RuntimeNet, RuntimeRegistry } from './runtime-registry.js';
 import { originalDst, relaySockets, sniffSocket } from './socket-ops.js';
 
@@ -22,12 +23,19 @@ import { originalDst, relaySockets, sniffSocket } from './socket-ops.js';
 const SILENT_MS = 300;
 const CONNECT_TIMEOUT_MS = 10_000;
 const KEEPALIVE_MS = 30_000;
+/** How long an HTTP connection of a guest's may stay idle between requests: its clients pool them. */
+const HTTP_KEEP_ALIVE_MS = 60_000;
 
 export interface ProxyAudit {
   (net: RuntimeNet, kind: 'tcp_connection' | 'http_request', detail: EgressAuditDetail): void;
 }
 
-export interface EgressProxyOptions {
+/**
+ * The deadlines of request-deadlines.ts apply to plain and intercepted HTTP (defaults there;
+ * tests set shorter ones), the head's from when the connection is served as HTTP, so an
+ * intercepted TLS handshake is within it.
+ */
+export interface EgressProxyOptions extends RequestDeadlineOptions {
   registry: RuntimeRegistry;
   decisions: EgressDecisions;
   ca: CertificateAuthority;
@@ -44,17 +52,22 @@ type Destination = { address: string; port: number };
 
 export class EgressProxy {
   readonly #server: Server;
-  readonly #http = createHttpServer({ requireHostHeader: true, keepAliveTimeout: 60_000 });
+  readonly #http = createHttpServer({ requireHostHeader: true, keepAliveTimeout: HTTP_KEEP_ALIVE_MS });
   readonly #contexts = new WeakMap<Socket, HttpContext>();
+  /** The accepted socket under each TLS socket made on it. */
+  readonly #rawOf = new WeakMap<Socket, Socket>();
+  readonly #deadlines: RequestDeadlines;
   /** Gives back a guest connection's place under the caps; a splice hands it to its relay. */
   readonly #releases = new WeakMap<Socket, () => void>();
 
   constructor(private readonly opts: EgressProxyOptions) {
+    this.#deadlines = new RequestDeadlines(opts, HTTP_KEEP_ALIVE_MS);
     // Paused until the decision: peeking leaves the bytes in the kernel for whoever takes over.
     this.#server = createServer({ pauseOnConnect: true, noDelay: true }, (s) => void this.#accept(s));
     this.#http.on('request', (req: IncomingMessage, res: ServerResponse) => {
       const ctx = this.#contexts.get(req.socket);
       if (ctx === undefined) return void res.destroy();
+      this.#deadlines.request(this.#rawOf.get(req.socket) ?? req.socket, req, res);
       void opts.forwarder.handle(ctx, req, res);
     });
     // Malformed requests (smuggling attempts with both Content-Length and Transfer-Encoding
@@ -69,8 +82,15 @@ export class EgressProxy {
     });
   }
 
-  listen = (host: string, port: number): Promise<void> => listenOn(this.#server, host, port, this.opts.log);
-  close = (): Promise<void> => closeListener(this.#server, this.#http);
+  listen = async (host: string, port: number): Promise<void> => {
+    await listenOn(this.#server, host, port, this.opts.log);
+    this.#deadlines.start();
+  };
+
+  close = (): Promise<void> => {
+    this.#deadlines.stop();
+    return closeListener(this.#server, this.#http);
+  };
 
   async #accept(socket: Socket): Promise<void> {
     socket.on('error', () => undefined);
@@ -129,7 +149,7 @@ export class EgressProxy {
       ALPNProtocols: ['http/1.1'],
     });
     tlsSocket.on('error', () => socket.destroy());
-    this.#serveHttp(tlsSocket, { net, port: dst.port, shownIp: dst.address, tls: { sni: host } });
+    this.#serveHttp(tlsSocket, { net, port: dst.port, shownIp: dst.address, tls: { sni: host } }, socket);
     socket.resume();
   }
 
@@ -140,8 +160,11 @@ export class EgressProxy {
     this.#splice(socket, net, target.ip, dst.port);
   }
 
-  #serveHttp(socket: Socket, ctx: HttpContext): void {
+  /** Serves `socket` (on `raw`, the accepted socket, when it is TLS) request by request. */
+  #serveHttp(socket: Socket, ctx: HttpContext, raw = socket): void {
     this.#contexts.set(socket, ctx);
+    this.#rawOf.set(socket, raw);
+    this.#deadlines.admit(raw);
     this.#http.emit('connection', socket);
     socket.resume();
   }

@@ -18,6 +18,7 @@ import type { GatewayHooks } from '../core/ports.js';
 import type { CertificateAuthority } from './certificate-authority.js';
 import { endToEndHeaders, headerValues, requestFraming, responseLength, writeRelayedHead } from './forwarded-headers.js';
 import { closeListener, listenOn } from './listeners.js';
+import { RequestDeadlines, type RequestDeadlineOptions } from './request-deadlines.js';
 import type { RuntimeNet, RuntimeRegistry } from './runtime-registry.js';
 import { sniffSocket } from './socket-ops.js';
 import { ConnectionsPerSource } from './source-caps.js';
@@ -32,26 +33,21 @@ export const MAX_INGRESS_CONNECTIONS_PER_SOURCE = 64;
 export const MAX_INGRESS_CONNECTIONS = 4096;
 /** How long a client may stay silent before it is served as plain HTTP. */
 const SILENT_MS = 10_000;
-/**
- * How long a connection may take to deliver a whole request head: from accept (sniffing and any
- * TLS handshake included), and again from the end of each response on a kept-alive connection.
- * The internal HTTP server is only handed sockets and never listens, so Node's own
- * headersTimeout/requestTimeout checks (started by 'listening') never run for it: this does.
- */
-export const INGRESS_HEADERS_TIMEOUT_MS = 20_000;
 /** Set by the gateway on every request to a guest; what the client sent under these names is dropped. */
 const SET_FOR_GUEST: ReadonlySet<string> = new Set(['x-forwarded-proto', 'x-forwarded-for']);
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
-export interface IngressOptions {
+/**
+ * The deadlines of request-deadlines.ts (defaults there; tests set shorter ones). The head's runs
+ * from accept, sniffing and any TLS handshake included.
+ */
+export interface IngressOptions extends RequestDeadlineOptions {
   domain: string;
   registry: RuntimeRegistry;
   ca: CertificateAuthority;
   hooks: () => GatewayHooks | null;
   log: { warn(o: object, m: string): void };
-  /** INGRESS_HEADERS_TIMEOUT_MS unless set (tests). */
-  headersTimeoutMs?: number;
 }
 
 /** `8000-<uuid>.example.test` with domain `example.test` → { port: 8000, runtimeId: '<uuid>' }. */
@@ -74,23 +70,17 @@ export class Ingress {
   readonly #perSource = new ConnectionsPerSource(MAX_INGRESS_CONNECTIONS_PER_SOURCE, MAX_INGRESS_CONNECTIONS);
   /** The accepted socket under each TLS socket made on it. */
   readonly #rawOf = new WeakMap<Socket, Socket>();
-  /** Accepted sockets waiting for a whole request head, and until when. */
-  readonly #awaitingHead = new Map<Socket, number>();
-  readonly #headersTimeoutMs: number;
-  #watchdog: NodeJS.Timeout | null = null;
+  readonly #deadlines: RequestDeadlines;
 
   constructor(private readonly opts: IngressOptions) {
-    this.#headersTimeoutMs = opts.headersTimeoutMs ?? INGRESS_HEADERS_TIMEOUT_MS;
+    this.#deadlines = new RequestDeadlines(opts);
     this.#server = createServer({ pauseOnConnect: true }, (s) => this.#admit(s));
     this.#http.on('request', (req: IncomingMessage, res: ServerResponse) => {
-      const raw = this.#rawOf.get(req.socket) ?? req.socket;
-      this.#awaitingHead.delete(raw);
-      // The next request on a kept-alive connection has the same time to arrive.
-      res.once('finish', () => raw.destroyed || this.#awaitHead(raw));
+      this.#deadlines.request(this.#rawOf.get(req.socket) ?? req.socket, req, res);
       void this.#guard(req.socket, () => this.#forward(req, res));
     });
     this.#http.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
-      this.#awaitingHead.delete(this.#rawOf.get(socket) ?? socket);
+      this.#deadlines.release(this.#rawOf.get(socket) ?? socket);
       void this.#guard(socket, () => this.#upgrade(req, socket, head));
     });
     this.#http.on('clientError', (_err, socket: Socket) => socket.destroy());
@@ -98,16 +88,11 @@ export class Ingress {
 
   listen = async (host: string, port: number): Promise<void> => {
     await listenOn(this.#server, host, port, this.opts.log);
-    const now = () => Date.now();
-    this.#watchdog = setInterval(() => {
-      for (const [socket, deadline] of this.#awaitingHead) if (now() > deadline) socket.destroy();
-    }, Math.max(10, Math.min(1000, this.#headersTimeoutMs / 4)));
-    this.#watchdog.unref();
+    this.#deadlines.start();
   };
 
   close = (): Promise<void> => {
-    if (this.#watchdog !== null) clearInterval(this.#watchdog);
-    for (const socket of this.#awaitingHead.keys()) socket.destroy();
+    this.#deadlines.stop();
     return closeListener(this.#server, this.#http);
   };
 
@@ -115,14 +100,8 @@ export class Ingress {
   #admit(socket: Socket): void {
     socket.on('error', () => undefined);
     if (!this.#perSource.admit(socket)) return void socket.destroy();
-    this.#awaitHead(socket);
-    socket.once('close', () => this.#awaitingHead.delete(socket));
+    this.#deadlines.admit(socket);
     void this.#guard(socket, () => this.#accept(socket));
-  }
-
-  /** From now, `socket` has the headers timeout to deliver a whole request head, or it is closed. */
-  #awaitHead(socket: Socket): void {
-    this.#awaitingHead.set(socket, Date.now() + this.#headersTimeoutMs);
   }
 
   /** Runs a handler; whatever it throws closes the connection instead of leaving it open. */

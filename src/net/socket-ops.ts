@@ -6,6 +6,8 @@ import { MAX_SNIFF_BYTES, sniff, type Sniffed } from './traffic-sniff.js';
 interface SocketOps {
   originalDst(fd: number): { address: string; port: number };
   peek(fd: number, max: number): Buffer | null;
+  whenReadable(fd: number, held: number, callback: (ended: boolean) => void): object;
+  cancelReadable(waiter: object): void;
   relay(a: number, b: number, tag: number): number;
   closeRelays(tag: number): void;
   relayEvents(callback: (kind: number, value: number) => void): void;
@@ -76,27 +78,64 @@ export const peekBytes = (socket: Socket, max: number): Buffer | null => ops.pee
 
 /** A ClientHello or request line that has not arrived whole by then is taken as something else. */
 const SNIFF_DEADLINE_MS = 5000;
-const sleep = (ms: number) => new Promise<void>((r) => (ms === 0 ? setImmediate(r) : setTimeout(r, ms)));
+/**
+ * Peeks taken as soon as bytes arrive; after these, a connection whose first bytes keep coming in
+ * small pieces is peeked at most once per TRICKLE_GAP_MS, so that a guest sending a byte per
+ * packet costs no more peeks (each a copy of all it sent so far) than it used to when we polled.
+ * A real ClientHello fits in one to three segments.
+ */
+const PROMPT_PEEKS = 3;
+const TRICKLE_GAP_MS = 16;
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /**
- * What a paused socket's client sent first, read without consuming it: polled at once, then
- * with a short backoff. `silent` when the client has said nothing for `silentMs`.
+ * Resolves once `socket` holds more than `held` bytes ('more'), its peer has closed or it failed,
+ * or it was closed here ('ended'), or `ms` have passed ('timeout'). Nothing runs meanwhile: the
+ * kernel's readiness wakes the event loop (whenReadable in socket_ops.c).
+ */
+function moreBytes(socket: Socket, held: number, ms: number): Promise<'more' | 'ended' | 'timeout'> {
+  return new Promise((resolve) => {
+    const finish = (how: 'more' | 'ended' | 'timeout') => {
+      clearTimeout(timer);
+      socket.off('close', closed);
+      resolve(how);
+    };
+    const waiter = ops.whenReadable(socketFd(socket), held, (ended) => finish(ended ? 'ended' : 'more'));
+    // The waiter holds a duplicate of the descriptor: the connection closes only once it lets go.
+    const closed = () => {
+      ops.cancelReadable(waiter);
+      finish('ended');
+    };
+    const timer = setTimeout(() => {
+      ops.cancelReadable(waiter);
+      finish('timeout');
+    }, ms);
+    socket.once('close', closed);
+  });
+}
+
+/**
+ * What a paused socket's client sent first, read without consuming it (whoever takes the socket
+ * next, Node's TLS or HTTP server or the native relay, reads it from the kernel), and looked at
+ * again only when more has arrived. `silent` when the client has said nothing for `silentMs`.
  */
 export async function sniffSocket(socket: Socket, silentMs: number): Promise<Sniffed | { kind: 'silent' }> {
   const start = Date.now();
-  for (let i = 0; ; i++) {
+  let ended = false;
+  for (let peeks = 1; ; peeks++) {
     if (socket.destroyed) return { kind: 'other' };
     const buf = peekBytes(socket, MAX_SNIFF_BYTES);
-    const waited = Date.now() - start;
     if (buf !== null) {
       if (buf.length === 0) return { kind: 'other' };
       const s = sniff(buf);
       if (s.kind !== 'incomplete') return s;
-      // A ClientHello still not whole is refused, never decided on the part that came.
-      if (waited > SNIFF_DEADLINE_MS) return { kind: buf[0] === 0x16 ? 'bad_tls' : 'other' };
-    } else if (waited > silentMs) {
-      return { kind: 'silent' };
     }
-    await sleep(i < 3 ? 0 : Math.min(16, 1 << (i - 3)));
+    // The first byte may take silentMs; once some came, the rest must come by SNIFF_DEADLINE_MS.
+    const left = (buf === null ? silentMs : SNIFF_DEADLINE_MS) - (Date.now() - start);
+    // A ClientHello not whole by then, or cut short by its sender, is refused, never decided on the part that came.
+    if (ended || (left <= 0 && buf !== null)) return { kind: buf?.[0] === 0x16 ? 'bad_tls' : 'other' };
+    if (left <= 0) return { kind: 'silent' };
+    if (buf !== null && peeks >= PROMPT_PEEKS) await sleep(TRICKLE_GAP_MS);
+    ended = (await moreBytes(socket, buf?.length ?? 0, left)) === 'ended';
   }
 }

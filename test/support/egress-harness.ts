@@ -15,6 +15,7 @@ import { ConnectionLimits, type ConnectionCaps } from '../../src/net/connection-
 import { EgressDecisions } from '../../src/net/egress-decisions.js';
 import { EgressProxy } from '../../src/net/egress-proxy.js';
 import { HttpForwarder } from '../../src/net/http-forwarder.js';
+import type { RequestDeadlineOptions } from '../../src/net/request-deadlines.js';
 import { NameResolver } from '../../src/net/resolver.js';
 import { RuntimeNet, RuntimeRegistry } from '../../src/net/runtime-registry.js';
 import { SecretCache } from '../../src/net/secret-cache.js';
@@ -42,7 +43,10 @@ export class EgressHarness {
   /** Where the next proxied connection was meant to go (what SO_ORIGINAL_DST would say). */
   destination = { address: '127.0.0.1', port: 0 };
 
-  constructor(private readonly caps: ConnectionCaps = { perRuntime: 256, perTenant: 1024 }) {}
+  constructor(
+    private readonly caps: ConnectionCaps = { perRuntime: 256, perTenant: 1024 },
+    private readonly deadlines: RequestDeadlineOptions = {},
+  ) {}
 
   async start(): Promise<void> {
     await this.up.start();
@@ -72,6 +76,7 @@ export class EgressHarness {
       activity: () => undefined,
       log: quietLog,
       originalDst: () => this.destination,
+      ...this.deadlines,
     });
     this.proxyPort = await freePort();
     await this.proxy.listen('127.0.0.1', this.proxyPort);

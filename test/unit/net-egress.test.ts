@@ -1,13 +1,15 @@
 /**
  * The egress proxy and forwarder in-process, against loopback upstreams that record what reaches
  * them: request framing (smuggling), the decided Host, redaction of injected values, refused
- * methods, odd request targets, per-runtime and per-tenant connection caps, and a detach closing
- * every connection of the runtime.
+ * methods, odd request targets, per-runtime and per-tenant connection caps, a detach closing
+ * every connection of the runtime, deadlines for slow guests, and sniffing that waits for bytes.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { connect, type Socket } from 'node:net';
+import { createRequire } from 'node:module';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
+import { sniffSocket } from '../../src/net/socket-ops.js';
 import { EgressHarness } from '../support/egress-harness.js';
 import { exchange } from '../support/exchange.js';
 import { clientHello, splitRecords } from '../support/tls-hello.js';
@@ -231,4 +233,112 @@ test('a ClientHello split across records is decided on its whole name, never on 
   const audits = h.audits.filter((a) => a.runtimeId === net.id);
   assert.deepEqual(audits.map((a) => [a.detail.action, a.detail.host, a.detail.reason]), [['deny', name, 'host_not_allowed'], ['deny', null, 'bad_request']]);
   h.destination = { address: '127.0.0.1', port: HTTP };
+});
+
+test('a guest that trickles a request head, a TLS handshake or a body is closed, upstream too, and gets its places under the caps back', async () => {
+  const q = new EgressHarness({ perRuntime: 3, perTenant: 4 }, { headersTimeoutMs: 300, bodyIdleTimeoutMs: 200 });
+  await q.start();
+  try {
+    const net = q.runtime('rt-slow', '127.0.0.13', ['api.test'], [q.rule('r-slow', 'slow-secret', { headerName: 'X-Api-Key' })]);
+    const upstream = q.up.port(q.up.http);
+    q.destination = { address: '127.0.0.1', port: upstream };
+    const open = (bytes: string | Buffer) => {
+      const s = connect({ host: '127.0.0.1', port: q.proxyPort, localAddress: net.identity });
+      s.on('error', () => undefined);
+      // Read (and drop) what comes back, so that the close is seen.
+      s.resume();
+      s.write(bytes);
+      return s;
+    };
+    const head = open(`GET /slow-head HTTP/1.1\r\nHost: api.test:${upstream}\r\nX-Slow: a`);
+    // Intercepted (a rule names api.test), and the guest never finishes its handshake.
+    const handshake = open(await clientHello('api.test'));
+    const body = open(`POST /slow-body HTTP/1.1\r\nHost: api.test:${upstream}\r\nContent-Length: 1000000000\r\n\r\n`);
+    const drip = setInterval(() => body.destroyed || body.write('x'), 50);
+    const upstreamConnections = () => new Promise<number>((r) => q.up.http.getConnections((_err, n) => r(n)));
+    try {
+      await waitFor(() => q.up.hits('/slow-body').length === 1).catch(() => assert.fail('the body\'s request never reached the upstream'));
+      for (const [name, s] of Object.entries({ head, handshake, body })) await waitFor(() => s.destroyed, 5000).catch(() => assert.fail(`the slow ${name} is still open`));
+      await waitFor(() => q.limits.count(net.id) === 0).catch(() => assert.fail(`${q.limits.count(net.id)} places still held`));
+      let left = await upstreamConnections();
+      for (let i = 0; left > 0 && i < 100; i++) left = await new Promise((r) => setTimeout(r, 20)).then(upstreamConnections);
+      assert.equal(left, 0, 'the upstream request was closed with it');
+      const guest = q.guestAgent(net.identity);
+      assert.equal((await q.send(guest, 'GET', '/after-slow', ['Host', `api.test:${upstream}`])).status, 200, 'served again');
+      guest.destroy();
+    } finally {
+      clearInterval(drip);
+      for (const s of [head, handshake, body]) s.destroy();
+    }
+  } finally {
+    await q.close();
+  }
+});
+
+/** The native addon socket-ops.ts loads (the same module object), to count its calls. */
+const nativeOps = createRequire(import.meta.url)('../../../build/Release/socket_ops.node') as { peek: (...args: unknown[]) => unknown };
+
+/** A connection on loopback: the accepted end paused, as the gateway's listeners accept them. */
+async function acceptedPair(): Promise<{ accepted: Socket; client: Socket }> {
+  return new Promise((resolve) => {
+    const server = createServer({ pauseOnConnect: true }, (accepted) => {
+      server.close();
+      accepted.on('error', () => undefined);
+      resolve({ accepted, client });
+    });
+    let client: Socket;
+    server.listen(0, '127.0.0.1', () => {
+      client = connect((server.address() as AddressInfo).port, '127.0.0.1');
+      client.on('error', () => undefined);
+    });
+  });
+}
+
+test('sniffing looks again only when bytes arrive: a silent connection is peeked twice, not every 16 ms', async () => {
+  const peek = nativeOps.peek;
+  let peeks = 0;
+  nativeOps.peek = (...args: unknown[]) => {
+    peeks++;
+    return peek(...args);
+  };
+  const pairs: Array<{ accepted: Socket; client: Socket }> = [];
+  const pair = async () => {
+    const p = await acceptedPair();
+    pairs.push(p);
+    return p;
+  };
+  try {
+    const silent = await pair();
+    peeks = 0;
+    assert.deepEqual(await sniffSocket(silent.accepted, 1000), { kind: 'silent' });
+    assert.ok(peeks <= 2, `${peeks} peeks for a second of silence`);
+
+    // A start and then the end of the stream: decided on the close, not after the 5 s deadline of peeking.
+    const cut = await pair();
+    peeks = 0;
+    cut.client.end('GET /cut');
+    assert.deepEqual(await sniffSocket(cut.accepted, 60_000), { kind: 'other' });
+    assert.ok(peeks <= 3, `${peeks} peeks for a first line cut short`);
+
+    // Each piece wakes it: a ClientHello in three writes is read whole.
+    const pieces = await pair();
+    const hello = await clientHello('api.test');
+    const sniffed = sniffSocket(pieces.accepted, 1000);
+    for (let i = 0; i < 3; i++) {
+      pieces.client.write(hello.subarray(Math.floor((i * hello.length) / 3), Math.floor(((i + 1) * hello.length) / 3)));
+      await new Promise((r) => setTimeout(r, 30));
+    }
+    assert.deepEqual(await sniffed, { kind: 'tls', sni: 'api.test' });
+
+    // Closed while it waits: the wait lets go of its descriptor, so the peer sees the close.
+    const closed = await pair();
+    const waiting = sniffSocket(closed.accepted, 60_000);
+    const peerSawClose = new Promise((r) => closed.client.once('close', r));
+    closed.accepted.destroy();
+    assert.deepEqual(await waiting, { kind: 'other' });
+    await peerSawClose;
+  } finally {
+    nativeOps.peek = peek;
+    for (const p of pairs) [p.accepted, p.client].forEach((s) => s.destroy());
+  }
 });

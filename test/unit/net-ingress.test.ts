@@ -1,18 +1,20 @@
 /**
  * Ingress in-process: a "guest" is a loopback upstream that records what reaches it. Bad TLS
  * handshakes leave no descriptor behind, one client address cannot hold more than its share of
- * connections, bodies reach the guest framed, and only runtime ids route.
+ * connections, bodies reach the guest framed, only runtime ids route, and a client that trickles
+ * its request head or body is closed at its deadline.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { readdirSync } from 'node:fs';
 import { Agent, request } from 'node:http';
-import { connect } from 'node:net';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import type { GatewayHooks } from '../../src/core/ports.js';
 import { CertificateAuthority } from '../../src/net/certificate-authority.js';
 import { Ingress, MAX_INGRESS_CONNECTIONS_PER_SOURCE, parseIngressHost } from '../../src/net/ingress.js';
+import type { RequestDeadlineOptions } from '../../src/net/request-deadlines.js';
 import { RuntimeNet, RuntimeRegistry } from '../../src/net/runtime-registry.js';
 import { freePort } from '../support/service.js';
 import { BAD_RESPONSES, Upstreams } from '../support/upstream.js';
@@ -98,9 +100,9 @@ test('one client address holds at most its share of ingress connections', async 
   for (const s of [...sockets, other]) s.destroy();
 });
 
-function visit(agent: Agent, host: string, method: string, path: string, headers: string[], body?: string): Promise<{ status: number; body: string }> {
+function visit(agent: Agent, host: string, method: string, path: string, headers: string[], body?: string, port = PORT): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port: PORT, method, path, headers: ['Host', host, ...headers], setHost: false, agent }, (res) => {
+    const req = request({ host: '127.0.0.1', port, method, path, headers: ['Host', host, ...headers], setHost: false, agent }, (res) => {
       let text = '';
       res.on('data', (d) => (text += d));
       res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
@@ -183,4 +185,90 @@ test('an upgrade is spliced only once the guest answers 101: requests pipelined 
   const accepted = await rawVisit(upgrade('/ws-ok') + 'frame-bytes-after-101', '127.0.0.42');
   assert.match(accepted, /^HTTP\/1\.1 101 /);
   assert.ok(up.scriptedReceived.endsWith('frame-bytes-after-101'), 'after a 101 the client\'s bytes flow to the guest');
+});
+
+/** An ingress of its own with the deadlines `opts` sets, routing every port of RUNTIME over http. */
+async function ingressWith(opts: RequestDeadlineOptions): Promise<{ ingress: Ingress; port: number }> {
+  const hooks = { ingressTarget: async () => ({ runtimeId: RUNTIME, protocol: 'http' as const }), activity: () => undefined } as unknown as GatewayHooks;
+  const ingress = new Ingress({ domain: 'localhost', registry, ca: await CertificateAuthority.loadOrCreate(up.dir), hooks: () => hooks, log: quietLog, ...opts });
+  const port = await freePort();
+  await ingress.listen('127.0.0.1', port);
+  return { ingress, port };
+}
+
+/** A guest port that reads all it is sent and never answers; it counts connections and bytes. */
+async function mutedGuest(): Promise<{ port: number; open: Set<Socket>; accepted: () => number; bytes: () => number; close(): void }> {
+  const open = new Set<Socket>();
+  let accepted = 0;
+  let bytes = 0;
+  const server = createServer((s) => {
+    accepted++;
+    open.add(s);
+    s.on('data', (d: Buffer) => (bytes += d.length));
+    s.on('close', () => open.delete(s));
+    s.on('error', () => undefined);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  return {
+    port: (server.address() as AddressInfo).port,
+    open,
+    accepted: () => accepted,
+    bytes: () => bytes,
+    close: () => {
+      for (const s of open) s.destroy();
+      server.close();
+    },
+  };
+}
+
+test('a request body that trickles is closed at its idle deadline, the guest side too, and its client gets its places back', async () => {
+  const { ingress: quick, port } = await ingressWith({ bodyIdleTimeoutMs: 200 });
+  const guest = await mutedGuest();
+  const head = `POST /trickle HTTP/1.1\r\nHost: ${guest.port}-${RUNTIME}.localhost\r\nContent-Length: 1000000000\r\n\r\n`;
+  // As many as one address may hold: while they are open, nothing more of it is served.
+  const visitors = Array.from({ length: MAX_INGRESS_CONNECTIONS_PER_SOURCE }, () => {
+    const s = connect({ host: '127.0.0.1', port, localAddress: '127.0.0.35' });
+    s.on('error', () => undefined);
+    s.write(head);
+    return s;
+  });
+  // A byte every 50 ms each: never silent for 200 ms, far below the minimum rate.
+  const drip = setInterval(() => visitors.forEach((s) => s.destroyed || s.write('x')), 50);
+  try {
+    assert.ok(await settle(() => guest.accepted() === visitors.length), `${guest.accepted()} requests reached the guest`);
+    assert.ok(await settle(() => visitors.every((s) => s.destroyed)), `${visitors.filter((s) => !s.destroyed).length} trickling visitors still open`);
+    assert.ok(await settle(() => guest.open.size === 0), `${guest.open.size} guest connections still open`);
+    const again = new Agent({ localAddress: '127.0.0.35' } as ConstructorParameters<typeof Agent>[0]);
+    assert.equal((await visit(again, `${GUEST_PORT}-${RUNTIME}.localhost`, 'GET', '/after-trickle', [], undefined, port)).status, 200, 'the address is served again');
+    again.destroy();
+  } finally {
+    clearInterval(drip);
+    for (const s of visitors) s.destroy();
+    guest.close();
+    await quick.close();
+  }
+});
+
+test('a body that keeps a fair rate outlives its idle windows, but the whole request has a deadline', async () => {
+  const { ingress: quick, port } = await ingressWith({ bodyIdleTimeoutMs: 200, requestTimeoutMs: 2000 });
+  const guest = await mutedGuest();
+  const visitor = connect({ host: '127.0.0.1', port, localAddress: '127.0.0.36' });
+  visitor.on('error', () => undefined);
+  visitor.write(`POST /steady HTTP/1.1\r\nHost: ${guest.port}-${RUNTIME}.localhost\r\nTransfer-Encoding: chunked\r\n\r\n`);
+  // 32 KiB every 50 ms: twice the minimum progress in each tick, forever.
+  const size = 32 * 1024;
+  const chunk = `${size.toString(16)}\r\n${'x'.repeat(size)}\r\n`;
+  const pump = setInterval(() => visitor.destroyed || visitor.write(chunk), 50);
+  try {
+    // Eight ticks: twice the idle timeout, and more.
+    assert.ok(await settle(() => guest.bytes() >= 8 * size || visitor.destroyed), 'the body reaches the guest');
+    assert.equal(visitor.destroyed, false, 'not closed while its body keeps coming');
+    assert.ok(await settle(() => visitor.destroyed), 'closed at the request deadline');
+    assert.ok(await settle(() => guest.open.size === 0), 'and so is the guest side');
+  } finally {
+    clearInterval(pump);
+    visitor.destroy();
+    guest.close();
+    await quick.close();
+  }
 });
