@@ -19,8 +19,13 @@ import { RequestDeadlines, type RequestDeadlineOptions } from './request-deadlin
 import type { RuntimeNet, RuntimeRegistry } from './runtime-registry.js';
 import { originalDst, relaySockets, sniffSocket } from './socket-ops.js';
 
-/** A client that says nothing this long is taken to speak a server-first protocol (raw TCP). */
-const SILENT_MS = 300;
+/**
+ * A client that says nothing this long is taken to speak a server-first protocol (raw TCP,
+ * allowed only by a DNS pin). A TLS client in a loaded TCG guest can take several hundred
+ * milliseconds between connect and its ClientHello (300 ms was seen to be too short under load),
+ * and a server-first protocol's banner waiting a second once per connection costs little.
+ */
+const SILENT_MS = 1000;
 const CONNECT_TIMEOUT_MS = 10_000;
 const KEEPALIVE_MS = 30_000;
 /** How long an HTTP connection of a guest's may stay idle between requests: its clients pool them. */
