@@ -21,6 +21,7 @@ import { RateLimiter, type RateLimitConfig } from './rate-limit.js';
 import { SHARED_SCHEMAS } from './schemas.js';
 import { checkpointRoutes } from './routes/checkpoints.js';
 import { fileRoutes } from './routes/files.js';
+import { endEventStreams } from './event-stream.js';
 import { processRoutes, stdinRoutes } from './routes/processes.js';
 import { TERMINAL_MAX_MESSAGE, terminalRoutes } from './routes/terminal.js';
 import { runtimeRoutes } from './routes/runtimes.js';
@@ -214,6 +215,12 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   // Open to a local Prometheus; from elsewhere, route names and counts tell what tenants do.
   const metricsConfig: FastifyContextConfig = isLoopbackHost(options.listenHost) ? {} : { scope: 'admin' };
   app.get('/metrics', { schema: { hide: true }, config: metricsConfig }, async (_req, reply) => reply.type(metrics.contentType).send(await metrics.render()));
+
+  // An open event stream is never idle: Fastify would wait for it to end before closing.
+  app.addHook('preClose', (done) => {
+    endEventStreams(app.server);
+    done();
+  });
 
   const core = options.core;
   await app.register(runtimeRoutes, { core });

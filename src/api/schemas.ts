@@ -274,7 +274,7 @@ export const ProcessParams = Type.Object({ runtime_id: Type.String(), process_id
 export const OutputQuery = Type.Object({
   since: Type.Optional(
     Type.String({
-      pattern: '^[0-9]{1,16}(,[0-9]{1,16})?$',
+      pattern: '^[0-9]{1,15}(,[0-9]{1,15})?$',
       description: 'where to resume: the stdout offset, or "stdout,stderr" offsets (an event\'s id); default: the oldest byte kept',
     }),
   ),

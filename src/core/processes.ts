@@ -23,6 +23,12 @@ const STREAM_RING_BYTES = 64 * 1024;
 const TERMINAL_RING_BYTES = 256 * 1024;
 /** How long a closed terminal's tree has after SIGHUP before it is killed. */
 const HANGUP_GRACE_MS = 2000;
+/**
+ * How long a timed-out command's output may still flow after its tree was killed. A descendant
+ * that left the tree before the walk (re-parented to init) can hold stdout open forever; the
+ * stream is let go then, as the buffered exec does.
+ */
+const KILL_GRACE_MS = 5000;
 /** The signals the API takes by name: what a user sends to a process they run, nothing exotic. */
 export const SIGNAL_NAMES = ['SIGHUP', 'SIGINT', 'SIGQUIT', 'SIGKILL', 'SIGUSR1', 'SIGUSR2', 'SIGTERM', 'SIGCONT', 'SIGSTOP', 'SIGTSTP', 'SIGWINCH'] as const;
 export type SignalName = (typeof SIGNAL_NAMES)[number];
@@ -96,13 +102,16 @@ export class ProcessService {
     let timedOut = false;
     let finished = false;
     const kill = () => this.driver.signalProcess(runtimeId, stream.state.id, osConstants.signals.SIGKILL, true).catch(() => undefined);
-    const timer = setTimeout(() => {
-      timedOut = true;
-      void kill();
-    }, Math.min(req.timeoutSecs * 1000, 2 ** 31 - 1));
+    const timers = [
+      setTimeout(() => {
+        timedOut = true;
+        void kill();
+        timers.push(setTimeout(() => stream.detach(), KILL_GRACE_MS));
+      }, Math.min(req.timeoutSecs * 1000, 2 ** 31 - 1)),
+    ];
     const end = () => {
       finished = true;
-      clearTimeout(timer);
+      for (const t of timers) clearTimeout(t);
       release();
     };
     return {
@@ -154,8 +163,11 @@ export class ProcessService {
     return this.#attach(runtimeId, processId, { from, follow, input: false }, null);
   }
 
-  /** Writes to a process's stdin; `eof` closes it afterwards. Resolves once the guest took every byte. */
-  async writeStdin(tenantId: string, ref: string, processId: number, body: Readable, eof: boolean, maxBytes: number): Promise<number> {
+  /**
+   * Writes to a process's stdin; `eof` closes it afterwards. Resolves once the guest took every
+   * byte; `abort` (the client went away) stops waiting for a process that does not read.
+   */
+  async writeStdin(tenantId: string, ref: string, processId: number, body: Readable, eof: boolean, maxBytes: number, abort: AbortSignal): Promise<number> {
     const runtimeId = await this.#running(tenantId, ref);
     const known = await this.#find(runtimeId, processId);
     if (known.status !== 'running') throw failedPrecondition(`process ${processId} has exited`);
@@ -163,6 +175,13 @@ export class ProcessService {
     return this.runtimes.busy(runtimeId, async () => {
       // FOLLOW keeps the stream (and with it the ownership of stdin) open until we detach.
       const stream = await this.driver.attachProcess(runtimeId, processId, { from: 'end', follow: true, input: true });
+      // Its output is not ours to read, but unread it would stall the stream at its window.
+      void (async () => {
+        for await (const _ of stream);
+      })().catch(() => undefined);
+      const detach = () => stream.detach();
+      if (abort.aborted) detach();
+      abort.addEventListener('abort', detach);
       let written = 0;
       try {
         for await (const chunk of body) {
@@ -174,6 +193,7 @@ export class ProcessService {
         if (eof) stream.endInput();
         return written;
       } finally {
+        abort.removeEventListener('abort', detach);
         stream.detach();
       }
     });

@@ -309,7 +309,7 @@ export class RuntimeService {
     return () => {
       if (!held) return;
       held = false;
-      this.touch(runtimeId);
+      if (this.#activity.has(runtimeId)) this.touch(runtimeId); // not for a runtime deleted meanwhile
       const left = (this.#inFlight.get(runtimeId) ?? 1) - 1;
       if (left > 0) this.#inFlight.set(runtimeId, left);
       else this.#inFlight.delete(runtimeId);

@@ -34,9 +34,13 @@ function processFailure(err: unknown, processId: number): unknown {
   if (err.kind === 'NO_PROCESS') return notFound('process', String(processId));
   if (err.kind === 'ERRNO' && err.errno === EBUSY) return failedPrecondition(`process ${processId} is still running; signal it first`);
   if (err.kind === 'ERRNO' && err.errno === ENOTTY) return failedPrecondition(`process ${processId} has no terminal`);
+  if (err.kind === 'ERRNO' && err.errno === ESRCH) return failedPrecondition(`process ${processId} has exited`);
   if (err.kind === 'LIMIT') return failedPrecondition(`the guest is at its limit of readers or processes: ${err.detail}`);
+  // What else the guest refuses is about the guest (its kernel said no), not a fault of ours.
+  if (err.kind === 'ERRNO') return failedPrecondition(`the guest refused: ${err.detail}`);
   return new VesselError('internal', `the guest agent refused: ${err.detail}`);
 }
+const ESRCH = 3;
 const EBUSY = 16;
 const ENOTTY = 25;
 

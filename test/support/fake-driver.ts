@@ -95,7 +95,7 @@ export class FakeDriver implements VmDriver {
   async exec(_id: string, req: ExecRequest): Promise<ExecResult> {
     return { exit_code: 0, duration_ms: 1, stdout: req.command, stdout_truncated: false, stderr: '', stderr_truncated: false };
   }
-  /** Processes need a guest: the real driver's, tested in test/vm/processes.test.ts. */
+  /** Processes need a guest: the real driver's, tested in test/vm/interactive.test.ts. */
   async spawnProcess(): Promise<ProcessStream> {
     throw unavailable('the fake driver runs no processes');
   }

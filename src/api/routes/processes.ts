@@ -26,17 +26,22 @@ function resumePoint(since: string | undefined, req: FastifyRequest): AttachRequ
   const given = since ?? req.headers['last-event-id'];
   if (given === undefined) return 'oldest';
   const m = typeof given === 'string' ? /^(\d{1,15})(?:,(\d{1,15}))?$/.exec(given) : null;
-  if (m === null) throw invalidArgument('Last-Event-ID must be "stdout" or "stdout,stderr" offsets');
-  return { stdout: Number(m[1]), stderr: Number(m[2] ?? m[1]) };
+  if (m === null) throw invalidArgument('Last-Event-ID must be "stdout" or "stdout,stderr" offsets of at most 15 digits');
+  // Only a stdout offset: stderr from its start (what the ring dropped of it is reported as lost).
+  return { stdout: Number(m[1]), stderr: Number(m[2] ?? 0) };
 }
 
 /** Sends each chunk as a `stdout` or `stderr` event, at the pace the client takes them. */
 async function pumpOutput(events: EventStream, output: AsyncIterable<ProcessOutput>, encoder: OutputEncoder): Promise<void> {
   for await (const chunk of output) {
-    for (const event of encoder.encode(chunk)) await events.send(chunk.channel, event, encoder.id);
+    for (const e of encoder.encode(chunk)) await events.send(e.channel, e.event, e.id);
     if (events.closed) return; // leaving the loop detaches from the process
   }
-  for (const { channel, event } of encoder.flush()) await events.send(channel, event, encoder.id);
+}
+
+/** The process ended: nothing can complete a character still held back. */
+async function flushOutput(events: EventStream, encoder: OutputEncoder): Promise<void> {
+  for (const e of encoder.flush()) await events.send(e.channel, e.event, e.id);
 }
 
 const startAt = (stream: ProcessStream) => new OutputEncoder(stream.next);
@@ -73,8 +78,13 @@ export const processRoutes: RoutePlugin = async (app, { core }) => {
     events.onClose(() => session.abandon());
     try {
       await events.send('start', processView(session.process));
-      await pumpOutput(events, session.output, new OutputEncoder({ stdout: 0, stderr: 0 }));
-      if (!events.closed) await events.send('exit', await session.result());
+      const encoder = new OutputEncoder({ stdout: 0, stderr: 0 });
+      await pumpOutput(events, session.output, encoder);
+      if (!events.closed) {
+        const result = await session.result();
+        await flushOutput(events, encoder);
+        await events.send('exit', result);
+      }
     } catch (err) {
       await events.fail(err);
     } finally {
@@ -138,7 +148,9 @@ export const processRoutes: RoutePlugin = async (app, { core }) => {
       const encoder = startAt(stream);
       await pumpOutput(events, stream, encoder);
       const final = await stream.done;
-      if (!events.closed) await events.send(final === null ? 'end' : 'exit', final === null ? { next: encoder.id } : processView(final), encoder.id);
+      // At `end` the process may yet complete a held-back character: the id stops before it.
+      if (final !== null) await flushOutput(events, encoder);
+      await events.send(final === null ? 'end' : 'exit', final === null ? { next: encoder.id } : processView(final), encoder.id);
     } catch (err) {
       await events.fail(err);
     } finally {
@@ -172,7 +184,9 @@ export const stdinRoutes: RoutePlugin<{ maxStdinBytes: number }> = async (app, {
     },
   }, async (req) => {
     const body = (req.body as Readable | undefined) ?? Readable.from([]);
-    const bytes = await core.processes.writeStdin(req.principal.tenantId, req.params.runtime_id, req.params.process_id, body, req.query.eof ?? false, maxStdinBytes);
+    const gone = new AbortController();
+    req.raw.socket.once('close', () => gone.abort());
+    const bytes = await core.processes.writeStdin(req.principal.tenantId, req.params.runtime_id, req.params.process_id, body, req.query.eof ?? false, maxStdinBytes, gone.signal);
     return { data: { bytes } };
   });
 };

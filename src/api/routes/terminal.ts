@@ -16,6 +16,8 @@ const OUTPUT_HIGH_WATER = 256 * 1024;
 const INPUT_HIGH_WATER = 256 * 1024;
 /** The largest message a client may send: a paste, not a file transfer. */
 export const TERMINAL_MAX_MESSAGE = 1024 * 1024;
+/** A client that answers no ping within this long is gone (a laptop asleep, a NAT that forgot). */
+const PING_INTERVAL_MS = 30_000;
 
 type Control = { type: 'resize'; rows: number; cols: number } | { type: 'input'; data: string };
 
@@ -63,14 +65,42 @@ function feedTerminal(socket: WebSocket, attachment: Attachment, resize: (rows: 
       });
     chain.catch(() => socket.close(1011, 'the terminal stopped taking input'));
   };
+  // One resize in flight, and only the latest one waiting: a flood of them costs one request.
+  let resizing = false;
+  let wanted: { rows: number; cols: number } | null = null;
+  const nextResize = () => {
+    if (resizing || wanted === null) return;
+    const { rows, cols } = wanted;
+    wanted = null;
+    resizing = true;
+    resize(rows, cols)
+      .catch(() => undefined) // the process may have just exited
+      .finally(() => {
+        resizing = false;
+        nextResize();
+      });
+  };
   socket.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) => {
     const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
     if (isBinary) return write(bytes);
     const control = parseControl(bytes.toString('utf8'));
     if (control === null) return socket.close(1003, 'text messages are JSON: {"type":"resize","rows":R,"cols":C} or {"type":"input","data":"..."}');
     if (control.type === 'input') return write(Buffer.from(control.data, 'utf8'));
-    resize(control.rows, control.cols).catch(() => undefined); // the process may have just exited
+    wanted = { rows: control.rows, cols: control.cols };
+    nextResize();
   });
+}
+
+/** Pings the client; one that missed the last ping is dropped, which closes its attachment. */
+function keepAlive(socket: WebSocket): void {
+  let answered = true;
+  socket.on('pong', () => (answered = true));
+  const timer = setInterval(() => {
+    if (!answered) return socket.terminate();
+    answered = false;
+    socket.ping();
+  }, PING_INTERVAL_MS);
+  socket.once('close', () => clearInterval(timer));
 }
 
 export const terminalRoutes: RoutePlugin = async (app, { core }) => {
@@ -107,6 +137,7 @@ export const terminalRoutes: RoutePlugin = async (app, { core }) => {
       const attachment = attachments.get(req)!;
       socket.on('close', () => attachment.close());
       socket.on('error', () => attachment.close());
+      keepAlive(socket);
       feedTerminal(socket, attachment, (rows, cols) => core.processes.resize(attachment.runtimeId, attachment.stream.state.id, rows, cols));
       pumpTerminal(socket, attachment).catch(() => socket.close(1011, 'the terminal stream failed'));
     },

@@ -57,7 +57,7 @@ export const DEFAULT_WINDOW = 256 * 1024;
 /** The smallest window a stream may ask for: a directory frame needs 279 bytes of credit. */
 const MIN_WINDOW = 4096;
 /** PROC frames one LIST_PROCS may bring (the agent keeps 128); more is hostile. */
-const MAX_LISTED_PROCS = 4096;
+const MAX_LISTED_PROCS = 128;
 const DEFAULT_MAX_DIR_ENTRIES = 100_000;
 const DEFAULT_TIMEOUT_MS = 30_000;
 /** After a timed-out run's SIGKILL, how long its exit may take before the stream is abandoned. */

@@ -21,6 +21,8 @@ export type ErrorKindName = keyof typeof ErrorKind;
 const KIND_NAMES = new Map<number, ErrorKindName>(Object.entries(ErrorKind).map(([k, v]) => [v, k as ErrorKindName]));
 
 export const PROC_INFO_BYTES = 68;
+/** The command summary a PROC carries (the agent's CMD_SUMMARY): more is a protocol error. */
+export const MAX_PROC_COMMAND_BYTES = 256;
 export const OUTPUT_PREFIX_BYTES = 12;
 export const STAT_BYTES = 32;
 export const DIRENT_FIXED_BYTES = 24;
@@ -169,6 +171,7 @@ const STATES = ['running', 'exited', 'signaled'] as const;
 
 export function decodeProcInfo(payload: Buffer): ProcessInfo {
   short('PROC', payload, PROC_INFO_BYTES);
+  if (payload.length > PROC_INFO_BYTES + MAX_PROC_COMMAND_BYTES) throw new AgentProtocolError(`PROC payload of ${payload.length} bytes`);
   const state = STATES[payload[8]! - 1];
   if (state === undefined) throw new AgentProtocolError(`PROC state ${payload[8]}`);
   const range = (at: number) => {
