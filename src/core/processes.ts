@@ -11,7 +11,7 @@ import { VesselError, failedPrecondition, invalidArgument, notFound } from './er
 import { requireState } from './lifecycle.js';
 import type { VmDriver } from './ports.js';
 import type { RuntimeService } from './runtimes.js';
-import type { AttachRequest, ExecRequest, ProcessOutput, ProcessState, ProcessStream } from './types.js';
+import type { AttachRequest, ExecRequest, ProcessOutput, ProcessSpec, ProcessState, ProcessStream } from './types.js';
 
 /** Output a background process keeps per channel unless asked otherwise (the agent allows 4 KiB to 4 MiB). */
 export const DEFAULT_RING_BYTES = 1024 * 1024;
@@ -35,15 +35,8 @@ export type SignalName = (typeof SIGNAL_NAMES)[number];
 /** What a terminal runs when the caller names nothing: a login shell, as ssh gives. */
 const TERMINAL_SHELL = { command: '/bin/bash', args: ['-l'] };
 
-export interface ProcessStartInput {
-  command: string;
-  args: string[];
-  cwd: string | null;
-  env: Record<string, string>;
-  pty: { rows: number; cols: number } | null;
-  stdin: boolean;
-  ringBytes: number;
-}
+/** A background process: never held back by a reader, kept after it exits. */
+export type ProcessStartInput = Omit<ProcessSpec, 'hold' | 'forgetOnExit'>;
 
 /** A command streamed to one caller. */
 export interface ExecSession {
