@@ -13,4 +13,10 @@ export const ERROR_RESPONSES: Record<number, typeof ErrorRef> = Object.fromEntri
   [...new Set(Object.values(ERROR_STATUS))].map((status) => [status, ErrorRef]),
 );
 
+/** In this plugin scope every request body is a raw byte stream for the handler, whatever its type. */
+export function acceptRawBodies(app: Parameters<RoutePlugin>[0]): void {
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', (_req, payload, done) => done(null, payload));
+}
+
 export const pageOf = (q: { limit?: number; page_token?: string }): PageRequest => ({ limit: q.limit ?? 100, pageToken: q.page_token });

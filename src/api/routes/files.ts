@@ -2,7 +2,7 @@ import { posix } from 'node:path';
 import { Readable } from 'node:stream';
 import { Type } from '@sinclair/typebox';
 import { DataOf, Empty, FileInfo, FileQuery, FileStat, FileWritten, RemoveQuery, RuntimeParams, StatQuery } from '../schemas.js';
-import { ERROR_RESPONSES, type RoutePlugin } from './common.js';
+import { ERROR_RESPONSES, acceptRawBodies, type RoutePlugin } from './common.js';
 
 const tags = ['files'];
 
@@ -14,8 +14,7 @@ const archiveName = (dir: string): string => `${(posix.basename(dir) || 'root').
 
 /** Its own plugin scope: here, and only here, a body is raw bytes streamed to the guest. */
 export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { core, maxFileBytes }) => {
-  app.removeAllContentTypeParsers();
-  app.addContentTypeParser('*', (_req, payload, done) => done(null, payload));
+  acceptRawBodies(app);
 
   app.get('/v1/runtimes/:runtime_id/files', {
     config: { scope: 'files:read' },

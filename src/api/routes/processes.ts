@@ -12,7 +12,7 @@ import { DEFAULT_RING_BYTES } from '../../core/processes.js';
 import { EventStream, OutputEncoder, wantsEventStream } from '../event-stream.js';
 import { processView } from '../presenters.js';
 import { DataOf, Empty, ExecBody, ExecResult, OutputQuery, Process, ProcessCreateBody, ProcessParams, RuntimeParams, SignalBody, StdinQuery } from '../schemas.js';
-import { ERROR_RESPONSES, type RoutePlugin } from './common.js';
+import { ERROR_RESPONSES, acceptRawBodies, type RoutePlugin } from './common.js';
 
 export const DEFAULT_EXEC_TIMEOUT_SECS = 60;
 export const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
@@ -170,8 +170,7 @@ export const processRoutes: RoutePlugin = async (app, { core }) => {
 
 /** Its own plugin scope: here the body is raw bytes for the process's stdin. */
 export const stdinRoutes: RoutePlugin<{ maxStdinBytes: number }> = async (app, { core, maxStdinBytes }) => {
-  app.removeAllContentTypeParsers();
-  app.addContentTypeParser('*', (_req, payload, done) => done(null, payload));
+  acceptRawBodies(app);
 
   app.post('/v1/runtimes/:runtime_id/processes/:process_id/stdin', {
     config: { scope: 'exec' },
