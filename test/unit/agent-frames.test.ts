@@ -24,8 +24,10 @@ import {
   SYNC_MAGIC,
   T,
   encodeFrame,
+  retainable,
   type Frame,
 } from '../../src/vm/agent/frames.js';
+import { MAX_PROC_COMMAND_BYTES, PROC_INFO_BYTES } from '../../src/vm/agent/messages.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'vessel-agent-frames-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -258,4 +260,60 @@ test('an OUTPUT offset that goes backwards ends the channel', async () => {
   );
   await assert.rejects(proc.done);
   server.close();
+});
+
+/** A PROC payload: the fixed part (running, id 1) and a command summary of `commandBytes`. */
+function procPayload(commandBytes: number): Buffer {
+  const info = Buffer.alloc(PROC_INFO_BYTES + commandBytes, 0x61);
+  info.fill(0, 0, PROC_INFO_BYTES);
+  info.writeUInt32LE(1, 0);
+  info[8] = 1;
+  return info;
+}
+
+test('a PROC longer than its fixed part and a 256-byte command ends the channel', async () => {
+  const { client, server } = await fakeAgent((sock, frames) => {
+    const f = frames.at(-1)!;
+    if (f.type === T.SPAWN) sock.write(encodeFrame(R.PROC, f.stream, procPayload(MAX_PROC_COMMAND_BYTES + 1)));
+  });
+  const proc = client.spawn({ argv: ['x'] });
+  await assert.rejects(proc.info, /PROC payload/);
+  assert.equal(client.closed, true);
+  server.close();
+});
+
+test('a process list of more processes than the agent keeps ends the channel', async () => {
+  const { client, server } = await fakeAgent((sock, frames) => {
+    const f = frames.at(-1)!;
+    if (f.type !== T.LIST_PROCS) return;
+    const proc = encodeFrame(R.PROC, f.stream, procPayload(MAX_PROC_COMMAND_BYTES));
+    sock.write(Buffer.concat([...Array.from({ length: 129 }, () => proc), encodeFrame(R.END, f.stream)]));
+  });
+  await assert.rejects(client.listProcesses(), AgentProtocolError);
+  assert.equal(client.closed, true);
+  server.close();
+});
+
+test('128 processes with full command summaries are a valid list', async () => {
+  const { client, server } = await fakeAgent((sock, frames) => {
+    const f = frames.at(-1)!;
+    if (f.type !== T.LIST_PROCS) return;
+    const proc = encodeFrame(R.PROC, f.stream, procPayload(MAX_PROC_COMMAND_BYTES));
+    sock.write(Buffer.concat([...Array.from({ length: 128 }, () => proc), encodeFrame(R.END, f.stream)]));
+  });
+  const list = await client.listProcesses();
+  assert.equal(list.length, 128);
+  assert.equal(list[0]!.command, 'a'.repeat(MAX_PROC_COMMAND_BYTES));
+  client.close();
+  server.close();
+});
+
+test('a kept payload never pins a read much larger than itself', () => {
+  const read = Buffer.alloc(64 * 1024, 7);
+  const small = read.subarray(100, 200);
+  const keptSmall = retainable(small);
+  assert.deepEqual(keptSmall, small);
+  assert.notEqual(keptSmall.buffer, read.buffer, 'a small view is copied out');
+  const large = read.subarray(13, 13 + 60 * 1024);
+  assert.equal(retainable(large).buffer, read.buffer, 'most of a read is kept as it is');
 });

@@ -20,7 +20,7 @@ import { randomBytes } from 'node:crypto';
 import { createConnection, type Socket } from 'node:net';
 import { constants as osConstants } from 'node:os';
 import { Readable } from 'node:stream';
-import { AgentProtocolError, FLAG_EOF, FrameDecoder, MAX_PAYLOAD, NONCE_BYTES, R, ResyncScanner, T, encodeFrame, resyncPreamble, type Frame } from './frames.js';
+import { AgentProtocolError, FLAG_EOF, FrameDecoder, MAX_PAYLOAD, NONCE_BYTES, R, ResyncScanner, T, encodeFrame, resyncPreamble, retainable, type Frame } from './frames.js';
 import {
   AgentError,
   AttachFlags,
@@ -296,7 +296,7 @@ export class AgentProcess implements AsyncIterable<OutputChunk> {
         const expected = this.next[out.channel];
         if (out.offset < expected) throw protocol(`${out.channel} offset ${out.offset} goes back from ${expected}`);
         this.next[out.channel] = out.offset + BigInt(out.data.length);
-        this.#inbox.push({ ...out, data: Buffer.from(out.data), lost: out.offset - expected }, out.data.length);
+        this.#inbox.push({ ...out, data: retainable(out.data), lost: out.offset - expected }, out.data.length);
         return;
       }
       case R.EXIT:
@@ -525,7 +525,7 @@ export class AgentClient {
     id = this.#open({
       frame: (f) => {
         if (f.type === R.STAT && !opened.done) opened.resolve(decodeStat(f.payload));
-        else if (f.type === R.DATA && opened.done) inbox.push(Buffer.from(f.payload), f.payload.length);
+        else if (f.type === R.DATA && opened.done) inbox.push(retainable(f.payload), f.payload.length);
         else if (f.type === R.END && opened.done) this.#finishStream(id, inbox);
         else if (f.type === R.ERROR) this.#finishStream(id, inbox, decodeError(f.payload), opened.reject);
         else throw protocol(`frame type ${typeName(f.type)} on a file read`);

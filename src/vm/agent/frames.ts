@@ -95,6 +95,16 @@ export function encodeFrame(type: number, stream: number, payload: Buffer = EMPT
   return frame;
 }
 
+/**
+ * A payload to keep after its frame is handled. A payload is a view of the socket read (or of
+ * the one copy that joined reads), which nothing reuses: a large one is kept as it is, sparing a
+ * copy of every 64 KiB of file data; a small one is copied, so that a guest sending tiny frames
+ * cannot make each pin a whole read.
+ */
+export function retainable(payload: Buffer): Buffer {
+  return payload.length * 2 >= payload.buffer.byteLength ? payload : Buffer.from(payload);
+}
+
 /** What the host sends on every (re)connection: filler, SYNC_MAGIC, then HELLO with its nonce. */
 export function resyncPreamble(nonce: Buffer): Buffer {
   const hello = Buffer.alloc(4 + NONCE_BYTES);
