@@ -26,6 +26,7 @@ import { processRoutes, stdinRoutes } from './routes/processes.js';
 import { TERMINAL_MAX_MESSAGE, terminalRoutes } from './routes/terminal.js';
 import { runtimeRoutes } from './routes/runtimes.js';
 import { secretRoutes, ruleRoutes, auditRoutes } from './routes/secrets.js';
+import { bearerFromProtocols, selectProtocol } from './websocket-auth.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -135,7 +136,7 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
    * logins cannot be turned into load: a token not in the cache is charged before it is looked
    * up (over the limit, the store is never asked), and refunded if it turns out valid.
    */
-  const guard = (scope: Scope): onRequestHookHandler => (request, reply, done) => {
+  const guard = (scope: Scope, websocketRoute: boolean): onRequestHookHandler => (request, reply, done) => {
     // The client's address is worked out only for requests without a cached token: the hot path
     // of a known token does not pay for it.
     const refuse = (message: string): void => {
@@ -143,8 +144,10 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
       sendError(reply, wait > 0 ? tooManyFailures(wait) : new VesselError('unauthenticated', message));
     };
     const header = request.headers.authorization;
-    const match = typeof header === 'string' ? /^Bearer ([\x21-\x7e]{1,512})$/i.exec(header) : null;
-    if (match === null) return refuse('missing or malformed bearer token');
+    // A browser's WebSocket carries its token in a subprotocol (websocket-auth.ts), and only a
+    // route that upgrades takes it from there.
+    const token = typeof header === 'string' ? /^Bearer ([\x21-\x7e]{1,512})$/i.exec(header)?.[1] : websocketRoute ? bearerFromProtocols(request.headers) : null;
+    if (token === undefined || token === null) return refuse('missing or malformed bearer token');
     const admit = (principal: Principal): void => {
       const wait = limiter.take(principal.tokenId);
       if (wait > 0) return void sendError(reply, new VesselError('rate_limited', 'rate limit exceeded for this token', { retryAfterSecs: wait }));
@@ -152,12 +155,12 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
       request.principal = principal;
       done();
     };
-    const cached = tokens.cachedPrincipal(match[1]!);
+    const cached = tokens.cachedPrincipal(token);
     if (cached !== undefined) return admit(cached);
     const client = clientKey(request.ip);
     const wait = unauthenticatedLimiter.take(client);
     if (wait > 0) return void sendError(reply, tooManyFailures(wait));
-    tokens.authenticate(match[1]!).then((principal) => {
+    tokens.authenticate(token).then((principal) => {
       if (principal === null) return void sendError(reply, new VesselError('unauthenticated', 'the bearer token was not accepted'));
       unauthenticatedLimiter.refund(client);
       admit(principal);
@@ -177,7 +180,7 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
     const re = new RegExp('^' + route.url.replace(/:[^/]+/g, '[^/]+') + '/?$');
     for (const m of [route.method].flat()) routePatterns.push({ method: m, re });
     const scope = route.config?.scope;
-    if (scope !== undefined) route.onRequest = [guard(scope), ...[route.onRequest ?? []].flat()];
+    if (scope !== undefined) route.onRequest = [guard(scope, 'wsHandler' in route), ...[route.onRequest ?? []].flat()];
     route.onResponse = [...[route.onResponse ?? []].flat(), observe(route.url)];
   });
 
@@ -224,7 +227,7 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
 
   const core = options.core;
   await app.register(runtimeRoutes, { core });
-  await app.register(websocket, { options: { maxPayload: TERMINAL_MAX_MESSAGE } });
+  await app.register(websocket, { options: { maxPayload: TERMINAL_MAX_MESSAGE, handleProtocols: selectProtocol } });
   await app.register(processRoutes, { core });
   await app.register(terminalRoutes, { core });
   await app.register(stdinRoutes, { core, maxStdinBytes: options.maxFileBytes });

@@ -113,6 +113,8 @@ export const terminalRoutes: RoutePlugin = async (app, { core }) => {
     schema: {
       tags: ['processes'],
       summary: 'A terminal over a WebSocket: a login shell, or an existing pty process (process_id)',
+      description:
+        'Binary messages carry the terminal bytes; JSON text messages carry resize and input, and the exit. A browser, which cannot set Authorization on a WebSocket, offers the subprotocols `vessel.v1` and `vessel.bearer.<base64url token>`; the server selects `vessel.v1` (docs/processes.md).',
       params: RuntimeParams,
       querystring: TerminalQuery,
       response: { 101: { description: 'switching to the WebSocket protocol', type: 'null' }, ...ERROR_RESPONSES },
