@@ -282,25 +282,24 @@ test('a PROC longer than its fixed part and a 256-byte command ends the channel'
   server.close();
 });
 
-test('a process list of more processes than the agent keeps ends the channel', async () => {
-  const { client, server } = await fakeAgent((sock, frames) => {
+/** An agent that answers LIST_PROCS with `count` processes, each with a full command summary. */
+const listingAgent = (count: number) =>
+  fakeAgent((sock, frames) => {
     const f = frames.at(-1)!;
     if (f.type !== T.LIST_PROCS) return;
     const proc = encodeFrame(R.PROC, f.stream, procPayload(MAX_PROC_COMMAND_BYTES));
-    sock.write(Buffer.concat([...Array.from({ length: 129 }, () => proc), encodeFrame(R.END, f.stream)]));
+    sock.write(Buffer.concat([...Array.from({ length: count }, () => proc), encodeFrame(R.END, f.stream)]));
   });
+
+test('a process list of more processes than the agent keeps ends the channel', async () => {
+  const { client, server } = await listingAgent(129);
   await assert.rejects(client.listProcesses(), AgentProtocolError);
   assert.equal(client.closed, true);
   server.close();
 });
 
 test('128 processes with full command summaries are a valid list', async () => {
-  const { client, server } = await fakeAgent((sock, frames) => {
-    const f = frames.at(-1)!;
-    if (f.type !== T.LIST_PROCS) return;
-    const proc = encodeFrame(R.PROC, f.stream, procPayload(MAX_PROC_COMMAND_BYTES));
-    sock.write(Buffer.concat([...Array.from({ length: 128 }, () => proc), encodeFrame(R.END, f.stream)]));
-  });
+  const { client, server } = await listingAgent(128);
   const list = await client.listProcesses();
   assert.equal(list.length, 128);
   assert.equal(list[0]!.command, 'a'.repeat(MAX_PROC_COMMAND_BYTES));
