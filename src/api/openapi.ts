@@ -108,7 +108,7 @@ function completeOperation(op: OpenAPIV3.OperationObject): void {
 
 /**
  * Moves each parameter that several operations take, defined the same in all, to
- * components.parameters under its name, and refers to it there (runtime_id alone is in 37).
+ * components.parameters under its name, and refers to it there (runtime_id is in most).
  */
 function shareParameters(doc: OpenAPIV3.Document, operations: OpenAPIV3.OperationObject[]): void {
   // By name: its definition as JSON and how many operations take it, or null once two differ.

@@ -5,7 +5,7 @@
  */
 import { Type, type IntegerOptions, type Static, type TSchema } from '@sinclair/typebox';
 import { ERROR_CODES } from '../core/errors.js';
-import { DEFAULT_RING_BYTES, SIGNAL_NAMES } from '../core/processes.js';
+import { DEFAULT_RING_BYTES, MAX_RING_BYTES, MIN_RING_BYTES, SIGNAL_NAMES } from '../core/processes.js';
 import { MAX_SECRET_BYTES } from '../core/secrets.js';
 import { RUNTIME_STATUSES, CHECKPOINT_STATES, GUEST_FILE_TYPES } from '../core/types.js';
 
@@ -139,6 +139,8 @@ export const ExecResult = Type.Object(
 );
 
 // ---- audits: what the gateway records of each kind (src/net) ----
+// Field for field: the serializer drops what a schema does not name, so
+// test/unit/net-egress.test.ts holds the gateway's real audits to these.
 
 const EgressAction = StringEnum(['allow', 'deny'] as const, { description: 'whether the gateway let it through' });
 const Port = Int32({ minimum: 0, maximum: 65535 });
@@ -157,7 +159,7 @@ export const TcpConnectionAudit = Type.Object(
     }),
     truncated: Truncated,
   },
-  { $id: 'TcpConnectionAudit', description: 'A connection the guest opened' },
+  { $id: 'TcpConnectionAudit', additionalProperties: false, description: 'A connection the guest opened' },
 );
 
 export const HttpRequestAudit = Type.Object(
@@ -176,7 +178,7 @@ export const HttpRequestAudit = Type.Object(
     rule_ids: Type.Optional(Type.Array(Type.String({ format: 'uuid' }), { description: 'the secret injection rules that injected into the request' })),
     truncated: Truncated,
   },
-  { $id: 'HttpRequestAudit', description: 'An HTTP request the gateway read (plain HTTP, or HTTPS intercepted for injection)' },
+  { $id: 'HttpRequestAudit', additionalProperties: false, description: 'An HTTP request the gateway read (plain HTTP, or HTTPS intercepted for injection)' },
 );
 
 export const IcmpDropAudit = Type.Object(
@@ -188,7 +190,7 @@ export const IcmpDropAudit = Type.Object(
     reason: StringEnum(['icmp_dropped'] as const),
     count: Int64({ minimum: 1, description: 'ICMP packets dropped since the previous icmp_drop audit of the runtime' }),
   },
-  { $id: 'IcmpDropAudit', description: 'ICMP packets the gateway dropped, counted over an interval; action is always deny' },
+  { $id: 'IcmpDropAudit', additionalProperties: false, description: 'ICMP packets the gateway dropped, counted over an interval; action is always deny' },
 );
 
 export const Audit = Type.Object(
@@ -339,7 +341,9 @@ export const ExecBody = Type.Object(
     max_output_bytes: Type.Optional(
       Nullable(Int32({ minimum: 0, maximum: MAX_OUTPUT_BYTES, default: DEFAULT_MAX_OUTPUT_BYTES, description: 'bytes kept per stream; buffered exec only' })),
     ),
-    timeout_secs: Type.Optional(Nullable(Int64({ minimum: 1, default: DEFAULT_EXEC_TIMEOUT_SECS, description: 'then the whole process tree is killed (uint64)' }))),
+    timeout_secs: Type.Optional(
+      Nullable(Int64({ minimum: 1, default: DEFAULT_EXEC_TIMEOUT_SECS, description: 'then the whole process tree is killed (uint64; the timer stops at 24.8 days)' })),
+    ),
     background: Type.Optional(
       Type.Boolean({ default: false, description: 'streaming only: when the client disconnects, the command runs on as a background process instead of being killed' }),
     ),
@@ -360,7 +364,7 @@ export const ProcessCreateBody = Type.Object(
     env: ExecBody.properties.env,
     pty: Type.Optional(Nullable(Type.Object(TerminalSize, { additionalProperties: false, description: 'run on a terminal of this size; stdout then carries all it shows' }))),
     stdin: Type.Optional(Type.Boolean({ default: false, description: 'keep stdin open for POST .../stdin (a terminal always takes input)' })),
-    ring_bytes: Type.Optional(Int32({ minimum: 4096, maximum: 4194304, default: DEFAULT_RING_BYTES, description: 'output kept per channel for readers' })),
+    ring_bytes: Type.Optional(Int32({ minimum: MIN_RING_BYTES, maximum: MAX_RING_BYTES, default: DEFAULT_RING_BYTES, description: 'output kept per channel for readers' })),
   },
   { additionalProperties: false },
 );
@@ -434,7 +438,7 @@ export const CheckpointCreateBody = Type.Object(
 
 export const ListQuery = Type.Object({
   limit: Type.Optional(Int32({ minimum: 1, maximum: 1000, default: 100, description: 'the most items in one page' })),
-  page_token: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,256}$', description: 'next_page_token of the previous page' })),
+  page_token: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$', description: 'next_page_token of the previous page' })),
 });
 
 export const CheckpointListQuery = Type.Composite([
