@@ -3,9 +3,11 @@
  * domain rules of its own.
  */
 import { randomBytes } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyContextConfig, type FastifyInstance, type onRequestHookHandler, type onResponseHookHandler } from 'fastify';
 import swagger from '@fastify/swagger';
 import websocket from '@fastify/websocket';
+import { Type } from '@sinclair/typebox';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv, type Options as AjvOptions } from 'ajv';
 import addFormats from 'ajv-formats';
@@ -18,7 +20,8 @@ import { isLoopbackHost } from './loopback.js';
 import { Metrics } from './metrics.js';
 import { clientKey } from '../platform/client-key.js';
 import { RateLimiter, type RateLimitConfig } from './rate-limit.js';
-import { SHARED_SCHEMAS } from './schemas.js';
+import { openapiOptions } from './openapi.js';
+import { DataOf, Health, SHARED_SCHEMAS } from './schemas.js';
 import { checkpointRoutes } from './routes/checkpoints.js';
 import { fileRoutes } from './routes/files.js';
 import { endEventStreams } from './event-stream.js';
@@ -57,6 +60,8 @@ export const JSON_BODY_LIMIT = 1024 * 1024;
 
 const tooManyFailures = (retryAfterSecs: number): VesselError =>
   new VesselError('rate_limited', 'too many requests without a valid bearer token from this address', { retryAfterSecs });
+/** A restart takes seconds; a client that waits this long meets the next service, or a closed port. */
+const shuttingDown = (): VesselError => new VesselError('unavailable', 'the service is shutting down', { retryAfterSecs: 1 });
 
 function makeAjv(options: AjvOptions): Ajv {
   const ajv = new Ajv({ strict: false, useDefaults: true, allErrors: false, ...options });
@@ -82,12 +87,14 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && /^[\w.-]{1,64}$/.test(given) ? given : `${requestIdPrefix}${(++requestCount).toString(36)}`;
     },
-    return503OnClosing: true,
+    // Fastify's own 503 while closing is not the error envelope: the onRequest hook below answers.
+    return503OnClosing: false,
     // Router-level failures (malformed URL, over-long path parameter) never reach the error
-    // handler; they get the envelope here. Every path parameter is an identifier, so one too
-    // long to exist is simply not found.
-    frameworkErrors: (err, _req, reply) => {
+    // handler nor the hooks; they get the envelope and the request id here. Every path parameter
+    // is an identifier, so one too long to exist is simply not found.
+    frameworkErrors: (err, req, reply) => {
       const tooLong = err.code === 'FST_ERR_MAX_PARAM_LENGTH';
+      void reply.header('x-request-id', req.id);
       return sendError(reply, new VesselError(tooLong ? 'not_found' : 'invalid_argument', tooLong ? 'no object has an identifier that long' : 'malformed URL'));
     },
   }).withTypeProvider<TypeBoxTypeProvider>();
@@ -112,15 +119,7 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   });
 
   for (const schema of SHARED_SCHEMAS) app.addSchema(schema);
-  await app.register(swagger, {
-    openapi: {
-      openapi: '3.0.3',
-      info: { title: 'Vessel runtime API', version: API_VERSION, description: 'MicroVM sandboxes: runtimes, exec, files, egress, secrets, checkpoints.' },
-      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
-      security: [{ bearer: [] }],
-    },
-    refResolver: { buildLocalReference: (json, _base, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`) },
-  });
+  await app.register(swagger, openapiOptions(API_VERSION));
 
   const limiter = new RateLimiter(options.rateLimit);
   const unauthenticatedLimiter = new RateLimiter(options.unauthenticatedRateLimit);
@@ -184,8 +183,14 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
     route.onResponse = [...[route.onResponse ?? []].flat(), observe(route.url)];
   });
 
+  let closing = false;
+  // The ws library writes an upgrade's 101 itself, past the reply's headers: it is told the id.
+  const upgradeIds = new WeakMap<IncomingMessage, string>();
   app.addHook('onRequest', (request, reply, done) => {
     void reply.header('x-request-id', request.id);
+    if (request.headers.upgrade !== undefined) upgradeIds.set(request.raw, request.id);
+    // A request that came on a kept-alive connection after close() began.
+    if (closing) return void sendError(reply, shuttingDown());
     done();
   });
 
@@ -210,17 +215,28 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
     return sendError(reply, new VesselError('not_found', `no route for ${request.method} ${path}`));
   });
 
-  const Health = { $ref: 'Health#' };
-  app.get('/healthz', { schema: { hide: false, security: [], response: { 200: { type: 'object', properties: { data: Health } } } } }, async () => ({
-    data: { status: 'ok' },
-  }));
+  const health = { tags: ['health'], security: [] };
+  app.get('/healthz', {
+    // HEAD is its own route below, without a body.
+    exposeHeadRoute: false,
+    schema: { ...health, operationId: 'getHealth', summary: 'Liveness check', response: { 200: DataOf(Type.Ref(Health), 'the service is up') } },
+  }, async () => ({ data: { status: 'ok' as const } }));
+  app.head('/healthz', {
+    config: {
+      swagger: { exposeHeadRoute: true },
+      // @fastify/swagger names a HEAD operation after its route's operationId plus `-head`.
+      swaggerTransform: ({ schema, url }) => ({ schema: { ...schema, operationId: 'headHealth' }, url }),
+    },
+    schema: { ...health, summary: 'Liveness check, without a body', response: { 200: { description: 'the service is up', type: 'null' } } },
+  }, async (_req, reply) => reply.send());
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   // Open to a local Prometheus; from elsewhere, route names and counts tell what tenants do.
   const metricsConfig: FastifyContextConfig = isLoopbackHost(options.listenHost) ? {} : { scope: 'admin' };
   app.get('/metrics', { schema: { hide: true }, config: metricsConfig }, async (_req, reply) => reply.type(metrics.contentType).send(await metrics.render()));
 
-  // An open event stream is never idle: Fastify would wait for it to end before closing.
   app.addHook('preClose', (done) => {
+    closing = true;
+    // An open event stream is never idle: Fastify would wait for it to end before closing.
     endEventStreams(app.server);
     done();
   });
@@ -228,6 +244,10 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   const core = options.core;
   await app.register(runtimeRoutes, { core });
   await app.register(websocket, { options: { maxPayload: TERMINAL_MAX_MESSAGE, handleProtocols: selectProtocol } });
+  app.websocketServer.on('headers', (headers, raw) => {
+    const id = upgradeIds.get(raw);
+    if (id !== undefined) headers.push(`x-request-id: ${id}`);
+  });
   await app.register(processRoutes, { core });
   await app.register(terminalRoutes, { core });
   await app.register(stdinRoutes, { core, maxStdinBytes: options.maxFileBytes });

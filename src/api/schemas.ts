@@ -3,34 +3,45 @@
  * handlers get their TypeScript types from them, and @fastify/swagger builds the OpenAPI document
  * from the same objects.
  */
-import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { Type, type IntegerOptions, type Static, type TSchema } from '@sinclair/typebox';
 import { ERROR_CODES } from '../core/errors.js';
-import { SIGNAL_NAMES } from '../core/processes.js';
+import { DEFAULT_RING_BYTES, MAX_RING_BYTES, MIN_RING_BYTES, SIGNAL_NAMES } from '../core/processes.js';
+import { MAX_SECRET_BYTES } from '../core/secrets.js';
 import { RUNTIME_STATUSES, CHECKPOINT_STATES, GUEST_FILE_TYPES } from '../core/types.js';
 
 /** OpenAPI 3.0.3 has no `type: null`; ajv and swagger both understand `nullable`. */
-const Nullable = <T extends TSchema>(schema: T) => Type.Unsafe<Static<T> | null>({ ...schema, nullable: true });
+export const Nullable = <T extends TSchema>(schema: T) => Type.Unsafe<Static<T> | null>({ ...schema, nullable: true });
 
 /** A string enum that OpenAPI shows as `enum` and TypeScript sees as a union of literals. */
 const StringEnum = <T extends string>(values: readonly T[], extra: object = {}) => Type.Unsafe<T>({ type: 'string', enum: [...values], ...extra });
 
-const MemoryMib = Type.Integer({ minimum: 1, description: 'MiB (uint64)' });
-const Vcpus = Type.Integer({ minimum: 1, maximum: 2147483647 });
+/**
+ * Integers carry their OpenAPI format, so that generators pick a type wide enough: int32 where
+ * every allowed value fits in 32 signed bits, int64 otherwise (uint32 and uint64 of the spec).
+ * test/api/openapi.test.ts checks that the bounds agree with the format.
+ */
+export const Int32 = (options: IntegerOptions = {}) => Type.Integer({ format: 'int32', ...options });
+export const Int64 = (options: IntegerOptions = {}) => Type.Integer({ format: 'int64', ...options });
+
+const MemoryMib = Int64({ minimum: 1, description: 'MiB (uint64)' });
+const Vcpus = Int32({ minimum: 1, maximum: 2147483647, description: 'virtual CPUs' });
+/** What a display name may be (docs/api.md, "Identifiers"); the core checks its pattern. */
+const DisplayName = (description: string) => Type.String({ minLength: 1, maxLength: 128, description });
 
 export const ErrorEnvelope = Type.Object(
   {
     error: Type.Object({
-      code: StringEnum(ERROR_CODES),
-      message: Type.String(),
+      code: StringEnum(ERROR_CODES, { description: 'what went wrong, as one of the error codes' }),
+      message: Type.String({ description: 'for people: what went wrong with this request; never a secret value' }),
     }),
   },
-  { $id: 'ErrorEnvelope' },
+  { $id: 'ErrorEnvelope', description: 'The body of every error response' },
 );
 
 export const Resources = Type.Object(
   {
-    limits: Type.Object({ memory_mib: MemoryMib }),
-    requests: Type.Object({ memory_mib: MemoryMib }),
+    limits: Type.Object({ memory_mib: MemoryMib }, { description: 'the most memory the VM may have' }),
+    requests: Type.Object({ memory_mib: MemoryMib }, { description: 'the memory the VM is asked to keep (virtio balloon target)' }),
     vcpus: Vcpus,
   },
   { $id: 'Resources' },
@@ -38,8 +49,8 @@ export const Resources = Type.Object(
 
 export const EgressPolicy = Type.Object(
   {
-    allowed_hosts: Type.Array(Type.String({ maxLength: 260 }), { maxItems: 128 }),
-    enabled: Type.Boolean(),
+    allowed_hosts: Type.Array(Type.String({ maxLength: 260 }), { maxItems: 128, description: 'host names or patterns (`*.example.com`, `*`) the runtime may reach' }),
+    enabled: Type.Boolean({ description: 'false passes traffic through uninspected, unaudited and without injection' }),
   },
   { $id: 'EgressPolicy', additionalProperties: false },
 );
@@ -47,7 +58,7 @@ export const EgressPolicy = Type.Object(
 export const IngressSpec = Type.Object(
   {
     protocol: StringEnum(['http', 'https'] as const),
-    runtime_port: Type.Integer({ minimum: 0, maximum: 65535 }),
+    runtime_port: Int32({ minimum: 1, maximum: 65535, description: 'the port inside the runtime (uint16; 0 is refused)' }),
   },
   { $id: 'IngressSpec', additionalProperties: false },
 );
@@ -57,7 +68,7 @@ export const Runtime = Type.Object(
     id: Type.String({ format: 'uuid' }),
     display_name: Type.String(),
     status: StringEnum(RUNTIME_STATUSES),
-    status_message: Type.Optional(Type.String()),
+    status_message: Type.Optional(Type.String({ description: 'why the runtime is in error or crashed' })),
     egress_policy: Type.Ref(EgressPolicy),
     ingress_specs: Type.Array(Type.Ref(IngressSpec)),
     resources: Type.Ref(Resources),
@@ -67,23 +78,25 @@ export const Runtime = Type.Object(
   { $id: 'Runtime' },
 );
 
+const CacheTtlSecs = Int64({ minimum: 0, maximum: 4294967295, description: 'how long the gateway may keep the value in memory, in seconds (uint32)' });
+
 export const Secret = Type.Object(
   {
     id: Type.String({ format: 'uuid' }),
     display_name: Type.String(),
-    cache_ttl_secs: Type.Integer({ minimum: 0, maximum: 4294967295 }),
+    cache_ttl_secs: CacheTtlSecs,
     created_at: Type.String({ format: 'date-time' }),
   },
-  { $id: 'Secret' },
+  { $id: 'Secret', description: 'A stored secret; its value is never returned' },
 );
 
 export const InjectionConfig = Type.Object(
   {
-    headerName: Type.String({ minLength: 1, maxLength: 256 }),
-    valueFormat: Type.Optional(Type.String({ maxLength: 8192 })),
-    paramName: Type.Optional(Type.String({ minLength: 1, maxLength: 256 })),
-    paramFormat: Type.Optional(Type.String({ maxLength: 8192 })),
-    value: Type.Optional(Type.String({ maxLength: 8192 })),
+    headerName: Type.String({ minLength: 1, maxLength: 256, description: 'the request header to set' }),
+    valueFormat: Type.Optional(Type.String({ maxLength: 8192, description: 'the header value; `${credential}` and `{value}` stand for the secret' })),
+    paramName: Type.Optional(Type.String({ minLength: 1, maxLength: 256, description: 'a query parameter to set as well' })),
+    paramFormat: Type.Optional(Type.String({ maxLength: 8192, description: 'the query parameter value, as valueFormat' })),
+    value: Type.Optional(Type.String({ maxLength: 8192, description: 'the template used when valueFormat or paramFormat is absent' })),
   },
   { $id: 'InjectionConfig', additionalProperties: true },
 );
@@ -94,7 +107,7 @@ export const SecretInjectionRule = Type.Object(
     credential_display_name: Type.String(),
     host_pattern: Type.String(),
     path_pattern: Type.String(),
-    injection_config_json: Type.String(),
+    injection_config_json: Type.String({ description: 'the injection configuration, as JSON text' }),
     runtime_display_name: Type.String(),
   },
   { $id: 'SecretInjectionRule' },
@@ -105,9 +118,9 @@ export const Checkpoint = Type.Object(
     id: Type.String({ format: 'uuid' }),
     display_name: Type.String(),
     state: StringEnum(CHECKPOINT_STATES),
-    state_message: Type.Optional(Type.String()),
+    state_message: Type.Optional(Type.String({ description: 'why the capture failed' })),
     resources: Type.Ref(Resources),
-    system: Type.Boolean(),
+    system: Type.Boolean({ description: "true for the service's own templates, which cannot be deleted" }),
     created_at: Type.String({ format: 'date-time' }),
   },
   { $id: 'Checkpoint' },
@@ -115,14 +128,69 @@ export const Checkpoint = Type.Object(
 
 export const ExecResult = Type.Object(
   {
-    exit_code: Type.Integer(),
-    duration_ms: Type.Integer({ minimum: 0 }),
-    stdout: Type.String(),
+    exit_code: Int32({ description: 'the exit status, or 128 + n when signal n ended the command' }),
+    duration_ms: Int64({ minimum: 0 }),
+    stdout: Type.String({ description: 'UTF-8, invalid bytes as U+FFFD' }),
     stdout_truncated: Type.Boolean(),
-    stderr: Type.String(),
+    stderr: Type.String({ description: 'UTF-8, invalid bytes as U+FFFD' }),
     stderr_truncated: Type.Boolean(),
   },
   { $id: 'ExecResult' },
+);
+
+// ---- audits: what the gateway records of each kind (src/net) ----
+// Field for field: the serializer drops what a schema does not name, so
+// test/unit/net-egress.test.ts holds the gateway's real audits to these.
+
+const EgressAction = StringEnum(['allow', 'deny'] as const, { description: 'whether the gateway let it through' });
+const Port = Int32({ minimum: 0, maximum: 65535 });
+/** Fields an audit cut to 1024 characters (docs/api.md, "Audits"). */
+const Truncated = Type.Optional(Type.Array(Type.String(), { description: 'the fields cut to their first 1024 characters' }));
+
+export const TcpConnectionAudit = Type.Object(
+  {
+    action: EgressAction,
+    host: Nullable(Type.String({ description: 'the name decided on (SNI, or the name the gateway resolved to this address); null when none' })),
+    ip: Nullable(Type.String({ description: 'the address dialed, or the one the guest aimed at; null when none was chosen' })),
+    port: Port,
+    reason: Type.String({
+      description:
+        'allowed: host_allowed, intercepted_for_injection, address_pinned_by_dns; denied: host_not_allowed, private_address, unresolvable, not_resolved_by_gateway, no_host, bad_request, connection_limit',
+    }),
+    truncated: Truncated,
+  },
+  { $id: 'TcpConnectionAudit', additionalProperties: false, description: 'A connection the guest opened' },
+);
+
+export const HttpRequestAudit = Type.Object(
+  {
+    action: EgressAction,
+    host: Nullable(Type.String({ description: 'the Host (or, for a request that could not be read, the SNI)' })),
+    ip: Nullable(Type.String({ description: 'the address dialed; null when denied' })),
+    port: Port,
+    method: Type.Optional(Type.String()),
+    path: Type.Optional(Type.String({ description: 'without the query string' })),
+    status: Int32({ minimum: 100, maximum: 999, description: 'the status the guest got' }),
+    reason: Type.String({
+      description:
+        'allowed: host_allowed, or `upstream_error: <code>` when the upstream failed (status 502); denied: host_not_allowed, private_address, unresolvable, no_host, sni_host_mismatch, bad_request, method_not_allowed',
+    }),
+    rule_ids: Type.Optional(Type.Array(Type.String({ format: 'uuid' }), { description: 'the secret injection rules that injected into the request' })),
+    truncated: Truncated,
+  },
+  { $id: 'HttpRequestAudit', additionalProperties: false, description: 'An HTTP request the gateway read (plain HTTP, or HTTPS intercepted for injection)' },
+);
+
+export const IcmpDropAudit = Type.Object(
+  {
+    action: EgressAction,
+    host: Nullable(Type.String({ enum: [null], description: 'always null' })),
+    ip: Nullable(Type.String({ enum: [null], description: 'always null' })),
+    port: Nullable(Int32({ enum: [null], description: 'always null' })),
+    reason: StringEnum(['icmp_dropped'] as const),
+    count: Int64({ minimum: 1, description: 'ICMP packets dropped since the previous icmp_drop audit of the runtime' }),
+  },
+  { $id: 'IcmpDropAudit', additionalProperties: false, description: 'ICMP packets the gateway dropped, counted over an interval; action is always deny' },
 );
 
 export const Audit = Type.Object(
@@ -135,54 +203,59 @@ export const Audit = Type.Object(
       {
         egress: Type.Object(
           {
-            kind: StringEnum(['tcp_connection', 'http_request', 'icmp_drop'] as const),
-            tcp_connection: Type.Optional(Type.Object({ action: Type.String() }, { additionalProperties: true })),
-            http_request: Type.Optional(Type.Object({ action: Type.String() }, { additionalProperties: true })),
-            icmp_drop: Type.Optional(Type.Object({ action: Type.String() }, { additionalProperties: true })),
+            kind: StringEnum(['tcp_connection', 'http_request', 'icmp_drop'] as const, { description: 'names the one property below that is present' }),
+            tcp_connection: Type.Optional(Type.Ref(TcpConnectionAudit)),
+            http_request: Type.Optional(Type.Ref(HttpRequestAudit)),
+            icmp_drop: Type.Optional(Type.Ref(IcmpDropAudit)),
           },
           { additionalProperties: false },
         ),
       },
-      { additionalProperties: false },
+      { additionalProperties: false, description: 'externally tagged by category: exactly one property, the category' },
     ),
   },
   { $id: 'Audit' },
 );
 
-export const FileWritten = Type.Object({ path: Type.String(), size_bytes: Type.Integer({ minimum: 0 }) }, { $id: 'FileWritten' });
+export const FileWritten = Type.Object(
+  { path: Type.String(), size_bytes: Int64({ minimum: 0, description: 'the bytes taken from the request body' }) },
+  { $id: 'FileWritten' },
+);
 
 const FileInfoFields = {
   name: Type.String({ description: "the last component of the path ('/' for the root)" }),
   path: Type.String({ description: 'absolute path inside the runtime' }),
   type: StringEnum(GUEST_FILE_TYPES),
-  size_bytes: Type.Integer({ minimum: 0, description: "for a symbolic link, the length of its target's name" }),
-  mode: Type.Integer({ minimum: 0, maximum: 0o7777, description: 'permission bits (st_mode & 07777) as a number: 420 is 0644' }),
+  size_bytes: Int64({ minimum: 0, description: "for a symbolic link, the length of its target's name" }),
+  mode: Int32({ minimum: 0, maximum: 0o7777, description: 'permission bits (st_mode & 07777) as a number: 420 is 0644' }),
   modified_at: Type.String({ format: 'date-time' }),
 };
 export const FileInfo = Type.Object(FileInfoFields, { $id: 'FileInfo' });
 export const FileStat = Type.Object(
-  { ...FileInfoFields, uid: Type.Integer({ minimum: 0 }), gid: Type.Integer({ minimum: 0 }) },
+  { ...FileInfoFields, uid: Int64({ minimum: 0, maximum: 4294967295 }), gid: Int64({ minimum: 0, maximum: 4294967295 }) },
   { $id: 'FileStat' },
 );
-export const Health = Type.Object({ status: Type.String() }, { $id: 'Health' });
+export const Health = Type.Object({ status: StringEnum(['ok'] as const) }, { $id: 'Health' });
 
-/** Every named schema, registered with Fastify so `$ref`s resolve and OpenAPI lists them as components. */
 const OutputRange = Type.Object(
   {
-    start: Type.Integer({ minimum: 0, description: 'offset of the oldest byte the ring still holds' }),
-    end: Type.Integer({ minimum: 0, description: 'bytes the channel produced in all' }),
+    start: Int64({ minimum: 0, description: 'offset of the oldest byte the ring still holds' }),
+    end: Int64({ minimum: 0, description: 'bytes the channel produced in all' }),
   },
   { additionalProperties: false },
 );
 
+/** The agent's process id: a uint32 from 1, never reused while the runtime runs. */
+const ProcessId = Int64({ minimum: 1, maximum: 4294967295, description: "the guest agent's id of the process (not its pid), never reused while the runtime runs" });
+
 export const Process = Type.Object(
   {
-    id: Type.Integer({ minimum: 1, description: "the guest agent's id, never reused while the runtime runs" }),
-    pid: Type.Integer({ description: 'the pid in the guest' }),
+    id: ProcessId,
+    pid: Int32({ description: 'the pid in the guest' }),
     command: Type.String({ description: 'argv joined by spaces, at most 256 bytes' }),
     status: StringEnum(['running', 'exited', 'signaled'] as const),
-    exit_code: Nullable(Type.Integer({ description: 'the exit status, or 128 + n when signal n ended it; null while running' })),
-    signal: Nullable(Type.Integer({ description: 'the signal that ended it' })),
+    exit_code: Nullable(Int32({ description: 'the exit status, or 128 + n when signal n ended it; null while running' })),
+    signal: Nullable(Int32({ description: 'the signal that ended it' })),
     pty: Type.Boolean(),
     stdin_open: Type.Boolean(),
     started_at: Type.String({ format: 'date-time' }),
@@ -193,26 +266,47 @@ export const Process = Type.Object(
   { $id: 'Process', additionalProperties: false },
 );
 
-export const SHARED_SCHEMAS = [ErrorEnvelope, Resources, EgressPolicy, IngressSpec, Runtime, Secret, InjectionConfig, SecretInjectionRule, Checkpoint, ExecResult, Process, Audit, FileWritten, FileInfo, FileStat, Health];
+/** Every named schema, registered with Fastify so `$ref`s resolve and OpenAPI lists them as components. */
+export const SHARED_SCHEMAS = [
+  ErrorEnvelope,
+  Resources,
+  EgressPolicy,
+  IngressSpec,
+  Runtime,
+  Secret,
+  InjectionConfig,
+  SecretInjectionRule,
+  Checkpoint,
+  ExecResult,
+  Process,
+  TcpConnectionAudit,
+  HttpRequestAudit,
+  IcmpDropAudit,
+  Audit,
+  FileWritten,
+  FileInfo,
+  FileStat,
+  Health,
+];
 
 // ---- requests ----
 
 export const RuntimeCreateBody = Type.Object(
   {
-    display_name: Type.String({ minLength: 1, maxLength: 128 }),
+    display_name: DisplayName('unique among your runtimes; not UUID-shaped'),
     resources: Type.Optional(
       Type.Object(
         {
-          limits: Type.Optional(Type.Object({ memory_mib: MemoryMib }, { additionalProperties: false })),
-          requests: Type.Optional(Type.Object({ memory_mib: Type.Optional(MemoryMib) }, { additionalProperties: false })),
-          vcpus: Type.Optional(Vcpus),
+          limits: Type.Optional(Type.Object({ memory_mib: MemoryMib }, { additionalProperties: false, description: 'default 512 MiB' })),
+          requests: Type.Optional(Type.Object({ memory_mib: Type.Optional(MemoryMib) }, { additionalProperties: false, description: 'at most the limit; default the limit' })),
+          vcpus: Type.Optional(Int32({ ...Vcpus, description: 'default 1' })),
         },
-        { additionalProperties: false },
+        { additionalProperties: false, description: "a fork keeps its checkpoint's memory and vcpus" },
       ),
     ),
     egress_policy: Type.Optional(Type.Ref(EgressPolicy)),
-    ingress_specs: Type.Optional(Type.Array(Type.Ref(IngressSpec), { maxItems: 64 })),
-    checkpoint: Type.Optional(Type.String({ minLength: 1, maxLength: 128, description: 'checkpoint ID or name to fork from' })),
+    ingress_specs: Type.Optional(Type.Array(Type.Ref(IngressSpec), { maxItems: 64, default: [], description: 'ports unique' })),
+    checkpoint: Type.Optional(Type.String({ minLength: 1, maxLength: 128, description: 'ID or name of a ready checkpoint to fork from' })),
   },
   { additionalProperties: false },
 );
@@ -223,8 +317,8 @@ export const RuntimePatchBody = Type.Object(
     resources: Type.Optional(
       Type.Object(
         {
-          limits: Type.Optional(Type.Object({ memory_mib: MemoryMib }, { additionalProperties: false })),
-          requests: Type.Optional(Type.Object({ memory_mib: Type.Optional(MemoryMib) }, { additionalProperties: false })),
+          limits: Type.Optional(Type.Object({ memory_mib: MemoryMib }, { additionalProperties: false, description: 'of a running VM: applies at the next start' })),
+          requests: Type.Optional(Type.Object({ memory_mib: Type.Optional(MemoryMib) }, { additionalProperties: false, description: 'applies at once' })),
         },
         { additionalProperties: false },
       ),
@@ -234,26 +328,32 @@ export const RuntimePatchBody = Type.Object(
 );
 
 export const MAX_OUTPUT_BYTES = 4194304;
+export const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
+export const DEFAULT_EXEC_TIMEOUT_SECS = 60;
 
 export const ExecBody = Type.Object(
   {
-    command: Type.String({ minLength: 1, maxLength: 131072 }),
-    args: Type.Optional(Type.Array(Type.String({ maxLength: 131072 }), { maxItems: 4096 })),
+    command: Type.String({ minLength: 1, maxLength: 131072, description: 'without args, run by /bin/sh -c; with args, the executable, found on PATH' }),
+    args: Type.Optional(Type.Array(Type.String({ maxLength: 131072 }), { maxItems: 4096, default: [] })),
     cwd: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 4096 }))),
-    env: Type.Optional(Type.Record(Type.String(), Type.String({ maxLength: 131072 }))),
-    stdin: Type.Optional(Nullable(Type.String())),
-    max_output_bytes: Type.Optional(Nullable(Type.Integer({ minimum: 0, maximum: MAX_OUTPUT_BYTES }))),
-    timeout_secs: Type.Optional(Nullable(Type.Integer({ minimum: 1 }))),
+    env: Type.Optional(Type.Record(Type.String(), Type.String({ maxLength: 131072 }), { description: 'overlaid on PATH, HOME=/root, LANG=C.UTF-8, TERM=xterm' })),
+    stdin: Type.Optional(Nullable(Type.String({ description: 'UTF-8 text' }))),
+    max_output_bytes: Type.Optional(
+      Nullable(Int32({ minimum: 0, maximum: MAX_OUTPUT_BYTES, default: DEFAULT_MAX_OUTPUT_BYTES, description: 'bytes kept per stream; buffered exec only' })),
+    ),
+    timeout_secs: Type.Optional(
+      Nullable(Int64({ minimum: 1, default: DEFAULT_EXEC_TIMEOUT_SECS, description: 'then the whole process tree is killed (uint64; the timer stops at 24.8 days)' })),
+    ),
     background: Type.Optional(
-      Type.Boolean({ description: 'streaming only: when the client disconnects, the command runs on as a background process instead of being killed' }),
+      Type.Boolean({ default: false, description: 'streaming only: when the client disconnects, the command runs on as a background process instead of being killed' }),
     ),
   },
   { additionalProperties: false },
 );
 
 const TerminalSize = {
-  rows: Type.Integer({ minimum: 1, maximum: 1000 }),
-  cols: Type.Integer({ minimum: 1, maximum: 1000 }),
+  rows: Int32({ minimum: 1, maximum: 1000 }),
+  cols: Int32({ minimum: 1, maximum: 1000 }),
 };
 
 export const ProcessCreateBody = Type.Object(
@@ -263,13 +363,25 @@ export const ProcessCreateBody = Type.Object(
     cwd: ExecBody.properties.cwd,
     env: ExecBody.properties.env,
     pty: Type.Optional(Nullable(Type.Object(TerminalSize, { additionalProperties: false, description: 'run on a terminal of this size; stdout then carries all it shows' }))),
-    stdin: Type.Optional(Type.Boolean({ description: 'keep stdin open for POST .../stdin (a terminal always takes input)' })),
-    ring_bytes: Type.Optional(Type.Integer({ minimum: 4096, maximum: 4194304, description: 'output kept per channel for readers (default 1 MiB)' })),
+    stdin: Type.Optional(Type.Boolean({ default: false, description: 'keep stdin open for POST .../stdin (a terminal always takes input)' })),
+    ring_bytes: Type.Optional(Int32({ minimum: MIN_RING_BYTES, maximum: MAX_RING_BYTES, default: DEFAULT_RING_BYTES, description: 'output kept per channel for readers' })),
   },
   { additionalProperties: false },
 );
 
-export const ProcessParams = Type.Object({ runtime_id: Type.String(), process_id: Type.Integer({ minimum: 1, maximum: 4294967295 }) });
+// ---- path parameters (docs/api.md, "Identifiers") ----
+
+const RuntimeId = Type.String({ description: 'the runtime: its UUID or its display name' });
+const RuleId = Type.String({ description: "the secret injection rule's UUID" });
+
+export const RuntimeParams = Type.Object({ runtime_id: RuntimeId });
+export const SecretParams = Type.Object({ secret_id: Type.String({ description: 'the secret: its UUID or its display name' }) });
+export const CheckpointParams = Type.Object({ checkpoint_id: Type.String({ description: 'the checkpoint: its UUID or its display name' }) });
+export const RuleParams = Type.Object({ rule_id: RuleId });
+export const RuntimeRuleParams = Type.Object({ runtime_id: RuntimeId, rule_id: RuleId });
+export const ProcessParams = Type.Object({ runtime_id: RuntimeId, process_id: ProcessId });
+
+// ---- query strings ----
 
 export const OutputQuery = Type.Object({
   since: Type.Optional(
@@ -292,52 +404,57 @@ export const SignalBody = Type.Object(
 );
 
 export const TerminalQuery = Type.Object({
-  rows: Type.Optional(Type.Integer({ ...TerminalSize.rows, default: 24 })),
-  cols: Type.Optional(Type.Integer({ ...TerminalSize.cols, default: 80 })),
-  process_id: Type.Optional(Type.Integer({ minimum: 1, maximum: 4294967295, description: 'attach to this pty process instead of starting a login shell' })),
+  rows: Type.Optional(Int32({ ...TerminalSize.rows, default: 24 })),
+  cols: Type.Optional(Int32({ ...TerminalSize.cols, default: 80 })),
+  process_id: Type.Optional(Int64({ ...ProcessId, description: 'attach to this pty process instead of starting a login shell' })),
 });
 
 export const SecretCreateBody = Type.Object(
   {
-    name: Type.String({ minLength: 1, maxLength: 128 }),
-    value: Type.String(),
-    cache_ttl_secs: Type.Optional(Type.Integer({ minimum: 0, maximum: 4294967295 })),
+    name: DisplayName('unique among your secrets; not UUID-shaped'),
+    value: Type.String({ minLength: 1, maxLength: MAX_SECRET_BYTES, description: '1 byte to 64 KiB of UTF-8, without CR, LF or NUL' }),
+    cache_ttl_secs: Type.Optional(Int64({ ...CacheTtlSecs, default: 0 })),
   },
   { additionalProperties: false },
 );
 
 export const RuleCreateBody = Type.Object(
   {
-    host: Type.String({ minLength: 1, maxLength: 260 }),
+    host: Type.String({ minLength: 1, maxLength: 260, description: 'a host pattern, as in allowed_hosts' }),
     injection: Type.Ref(InjectionConfig),
-    path: Type.Optional(Nullable(Type.String({ maxLength: 1024 }))),
-    secret: Type.String({ minLength: 1, maxLength: 128 }),
+    path: Type.Optional(Nullable(Type.String({ maxLength: 1024, description: 'a glob: * within a segment, ** across; null or absent matches every path' }))),
+    secret: Type.String({ minLength: 1, maxLength: 128, description: 'the secret: its UUID or its display name' }),
   },
   { additionalProperties: false },
 );
 
 export const CheckpointCreateBody = Type.Object(
   {
-    kind: Type.Optional(Type.String({ description: "only 'full' is supported" })),
-    name: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+    kind: Type.Optional(StringEnum(['full'] as const, { default: 'full', description: 'memory and disk; the only kind (beta)' })),
+    name: Type.Optional(DisplayName('default: <runtime>-<time>')),
   },
   { additionalProperties: false },
 );
 
 export const ListQuery = Type.Object({
-  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
-  page_token: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,256}$', description: 'next_page_token of the previous page' })),
+  limit: Type.Optional(Int32({ minimum: 1, maximum: 1000, default: 100, description: 'the most items in one page' })),
+  page_token: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$', description: 'next_page_token of the previous page' })),
 });
 
-export const CheckpointListQuery = Type.Composite([ListQuery, Type.Object({ include_system: Type.Optional(Type.Boolean()) })]);
+export const CheckpointListQuery = Type.Composite([
+  ListQuery,
+  Type.Object({ include_system: Type.Optional(Type.Boolean({ default: false, description: "also the service's own templates" })) }),
+]);
 
-export const AuditQuery = Type.Object({
-  category: Type.Optional(StringEnum(['egress'] as const)),
-  runtime: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
-  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
-});
+export const AuditQuery = Type.Composite([
+  ListQuery,
+  Type.Object({
+    category: Type.Optional(StringEnum(['egress'] as const, { description: 'default: every category' })),
+    runtime: Type.Optional(Type.String({ minLength: 1, maxLength: 128, description: "the runtime's UUID or display name; a deleted runtime's UUID still filters" })),
+  }),
+]);
 
-export const FileQuery = Type.Object({ path: Type.String({ minLength: 1, maxLength: 4096 }) });
+export const FileQuery = Type.Object({ path: Type.String({ minLength: 1, maxLength: 4096, description: 'an absolute path inside the runtime' }) });
 export const StatQuery = Type.Composite([
   FileQuery,
   Type.Object({ follow_symlinks: Type.Optional(Type.Boolean({ default: true, description: 'false describes a symbolic link itself' })) }),
@@ -347,15 +464,19 @@ export const RemoveQuery = Type.Composite([
   Type.Object({ recursive: Type.Optional(Type.Boolean({ default: false, description: 'remove a directory with everything in it' })) }),
 ]);
 
-export const RuntimeParams = Type.Object({ runtime_id: Type.String() });
-export const SecretParams = Type.Object({ secret_id: Type.String() });
-export const CheckpointParams = Type.Object({ checkpoint_id: Type.String() });
-export const RuleParams = Type.Object({ rule_id: Type.String() });
-export const RuntimeRuleParams = Type.Object({ runtime_id: Type.String(), rule_id: Type.String() });
-
 // ---- envelopes ----
 
-export const DataOf = <T extends TSchema>(schema: T) => Type.Object({ data: schema });
-export const ListOf = <T extends TSchema>(schema: T) =>
-  Type.Object({ data: Type.Array(schema), next_page_token: Type.Optional(Type.String()) });
-export const Empty = Type.Object({ data: Type.Object({}) });
+/**
+ * A success response: its envelope, and what it holds (OpenAPI's description of the response;
+ * @fastify/swagger takes it from this key and leaves it out of the schema).
+ */
+export const DataOf = <T extends TSchema>(schema: T, holds: string) => Type.Object({ data: schema }, { 'x-response-description': holds });
+export const ListOf = <T extends TSchema>(schema: T, holds: string) =>
+  Type.Object(
+    {
+      data: Type.Array(schema),
+      next_page_token: Type.Optional(Type.String({ description: 'present when there is a next page: pass it as page_token' })),
+    },
+    { 'x-response-description': holds },
+  );
+export const Empty = (holds: string) => Type.Object({ data: Type.Object({}, { additionalProperties: false }) }, { 'x-response-description': holds });

@@ -2,7 +2,7 @@
 import { notFound } from './errors.js';
 import { isUuid } from './names.js';
 import type { AuditRetention, Store } from './ports.js';
-import type { Audit } from './types.js';
+import type { Audit, Page, PageRequest } from './types.js';
 
 /**
  * Retention is per tenant, so that one tenant's flood of denied connections evicts nothing of
@@ -19,10 +19,9 @@ export const AUDIT_RETENTION: AuditRetention = { perTenant: 100_000, perRuntime:
  */
 export const PRUNE_AFTER = 5_000;
 
-export interface AuditQuery {
+export interface AuditQuery extends PageRequest {
   category?: string | undefined;
   runtime?: string | undefined;
-  limit: number;
 }
 
 export class AuditService {
@@ -31,7 +30,7 @@ export class AuditService {
 
   constructor(private readonly store: Store) {}
 
-  async list(tenantId: string, q: AuditQuery): Promise<Audit[]> {
+  async list(tenantId: string, q: AuditQuery): Promise<Page<Audit>> {
     let runtimeId: string | undefined;
     if (q.runtime !== undefined) {
       const rt = await this.store.runtimes.find(tenantId, q.runtime);
@@ -40,7 +39,7 @@ export class AuditService {
       else if (isUuid(q.runtime)) runtimeId = q.runtime.toLowerCase();
       else throw notFound('runtime', q.runtime);
     }
-    return this.store.audits.list(tenantId, { category: q.category, runtimeId, limit: q.limit });
+    return this.store.audits.list(tenantId, { category: q.category, runtimeId, limit: q.limit, pageToken: q.pageToken });
   }
 
   async record(audits: Audit[]): Promise<void> {

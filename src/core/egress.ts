@@ -7,7 +7,7 @@ import type { AuditService } from './audits.js';
 import type { EgressSubject, GatewayHooks, NetworkGateway, Store } from './ports.js';
 import type { Logger } from './runtimes.js';
 import type { SecretService } from './secrets.js';
-import type { Audit, EgressAuditDetail, EgressAuditKind, Runtime } from './types.js';
+import type { Audit, EgressAuditDetail, EgressAuditDetails, EgressAuditKind, Runtime } from './types.js';
 
 /** Audits are written in batches: one transaction per interval, not one per connection. */
 const AUDIT_FLUSH_MS = 250;
@@ -26,9 +26,9 @@ const MAX_UNWRITTEN_AUDITS = 50_000;
 export const MAX_AUDIT_FIELD_CHARS = 1024;
 
 /** `detail` with each text field cut to MAX_AUDIT_FIELD_CHARS; `truncated` lists the fields cut. */
-function boundedDetail(detail: EgressAuditDetail): EgressAuditDetail {
+function boundedDetail<D extends EgressAuditDetail>(detail: D): D {
   const cut: string[] = [];
-  const out: EgressAuditDetail = { ...detail };
+  const out: Record<string, unknown> = { ...detail };
   for (const [field, value] of Object.entries(detail)) {
     if (typeof value === 'string' && value.length > MAX_AUDIT_FIELD_CHARS) {
       out[field] = value.slice(0, MAX_AUDIT_FIELD_CHARS);
@@ -36,7 +36,7 @@ function boundedDetail(detail: EgressAuditDetail): EgressAuditDetail {
     }
   }
   if (cut.length > 0) out.truncated = cut;
-  return out;
+  return out as D;
 }
 
 export class EgressService implements GatewayHooks {
@@ -80,7 +80,7 @@ export class EgressService implements GatewayHooks {
     return secret === undefined ? null : { value: this.secrets.reveal(secret), cacheTtlSecs: secret.cacheTtlSecs };
   }
 
-  audit(runtimeId: string, tenantId: string, kind: EgressAuditKind, detail: EgressAuditDetail): void {
+  audit<K extends EgressAuditKind>(runtimeId: string, tenantId: string, kind: K, detail: EgressAuditDetails[K]): void {
     const payload = { egress: { kind, [kind]: boundedDetail(detail) } };
     this.#pending.push({ id: randomUUID(), tenantId, runtimeId, category: 'egress', payload, createdAt: new Date().toISOString() });
     this.#flushTimer ??= setTimeout(() => void this.flush(), AUDIT_FLUSH_MS);

@@ -7,7 +7,7 @@ import type {
   AttachRequest,
   Audit,
   Checkpoint,
-  EgressAuditDetail,
+  EgressAuditDetails,
   EgressAuditKind,
   EgressPolicy,
   ExecRequest,
@@ -100,10 +100,9 @@ export interface QuotaRepo {
   setOverrides(tenantId: string, overrides: TenantLimitOverrides): Promise<void>;
 }
 
-export interface AuditFilter {
+export interface AuditFilter extends PageRequest {
   category?: string | undefined;
   runtimeId?: string | undefined;
-  limit: number;
 }
 
 /** How many audits are kept: per tenant, and per runtime whatever its tenant's other runtimes record. */
@@ -114,7 +113,8 @@ export interface AuditRetention {
 
 export interface AuditRepo {
   insert(audits: Audit[]): Promise<void>;
-  list(tenantId: string, filter: AuditFilter): Promise<Audit[]>;
+  /** Newest first, a page at a time. */
+  list(tenantId: string, filter: AuditFilter): Promise<Page<Audit>>;
   /**
    * For each of these tenants, deletes its audits older than its newest `perTenant`, except the
    * newest `perRuntime` of each of its runtimes that still exists. Returns how many went.
@@ -157,7 +157,7 @@ export interface EgressSubject {
 export interface GatewayHooks {
   /** The plaintext of a rule's secret and how long the gateway may keep it. */
   revealSecret(tenantId: string, secretId: string): Promise<{ value: string; cacheTtlSecs: number } | null>;
-  audit(runtimeId: string, tenantId: string, kind: EgressAuditKind, detail: EgressAuditDetail): void;
+  audit<K extends EgressAuditKind>(runtimeId: string, tenantId: string, kind: K, detail: EgressAuditDetails[K]): void;
   /** Egress and ingress are activity: they keep a runtime from being suspended as idle. */
   activity(runtimeId: string): void;
   /**

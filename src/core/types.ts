@@ -111,20 +111,34 @@ export interface TenantUsage {
   checkpointBytes: number;
 }
 
-export type EgressAuditKind = 'tcp_connection' | 'http_request' | 'icmp_drop';
-
-/** Fields per DESIGN.md: action, host, ip, port, reason, and for HTTP method, path, status, rule_ids. */
-export interface EgressAuditDetail {
+/**
+ * What the gateway records of each kind of egress (DESIGN.md, "Audits"): action, host, ip, port
+ * and reason, and for HTTP the status and, once the request was read, method, path and the
+ * rules that injected. src/api/schemas.ts documents the same shapes.
+ */
+interface EgressAuditFields {
   action: 'allow' | 'deny';
-  [field: string]: unknown;
+  host: string | null;
+  ip: string | null;
+  /** The text fields cut to MAX_AUDIT_FIELD_CHARS (core/egress.ts). */
+  truncated?: string[];
 }
+
+export interface EgressAuditDetails {
+  tcp_connection: EgressAuditFields & { port: number; reason: string };
+  http_request: EgressAuditFields & { port: number; status: number; reason: string; method?: string; path?: string; rule_ids?: string[] };
+  icmp_drop: EgressAuditFields & { action: 'deny'; host: null; ip: null; port: null; reason: 'icmp_dropped'; count: number };
+}
+
+export type EgressAuditKind = keyof EgressAuditDetails;
+export type EgressAuditDetail = EgressAuditDetails[EgressAuditKind];
 
 export interface Audit {
   id: string;
   tenantId: string;
   runtimeId: string;
   category: 'egress';
-  payload: { egress: { kind: EgressAuditKind } & Partial<Record<EgressAuditKind, EgressAuditDetail>> };
+  payload: { egress: { kind: EgressAuditKind } & Partial<EgressAuditDetails> };
   createdAt: string;
 }
 

@@ -8,7 +8,7 @@
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { TLSSocket } from 'node:tls';
-import type { EgressAuditDetail } from '../core/types.js';
+import type { EgressAuditDetails } from '../core/types.js';
 import { hostMatches, normalizeHostName } from '../core/host-pattern.js';
 import type { CertificateAuthority } from './certificate-authority.js';
 import type { ConnectionLimits } from './connection-limits.js';
@@ -32,7 +32,7 @@ const KEEPALIVE_MS = 30_000;
 const HTTP_KEEP_ALIVE_MS = 60_000;
 
 export interface ProxyAudit {
-  (net: RuntimeNet, kind: 'tcp_connection' | 'http_request', detail: EgressAuditDetail): void;
+  <K extends 'tcp_connection' | 'http_request'>(net: RuntimeNet, kind: K, detail: EgressAuditDetails[K]): void;
 }
 
 /**

@@ -6,7 +6,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { createSecureContext, rootCertificates } from 'node:tls';
 import { GUEST_NETWORK, type EgressSubject, type GatewayHooks, type NetworkGateway } from '../core/ports.js';
-import type { EgressAuditDetail, EgressAuditKind } from '../core/types.js';
+import type { EgressAuditDetails, EgressAuditKind } from '../core/types.js';
 import { identityAddress, slotOfTap } from './addressing.js';
 import { DialPolicy } from './blocked-ranges.js';
 import type { CertificateAuthority } from './certificate-authority.js';
@@ -80,7 +80,7 @@ export class Gateway implements NetworkGateway {
     dial.setHostAddresses(this.#hostAddresses.current);
     const decisions = new EgressDecisions(new NameResolver(opts.dnsOverridesFile), dial);
     this.#secrets = new SecretCache((tenantId, secretId) => this.#requireHooks().revealSecret(tenantId, secretId));
-    const audit = (net: RuntimeNet, kind: EgressAuditKind, detail: EgressAuditDetail) => this.#hooks?.audit(net.id, net.subject.tenantId, kind, detail);
+    const audit = <K extends EgressAuditKind>(net: RuntimeNet, kind: K, detail: EgressAuditDetails[K]) => this.#hooks?.audit(net.id, net.subject.tenantId, kind, detail);
     const activity = (net: RuntimeNet) => this.#hooks?.activity(net.id);
     const forwarder = new HttpForwarder({
       decisions,

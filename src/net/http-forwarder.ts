@@ -9,7 +9,7 @@ import { request as httpRequest, type IncomingMessage, type ServerResponse } fro
 import { request as httpsRequest } from 'node:https';
 import { pipeline } from 'node:stream';
 import type { SecureContext } from 'node:tls';
-import type { EgressAuditDetail } from '../core/types.js';
+import type { EgressAuditDetails } from '../core/types.js';
 import { hostMatches, normalizeHostName } from '../core/host-pattern.js';
 import { pathMatches } from '../core/path-glob.js';
 import type { DenyReason, EgressDecisions } from './egress-decisions.js';
@@ -35,7 +35,7 @@ export interface HttpForwarderOptions {
   upstreamTls: SecureContext;
   /** Inject over plain HTTP too (off by default: the secret would cross the network in clear). */
   injectPlainHttp: boolean;
-  audit(net: RuntimeNet, detail: EgressAuditDetail): void;
+  audit(net: RuntimeNet, detail: EgressAuditDetails['http_request']): void;
   log: { warn(o: object, m: string): void };
 }
 

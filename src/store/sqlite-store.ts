@@ -406,7 +406,7 @@ function auditRepo(db: Db): AuditRepo {
   });
   const list = db.prepare(
     `SELECT * FROM audits WHERE tenant_id = @tenant AND (@category IS NULL OR category = @category)
-       AND (@runtime IS NULL OR runtime_id = @runtime) ORDER BY seq DESC LIMIT @limit`,
+       AND (@runtime IS NULL OR runtime_id = @runtime) AND seq < @after ORDER BY seq DESC LIMIT @limit`,
   );
   /*
    * Per tenant, in index order only: `cutoff` is the newest audit past the tenant's retention
@@ -434,7 +434,11 @@ function auditRepo(db: Db): AuditRepo {
   return {
     insert: async (audits) => insertMany(audits),
     list: async (tenantId, f: AuditFilter) =>
-      (list.all({ tenant: tenantId, category: f.category ?? null, runtime: f.runtimeId ?? null, limit: f.limit }) as Row[]).map(auditFromRow),
+      page(
+        list.all({ tenant: tenantId, category: f.category ?? null, runtime: f.runtimeId ?? null, after: decodePageToken(f.pageToken), limit: f.limit + 1 }) as Row[],
+        f.limit,
+        auditFromRow,
+      ),
     prune: async (tenantIds, retention) => pruneTenants(tenantIds, retention),
   };
 }

@@ -16,7 +16,7 @@ const audits = (tenantId: string, runtimeId: string, n: number): Audit[] =>
     runtimeId,
     category: 'egress',
     createdAt: new Date().toISOString(),
-    payload: { egress: { kind: 'tcp_connection', tcp_connection: { action: 'deny', host: 'flood.example', port: 443 } } },
+    payload: { egress: { kind: 'tcp_connection', tcp_connection: { action: 'deny', host: 'flood.example', ip: null, port: 443, reason: 'host_not_allowed' } } },
   }));
 
 test('a flood from one runtime evicts nothing of another tenant and leaves its sibling runtimes their floor', async () => {
@@ -44,7 +44,7 @@ test('a flood from one runtime evicts nothing of another tenant and leaves its s
     assert.equal(quietKept.length, 1000, 'the sibling keeps its floor');
     assert.deepEqual(quietKept.map((a: Audit) => a.id), quietAudits.slice(-1000).reverse().map((a) => a.id), 'its newest ones');
     // The store answers any limit (the API pages at most 1000).
-    const kept = await h.store.audits.list('acme', { limit: 1_000_000 });
+    const kept = (await h.store.audits.list('acme', { limit: 1_000_000 })).items;
     assert.equal(kept.length, 100_000 + 1000 + 7, "the tenant keeps its newest 100,000, plus its runtimes' floors");
     assert.equal(kept.filter((a) => a.runtimeId === noisy).length, 100_000);
   } finally {

@@ -16,9 +16,10 @@ const isError = (body: any, code: string) => {
 };
 
 
-/** The operations of ../shared/spec/runtime-api.md, plus the health check. */
+/** The operations of ../shared/spec/runtime-api.md. */
 const SPEC_OPERATIONS = [
   'GET /healthz',
+  'HEAD /healthz',
   'GET /v1/runtimes',
   'POST /v1/runtimes',
   'GET /v1/runtimes/{runtime_id}',
@@ -486,7 +487,7 @@ describe('checkpoints and audits', () => {
   test('audits list with filters', async () => {
     const rt = (await h.call('POST', '/v1/runtimes', { display_name: 'aud' })).body.data;
     await h.core.audits.record([
-      { id: crypto.randomUUID(), tenantId: 'default', runtimeId: rt.id, category: 'egress', createdAt: new Date().toISOString(), payload: { egress: { kind: 'tcp_connection', tcp_connection: { action: 'deny', host: 'x.com', port: 443 } } } },
+      { id: crypto.randomUUID(), tenantId: 'default', runtimeId: rt.id, category: 'egress', createdAt: new Date().toISOString(), payload: { egress: { kind: 'tcp_connection', tcp_connection: { action: 'deny', host: 'x.com', ip: null, port: 443, reason: 'host_not_allowed' } } } },
     ]);
     const all = await h.call('GET', '/v1/audits?category=egress&runtime=aud&limit=5');
     assert.equal(all.status, 200);

@@ -8,7 +8,7 @@ import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { Agent } from 'node:http';
 import { readFileSync } from 'node:fs';
 import { createSecureContext } from 'node:tls';
-import type { EgressAuditDetail, InjectionRule } from '../../src/core/types.js';
+import type { EgressAuditDetail, EgressAuditDetails, EgressAuditKind, InjectionRule } from '../../src/core/types.js';
 import { DialPolicy } from '../../src/net/blocked-ranges.js';
 import { CertificateAuthority } from '../../src/net/certificate-authority.js';
 import { ConnectionLimits, type ConnectionCaps } from '../../src/net/connection-limits.js';
@@ -24,8 +24,9 @@ import { Upstreams } from './upstream.js';
 
 export interface Audited {
   runtimeId: string;
-  kind: string;
-  detail: EgressAuditDetail;
+  kind: EgressAuditKind;
+  /** Any kind's fields can be read; those its kind lacks are undefined. */
+  detail: EgressAuditDetail & Partial<EgressAuditDetails['http_request']>;
 }
 
 export const quietLog = { warn: () => undefined, info: () => undefined, error: () => undefined };

@@ -5,7 +5,7 @@
 import { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, invalidArgument, notFound, unavailable } from '../../src/core/errors.js';
 import type { LiveState, VmDriver, VmSpec } from '../../src/core/ports.js';
-import type { ExecRequest, ExecResult, GuestFileInfo, GuestFileStat, ProcessState, ProcessStream } from '../../src/core/types.js';
+import type { AttachRequest, ExecRequest, ExecResult, GuestFileInfo, GuestFileStat, ProcessSpec, ProcessState, ProcessStream } from '../../src/core/types.js';
 
 const fakeInfo = (path: string, file: Buffer | undefined): GuestFileInfo => ({
   name: path.split('/').pop() || '/',
@@ -96,22 +96,22 @@ export class FakeDriver implements VmDriver {
     return { exit_code: 0, duration_ms: 1, stdout: req.command, stdout_truncated: false, stderr: '', stderr_truncated: false };
   }
   /** Processes need a guest: the real driver's, tested in test/vm/interactive.test.ts. */
-  async spawnProcess(): Promise<ProcessStream> {
+  async spawnProcess(_runtimeId: string, _spec: ProcessSpec): Promise<ProcessStream> {
     throw unavailable('the fake driver runs no processes');
   }
-  async attachProcess(): Promise<ProcessStream> {
+  async attachProcess(_runtimeId: string, _processId: number, _request: AttachRequest): Promise<ProcessStream> {
     throw unavailable('the fake driver runs no processes');
   }
   async listProcesses(): Promise<ProcessState[]> {
     return [];
   }
-  async signalProcess(): Promise<void> {
+  async signalProcess(_runtimeId: string, _processId: number, _signal: number, _tree: boolean): Promise<void> {
     throw unavailable('the fake driver runs no processes');
   }
   async resizeTerminal(): Promise<void> {
     throw unavailable('the fake driver runs no processes');
   }
-  async forgetProcess(): Promise<void> {
+  async forgetProcess(_runtimeId: string, _processId: number): Promise<void> {
     throw unavailable('the fake driver runs no processes');
   }
   async readFile(id: string, path: string): Promise<Readable> {

@@ -16,7 +16,7 @@ function service(record: (batch: Audit[]) => Promise<void>) {
   return { egress, errors };
 }
 
-const denied = (n: number) => ({ action: 'deny', host: `h${n}.example`, port: 443, reason: 'host_not_allowed' }) as const;
+const denied = (n: number) => ({ action: 'deny', host: `h${n}.example`, ip: null, port: 443, reason: 'host_not_allowed' }) as const;
 
 test('a refused batch is kept and written with the next one; later flushes still run', async () => {
   const written: string[] = [];
@@ -46,12 +46,12 @@ test('while the store refuses, what is held stays bounded and the oldest go firs
 test('an audit keeps at most MAX_AUDIT_FIELD_CHARS of each text field, and says which it cut', async () => {
   const written: Audit[] = [];
   const { egress } = service(async (batch) => void written.push(...batch));
-  egress.audit('rt', 'tenant', 'tcp_connection', { action: 'deny', host: 'x'.repeat(16_000), port: 443, reason: 'no_host' });
-  egress.audit('rt', 'tenant', 'tcp_connection', { action: 'allow', host: 'api.example', port: 443 });
+  egress.audit('rt', 'tenant', 'tcp_connection', { action: 'deny', host: 'x'.repeat(16_000), ip: null, port: 443, reason: 'no_host' });
+  egress.audit('rt', 'tenant', 'tcp_connection', { action: 'allow', host: 'api.example', ip: '192.0.2.1', port: 443, reason: 'host_allowed' });
   await egress.flush();
   const [long, short] = written.map((a) => (a.payload as any).egress.tcp_connection);
   assert.equal(long.host.length, MAX_AUDIT_FIELD_CHARS);
   assert.deepEqual(long.truncated, ['host']);
   assert.equal(long.reason, 'no_host');
-  assert.deepEqual(short, { action: 'allow', host: 'api.example', port: 443 });
+  assert.deepEqual(short, { action: 'allow', host: 'api.example', ip: '192.0.2.1', port: 443, reason: 'host_allowed' });
 });

@@ -9,6 +9,8 @@ import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
+import { Ajv } from 'ajv';
+import { SHARED_SCHEMAS } from '../../src/api/schemas.js';
 import { sniffSocket } from '../../src/net/socket-ops.js';
 import { EgressHarness } from '../support/egress-harness.js';
 import { exchange } from '../support/exchange.js';
@@ -340,5 +342,18 @@ test('sniffing looks again only when bytes arrive: a silent connection is peeked
   } finally {
     nativeOps.peek = peek;
     for (const p of pairs) [p.accepted, p.client].forEach((s) => s.destroy());
+  }
+});
+
+test('every audit the gateway recorded in these tests has the shape the API documents for its kind', () => {
+  // Formats aside: the rules of these tests have made-up ids, where the service's are UUIDs.
+  const ajv = new Ajv({ strict: false, allErrors: true, validateFormats: false });
+  for (const schema of SHARED_SCHEMAS) ajv.addSchema(schema);
+  const documented = { tcp_connection: 'TcpConnectionAudit', http_request: 'HttpRequestAudit', icmp_drop: 'IcmpDropAudit' } as const;
+  const kinds = new Set(h.audits.map((a) => a.kind));
+  assert.deepEqual([...kinds].sort(), ['http_request', 'tcp_connection'], 'ICMP drops are counted by nftables, on a real gateway');
+  for (const a of h.audits) {
+    const validate = ajv.getSchema(documented[a.kind])!;
+    assert.ok(validate(a.detail), `${a.kind} ${JSON.stringify(a.detail)}: ${ajv.errorsText(validate.errors)}`);
   }
 });

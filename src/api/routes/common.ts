@@ -1,17 +1,18 @@
-/** What every /v1 route shares: its documented error responses and list paging. */
+/** What the routes share: their plugin type, raw bodies, list paging and the errors beyond every operation's. */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { Core } from '../../core/core.js';
-import { ERROR_STATUS } from '../../core/errors.js';
 import type { PageRequest } from '../../core/types.js';
 
 export type RoutePlugin<Extra = object> = FastifyPluginAsyncTypebox<{ core: Core } & Extra>;
 
-const ErrorRef = { $ref: 'ErrorEnvelope#' };
+/**
+ * `command_failed` (422), for the operations that start a command. The errors every operation
+ * can answer, and those of request bodies, are added to the OpenAPI document by openapi.ts.
+ */
+export const COMMAND_FAILED = { 422: { $ref: 'ErrorEnvelope#' } } as const;
 
-/** Every error status the catalogue can produce, so the OpenAPI document lists them per operation. */
-export const ERROR_RESPONSES: Record<number, typeof ErrorRef> = Object.fromEntries(
-  [...new Set(Object.values(ERROR_STATUS))].map((status) => [status, ErrorRef]),
-);
+/** Raw bytes in OpenAPI, as a request or response body of `mediaType`. */
+export const binary = (mediaType: string) => ({ content: { [mediaType]: { schema: { type: 'string', format: 'binary' } } } });
 
 /** In this plugin scope every request body is a raw byte stream for the handler, whatever its type. */
 export function acceptRawBodies(app: Parameters<RoutePlugin>[0]): void {

@@ -2,12 +2,10 @@ import { posix } from 'node:path';
 import { Readable } from 'node:stream';
 import { Type } from '@sinclair/typebox';
 import { DataOf, Empty, FileInfo, FileQuery, FileStat, FileWritten, RemoveQuery, RuntimeParams, StatQuery } from '../schemas.js';
-import { ERROR_RESPONSES, acceptRawBodies, type RoutePlugin } from './common.js';
+import { acceptRawBodies, binary, type RoutePlugin } from './common.js';
 
 const tags = ['files'];
-
-/** Raw bytes in OpenAPI; as a request body, documented only (app.ts validates no body but JSON). */
-const binary = (mediaType: string) => ({ content: { [mediaType]: { schema: { type: 'string', format: 'binary' } } } });
+const Written = DataOf(Type.Ref(FileWritten), 'the path and the bytes written');
 
 /** A name any client can save to: the directory's own, without quotes or separators. */
 const archiveName = (dir: string): string => `${(posix.basename(dir) || 'root').replace(/[^A-Za-z0-9._-]/g, '_')}.tar`;
@@ -19,11 +17,12 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
   app.get('/v1/runtimes/:runtime_id/files', {
     config: { scope: 'files:read' },
     schema: {
+      operationId: 'readFile',
       tags,
       summary: 'Read one file (raw bytes)',
       params: RuntimeParams,
       querystring: FileQuery,
-      response: { 200: { description: 'the file', content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } } }, ...ERROR_RESPONSES },
+      response: { 200: { description: "the file's bytes", ...binary('application/octet-stream') } },
     },
   }, async (req, reply) => {
     const stream = await core.runtimes.readFile(req.principal.tenantId, req.params.runtime_id, req.query.path);
@@ -33,11 +32,13 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
   app.put('/v1/runtimes/:runtime_id/files', {
     config: { scope: 'files:write' },
     schema: {
+      operationId: 'writeFile',
       tags,
-      summary: 'Write one file from the raw request body; parents are created',
+      summary: 'Write one file from the raw request body (any Content-Type); parents are created',
       params: RuntimeParams,
       querystring: FileQuery,
-      response: { 200: DataOf(Type.Ref(FileWritten)), ...ERROR_RESPONSES },
+      body: binary('application/octet-stream'),
+      response: { 200: Written },
     },
   }, async (req) => {
     const body = req.body as Readable | undefined;
@@ -48,11 +49,12 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
   app.delete('/v1/runtimes/:runtime_id/files', {
     config: { scope: 'files:write' },
     schema: {
+      operationId: 'removePath',
       tags,
       summary: 'Remove a file, a symbolic link (not its target) or an empty directory; a whole tree with recursive=true',
       params: RuntimeParams,
       querystring: RemoveQuery,
-      response: { 200: Empty, ...ERROR_RESPONSES },
+      response: { 200: Empty('the path is gone') },
     },
   }, async (req) => {
     await core.runtimes.removePath(req.principal.tenantId, req.params.runtime_id, req.query.path, req.query.recursive ?? false);
@@ -62,33 +64,36 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
   app.get('/v1/runtimes/:runtime_id/files/list', {
     config: { scope: 'files:read' },
     schema: {
+      operationId: 'listDirectory',
       tags,
       summary: "List a directory's entries (not . and ..), sorted by name; symbolic links are not followed",
       params: RuntimeParams,
       querystring: FileQuery,
-      response: { 200: DataOf(Type.Array(Type.Ref(FileInfo))), ...ERROR_RESPONSES },
+      response: { 200: DataOf(Type.Array(Type.Ref(FileInfo)), "the directory's entries") },
     },
   }, async (req) => ({ data: await core.runtimes.listDir(req.principal.tenantId, req.params.runtime_id, req.query.path) }));
 
   app.get('/v1/runtimes/:runtime_id/files/stat', {
     config: { scope: 'files:read' },
     schema: {
+      operationId: 'statPath',
       tags,
       summary: 'Describe one path',
       params: RuntimeParams,
       querystring: StatQuery,
-      response: { 200: DataOf(Type.Ref(FileStat)), ...ERROR_RESPONSES },
+      response: { 200: DataOf(Type.Ref(FileStat), 'what the path is') },
     },
   }, async (req) => ({ data: await core.runtimes.statPath(req.principal.tenantId, req.params.runtime_id, req.query.path, req.query.follow_symlinks ?? true) }));
 
   app.post('/v1/runtimes/:runtime_id/files/mkdir', {
     config: { scope: 'files:write' },
     schema: {
+      operationId: 'makeDirectory',
       tags,
       summary: 'Make a directory and its missing parents (mkdir -p); an existing directory is fine',
       params: RuntimeParams,
       querystring: FileQuery,
-      response: { 200: DataOf(Type.Object({ path: Type.String() })), ...ERROR_RESPONSES },
+      response: { 200: DataOf(Type.Object({ path: Type.String() }), 'the directory') },
     },
   }, async (req) => {
     await core.runtimes.makeDir(req.principal.tenantId, req.params.runtime_id, req.query.path);
@@ -98,11 +103,18 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
   app.get('/v1/runtimes/:runtime_id/files/archive', {
     config: { scope: 'files:read' },
     schema: {
+      operationId: 'downloadArchive',
       tags,
       summary: "Download a directory's contents as a tar archive (streamed; a failure midway breaks the transfer)",
       params: RuntimeParams,
       querystring: FileQuery,
-      response: { 200: { description: 'the tar archive of the directory, entries relative to it (./…)', ...binary('application/x-tar') }, ...ERROR_RESPONSES },
+      response: {
+        200: {
+          description: 'the tar archive of the directory, entries relative to it (./…)',
+          headers: { 'Content-Disposition': { type: 'string', description: 'attachment; filename="<directory>.tar"' } },
+          ...binary('application/x-tar'),
+        },
+      },
     },
   }, async (req, reply) => {
     const archive = await core.runtimes.readArchive(req.principal.tenantId, req.params.runtime_id, req.query.path);
@@ -112,12 +124,13 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
   app.put('/v1/runtimes/:runtime_id/files/archive', {
     config: { scope: 'files:write' },
     schema: {
+      operationId: 'uploadArchive',
       tags,
-      summary: 'Extract a tar archive from the raw request body into a directory, which is created with its parents',
+      summary: 'Extract a tar archive from the raw request body (any Content-Type) into a directory, which is created with its parents',
       params: RuntimeParams,
       querystring: FileQuery,
       body: binary('application/x-tar'),
-      response: { 200: DataOf(Type.Ref(FileWritten)), ...ERROR_RESPONSES },
+      response: { 200: Written },
     },
   }, async (req) => {
     const body = req.body as Readable | undefined;

@@ -11,15 +11,31 @@ import type { AttachRequest, ExecRequest, ProcessOutput, ProcessStream } from '.
 import { DEFAULT_RING_BYTES } from '../../core/processes.js';
 import { EventStream, OutputEncoder, wantsEventStream } from '../event-stream.js';
 import { processView } from '../presenters.js';
-import { DataOf, Empty, ExecBody, ExecResult, OutputQuery, Process, ProcessCreateBody, ProcessParams, RuntimeParams, SignalBody, StdinQuery } from '../schemas.js';
-import { ERROR_RESPONSES, acceptRawBodies, type RoutePlugin } from './common.js';
-
-export const DEFAULT_EXEC_TIMEOUT_SECS = 60;
-export const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
+import {
+  DEFAULT_EXEC_TIMEOUT_SECS,
+  DEFAULT_MAX_OUTPUT_BYTES,
+  DataOf,
+  Empty,
+  ExecBody,
+  ExecResult,
+  Int64,
+  OutputQuery,
+  Process,
+  ProcessCreateBody,
+  ProcessParams,
+  RuntimeParams,
+  SignalBody,
+  StdinQuery,
+} from '../schemas.js';
+import { COMMAND_FAILED, acceptRawBodies, binary, type RoutePlugin } from './common.js';
 
 const tags = ['processes'];
-const ProcessData = DataOf(Type.Ref(Process));
-const EVENT_STREAM = { 'text/event-stream': { schema: { type: 'string', description: 'server-sent events (docs/processes.md)' } } };
+/** Server-sent events: `event:` lines name them and `data:` lines carry JSON (docs/processes.md). */
+const EVENT_STREAM = {
+  'text/event-stream': {
+    schema: { type: 'string', description: 'events start (the process), stdout and stderr (`{offset, data, encoding, lost?}`), then exit, end or error (the error envelope)' },
+  },
+};
 
 /** `since` or an SSE Last-Event-ID: "stdout" or "stdout,stderr" offsets. */
 function resumePoint(since: string | undefined, req: FastifyRequest): AttachRequest['from'] {
@@ -52,11 +68,18 @@ export const processRoutes: RoutePlugin = async (app, { core }) => {
   app.post('/v1/runtimes/:runtime_id/exec', {
     config: { scope: 'exec' },
     schema: {
+      operationId: 'execCommand',
       tags: ['runtimes'],
       summary: 'Run a command: buffered (JSON), or streamed as it runs with Accept: text/event-stream',
       params: RuntimeParams,
       body: ExecBody,
-      response: { 200: { description: 'the result, or its events', content: { 'application/json': { schema: DataOf(Type.Ref(ExecResult)) }, ...EVENT_STREAM } }, ...ERROR_RESPONSES },
+      response: {
+        200: {
+          description: 'the result once the command exited (JSON), or its events as it runs (text/event-stream)',
+          content: { 'application/json': { schema: Type.Object({ data: Type.Ref(ExecResult) }) }, ...EVENT_STREAM },
+        },
+        ...COMMAND_FAILED,
+      },
     },
   }, async (req, reply) => {
     const b = req.body;
@@ -95,7 +118,14 @@ export const processRoutes: RoutePlugin = async (app, { core }) => {
 
   app.post('/v1/runtimes/:runtime_id/processes', {
     config: { scope: 'exec' },
-    schema: { tags, summary: 'Start a background process', params: RuntimeParams, body: ProcessCreateBody, response: { 201: ProcessData, ...ERROR_RESPONSES } },
+    schema: {
+      operationId: 'startProcess',
+      tags,
+      summary: 'Start a background process',
+      params: RuntimeParams,
+      body: ProcessCreateBody,
+      response: { 201: DataOf(Type.Ref(Process), 'the process, running'), ...COMMAND_FAILED },
+    },
   }, async (req, reply) => {
     const b = req.body;
     const state = await processes.start(req.principal.tenantId, req.params.runtime_id, {
@@ -112,17 +142,29 @@ export const processRoutes: RoutePlugin = async (app, { core }) => {
 
   app.get('/v1/runtimes/:runtime_id/processes', {
     config: { scope: 'exec' },
-    schema: { tags, summary: 'List the processes the guest keeps, running and exited', params: RuntimeParams, response: { 200: Type.Object({ data: Type.Array(Type.Ref(Process)) }), ...ERROR_RESPONSES } },
+    schema: {
+      operationId: 'listProcesses',
+      tags,
+      summary: 'List the processes the guest keeps, running and exited (at most 128; not paged)',
+      params: RuntimeParams,
+      response: { 200: DataOf(Type.Array(Type.Ref(Process)), 'every process the guest keeps') },
+    },
   }, async (req) => ({ data: (await processes.list(req.principal.tenantId, req.params.runtime_id)).map(processView) }));
 
   app.get('/v1/runtimes/:runtime_id/processes/:process_id', {
     config: { scope: 'exec' },
-    schema: { tags, summary: 'Get a process', params: ProcessParams, response: { 200: ProcessData, ...ERROR_RESPONSES } },
+    schema: { operationId: 'getProcess', tags, summary: 'Get a process', params: ProcessParams, response: { 200: DataOf(Type.Ref(Process), 'the process') } },
   }, async (req) => ({ data: processView(await processes.get(req.principal.tenantId, req.params.runtime_id, req.params.process_id)) }));
 
   app.delete('/v1/runtimes/:runtime_id/processes/:process_id', {
     config: { scope: 'exec' },
-    schema: { tags, summary: 'Forget an exited process and its kept output', params: ProcessParams, response: { 200: Empty, ...ERROR_RESPONSES } },
+    schema: {
+      operationId: 'forgetProcess',
+      tags,
+      summary: 'Forget an exited process and its kept output',
+      params: ProcessParams,
+      response: { 200: Empty('the process and its output are gone') },
+    },
   }, async (req) => {
     await processes.forget(req.principal.tenantId, req.params.runtime_id, req.params.process_id);
     return { data: {} };
@@ -131,11 +173,12 @@ export const processRoutes: RoutePlugin = async (app, { core }) => {
   app.get('/v1/runtimes/:runtime_id/processes/:process_id/output', {
     config: { scope: 'exec' },
     schema: {
+      operationId: 'streamProcessOutput',
       tags,
       summary: "A process's output as server-sent events, from `since` (or Last-Event-ID) or the oldest byte kept",
       params: ProcessParams,
       querystring: OutputQuery,
-      response: { 200: { description: 'its events', content: EVENT_STREAM }, ...ERROR_RESPONSES },
+      response: { 200: { description: "the process's output events", content: EVENT_STREAM } },
     },
   }, async (req, reply) => {
     const from = resumePoint(req.query.since, req);
@@ -161,7 +204,14 @@ export const processRoutes: RoutePlugin = async (app, { core }) => {
 
   app.post('/v1/runtimes/:runtime_id/processes/:process_id/signal', {
     config: { scope: 'exec' },
-    schema: { tags, summary: 'Send a signal to a process (and by default its whole tree)', params: ProcessParams, body: SignalBody, response: { 200: Empty, ...ERROR_RESPONSES } },
+    schema: {
+      operationId: 'signalProcess',
+      tags,
+      summary: 'Send a signal to a process (and by default its whole tree)',
+      params: ProcessParams,
+      body: SignalBody,
+      response: { 200: Empty('the signal was sent') },
+    },
   }, async (req) => {
     await processes.signal(req.principal.tenantId, req.params.runtime_id, req.params.process_id, req.body.signal, req.body.tree ?? true);
     return { data: {} };
@@ -175,11 +225,13 @@ export const stdinRoutes: RoutePlugin<{ maxStdinBytes: number }> = async (app, {
   app.post('/v1/runtimes/:runtime_id/processes/:process_id/stdin', {
     config: { scope: 'exec' },
     schema: {
+      operationId: 'writeProcessStdin',
       tags,
-      summary: "Write the raw request body to a process's stdin (eof=true closes it after)",
+      summary: "Write the raw request body (any Content-Type; may be empty) to a process's stdin (eof=true closes it after)",
       params: ProcessParams,
       querystring: StdinQuery,
-      response: { 200: DataOf(Type.Object({ bytes: Type.Integer({ minimum: 0 }) })), ...ERROR_RESPONSES },
+      body: binary('application/octet-stream'),
+      response: { 200: DataOf(Type.Object({ bytes: Int64({ minimum: 0 }) }), 'the bytes the guest took') },
     },
   }, async (req) => {
     const body = (req.body as Readable | undefined) ?? Readable.from([]);

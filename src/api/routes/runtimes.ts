@@ -11,9 +11,9 @@ import {
   RuntimeParams,
   RuntimePatchBody,
 } from '../schemas.js';
-import { ERROR_RESPONSES, pageOf, type RoutePlugin } from './common.js';
+import { pageOf, type RoutePlugin } from './common.js';
 
-const RuntimeData = DataOf(Type.Ref(Runtime));
+const RuntimeData = DataOf(Type.Ref(Runtime), 'the runtime');
 const tags = ['runtimes'];
 
 export const runtimeRoutes: RoutePlugin = async (app, { core }) => {
@@ -21,12 +21,18 @@ export const runtimeRoutes: RoutePlugin = async (app, { core }) => {
 
   app.get('/v1/runtimes', {
     config: { scope: 'runtimes:read' },
-    schema: { tags, summary: 'List runtimes', querystring: ListQuery, response: { 200: ListOf(Type.Ref(Runtime)), ...ERROR_RESPONSES } },
+    schema: { operationId: 'listRuntimes', tags, summary: 'List runtimes, newest first', querystring: ListQuery, response: { 200: ListOf(Type.Ref(Runtime), 'a page of runtimes') } },
   }, async (req) => listView(await runtimes.list(req.principal.tenantId, pageOf(req.query)), runtimeView));
 
   app.post('/v1/runtimes', {
     config: { scope: 'runtimes:write' },
-    schema: { tags, summary: 'Create a runtime; answers once it is running', body: RuntimeCreateBody, response: { 201: RuntimeData, ...ERROR_RESPONSES } },
+    schema: {
+      operationId: 'createRuntime',
+      tags,
+      summary: 'Create a runtime; answers once it is running',
+      body: RuntimeCreateBody,
+      response: { 201: DataOf(Type.Ref(Runtime), 'the runtime, running') },
+    },
   }, async (req, reply) => {
     const rt = await runtimes.create(req.principal.tenantId, req.body);
     return reply.code(201).send({ data: runtimeView(rt) });
@@ -34,12 +40,12 @@ export const runtimeRoutes: RoutePlugin = async (app, { core }) => {
 
   app.get('/v1/runtimes/:runtime_id', {
     config: { scope: 'runtimes:read' },
-    schema: { tags, summary: 'Get a runtime', params: RuntimeParams, response: { 200: RuntimeData, ...ERROR_RESPONSES } },
+    schema: { operationId: 'getRuntime', tags, summary: 'Get a runtime', params: RuntimeParams, response: { 200: RuntimeData } },
   }, async (req) => ({ data: runtimeView(await runtimes.get(req.principal.tenantId, req.params.runtime_id)) }));
 
   app.delete('/v1/runtimes/:runtime_id', {
     config: { scope: 'runtimes:write' },
-    schema: { tags, summary: 'Delete a runtime (from any state)', params: RuntimeParams, response: { 200: Empty, ...ERROR_RESPONSES } },
+    schema: { operationId: 'deleteRuntime', tags, summary: 'Delete a runtime (from any state)', params: RuntimeParams, response: { 200: Empty('the runtime, its VM, disk and rules are gone') } },
   }, async (req) => {
     await runtimes.delete(req.principal.tenantId, req.params.runtime_id);
     return { data: {} };
@@ -47,19 +53,27 @@ export const runtimeRoutes: RoutePlugin = async (app, { core }) => {
 
   app.patch('/v1/runtimes/:runtime_id', {
     config: { scope: 'runtimes:write' },
-    schema: { tags, summary: 'Patch resources or egress policy', params: RuntimeParams, body: RuntimePatchBody, response: { 200: RuntimeData, ...ERROR_RESPONSES } },
+    schema: {
+      operationId: 'patchRuntime',
+      tags,
+      summary: 'Patch resources or egress policy',
+      params: RuntimeParams,
+      body: RuntimePatchBody,
+      response: { 200: DataOf(Type.Ref(Runtime), 'the runtime; limits that apply at the next start are in pending_resources') },
+    },
   }, async (req) => ({ data: runtimeView(await runtimes.patch(req.principal.tenantId, req.params.runtime_id, req.body)) }));
 
-  const lifecycle: Array<[LifecycleOp, string]> = [
-    ['start', 'Boot a shut-down, crashed or suspended runtime'],
-    ['pause', 'Pause a running runtime'],
-    ['resume', 'Resume a paused or suspended runtime'],
-    ['stop', 'Gracefully shut a running or paused runtime down'],
+  const lifecycle: Array<[LifecycleOp, string, string]> = [
+    ['start', 'startRuntime', 'Boot a shut-down, crashed or suspended runtime'],
+    ['pause', 'pauseRuntime', 'Pause a running runtime'],
+    ['resume', 'resumeRuntime', 'Resume a paused or suspended runtime'],
+    ['stop', 'stopRuntime', 'Gracefully shut a running or paused runtime down'],
   ];
-  for (const [op, summary] of lifecycle) {
+  const InNewState = DataOf(Type.Ref(Runtime), 'the runtime in its new state');
+  for (const [op, operationId, summary] of lifecycle) {
     app.post(`/v1/runtimes/:runtime_id/${op}`, {
       config: { scope: 'runtimes:write' },
-      schema: { tags, summary, params: RuntimeParams, response: { 200: RuntimeData, ...ERROR_RESPONSES } },
+      schema: { operationId, tags, summary, params: RuntimeParams, response: { 200: InNewState } },
     }, async (req) => ({ data: runtimeView(await runtimes.lifecycle(req.principal.tenantId, req.params.runtime_id, op)) }));
   }
 };

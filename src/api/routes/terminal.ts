@@ -8,7 +8,7 @@ import type { WebSocket } from 'ws';
 import { invalidArgument } from '../../core/errors.js';
 import { exitCodeOf, type Attachment } from '../../core/processes.js';
 import { RuntimeParams, TerminalQuery } from '../schemas.js';
-import { ERROR_RESPONSES, type RoutePlugin } from './common.js';
+import { COMMAND_FAILED, type RoutePlugin } from './common.js';
 
 /** Output the socket may queue before we stop reading the terminal (and the shell waits). */
 const OUTPUT_HIGH_WATER = 256 * 1024;
@@ -111,13 +111,21 @@ export const terminalRoutes: RoutePlugin = async (app, { core }) => {
     url: '/v1/runtimes/:runtime_id/terminal',
     config: { scope: 'exec' },
     schema: {
+      operationId: 'openTerminal',
       tags: ['processes'],
       summary: 'A terminal over a WebSocket: a login shell, or an existing pty process (process_id)',
       description:
         'Binary messages carry the terminal bytes; JSON text messages carry resize and input, and the exit. A browser, which cannot set Authorization on a WebSocket, offers the subprotocols `vessel.v1` and `vessel.bearer.<base64url token>`; the server selects `vessel.v1` (docs/processes.md).',
       params: RuntimeParams,
       querystring: TerminalQuery,
-      response: { 101: { description: 'switching to the WebSocket protocol', type: 'null' }, ...ERROR_RESPONSES },
+      response: {
+        101: {
+          description: 'switching to the WebSocket protocol',
+          type: 'null',
+          headers: { 'Sec-WebSocket-Protocol': { type: 'string', enum: ['vessel.v1'], description: 'vessel.v1, when the client offered it' } },
+        },
+        ...COMMAND_FAILED,
+      },
     },
     // Everything that can fail is done before the upgrade, so a failure is a plain HTTP error.
     preHandler: async (req) => {
