@@ -10,8 +10,8 @@ import type { CallOptions, Transport } from './transport.js';
 
 /** What client/node/directories.ts offers; declared here so that nothing here imports Node. */
 export interface LocalDirectories {
-  /** The directory's contents as a tar stream, entries relative to it. */
-  pack(localDir: string): AsyncIterable<Uint8Array>;
+  /** The directory's contents as a tar stream, entries relative to it; rejects if it is not a directory. */
+  pack(localDir: string): Promise<AsyncIterable<Uint8Array>>;
   /** Unpacks a tar stream into the directory, which is made if missing. */
   extract(archive: ReadableStream<Uint8Array>, localDir: string, signal: AbortSignal | undefined): Promise<void>;
 }
@@ -100,7 +100,7 @@ export class Files {
 
   /** Node: copies a local directory's contents into a directory of the runtime. */
   async upload(localDir: string, remoteDir: string, options?: CallOptions): Promise<FileWritten> {
-    return this.uploadArchive(remoteDir, (await localDirectories()).pack(localDir), options);
+    return this.uploadArchive(remoteDir, await (await localDirectories()).pack(localDir), options);
   }
 
   /** Node: copies a directory of the runtime's contents into a local directory. */
