@@ -313,14 +313,15 @@ test('sniffing looks again only when bytes arrive: a silent connection is peeked
     const silent = await pair();
     peeks = 0;
     assert.deepEqual(await sniffSocket(silent.accepted, 1000), { kind: 'silent' });
-    assert.ok(peeks <= 2, `${peeks} peeks for a second of silence`);
+    // Polling every 16 ms would be ~60; the bound leaves room for a wake-up a loaded host adds.
+    assert.ok(peeks <= 4, `${peeks} peeks for a second of silence`);
 
     // A start and then the end of the stream: decided on the close, not after the 5 s deadline of peeking.
     const cut = await pair();
     peeks = 0;
     cut.client.end('GET /cut');
     assert.deepEqual(await sniffSocket(cut.accepted, 60_000), { kind: 'other' });
-    assert.ok(peeks <= 3, `${peeks} peeks for a first line cut short`);
+    assert.ok(peeks <= 5, `${peeks} peeks for a first line cut short`);
 
     // Each piece wakes it: a ClientHello in three writes is read whole.
     const pieces = await pair();
