@@ -1,5 +1,7 @@
 /** What the routes share: their plugin type, raw bodies, list paging and the errors beyond every operation's. */
+import { Readable } from 'node:stream';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { FastifyRequest } from 'fastify';
 import type { Core } from '../../core/core.js';
 import type { PageRequest } from '../../core/types.js';
 
@@ -19,5 +21,8 @@ export function acceptRawBodies(app: Parameters<RoutePlugin>[0]): void {
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', (_req, payload, done) => done(null, payload));
 }
+
+/** A request's raw body under acceptRawBodies; a request without one is an empty stream. */
+export const rawBody = (req: FastifyRequest): Readable => (req.body as Readable | undefined) ?? Readable.from([]);
 
 export const pageOf = (q: { limit?: number; page_token?: string }): PageRequest => ({ limit: q.limit ?? 100, pageToken: q.page_token });

@@ -1,8 +1,7 @@
 import { posix } from 'node:path';
-import { Readable } from 'node:stream';
 import { Type } from '@sinclair/typebox';
 import { DataOf, Empty, FileInfo, FileQuery, FileStat, FileWritten, RemoveQuery, RuntimeParams, StatQuery } from '../schemas.js';
-import { acceptRawBodies, binary, type RoutePlugin } from './common.js';
+import { acceptRawBodies, binary, rawBody, type RoutePlugin } from './common.js';
 
 const tags = ['files'];
 const Written = DataOf(Type.Ref(FileWritten), 'the path and the bytes written');
@@ -41,8 +40,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
       response: { 200: Written },
     },
   }, async (req) => {
-    const body = req.body as Readable | undefined;
-    const size = await core.runtimes.writeFile(req.principal.tenantId, req.params.runtime_id, req.query.path, body ?? Readable.from([]), maxFileBytes);
+    const size = await core.runtimes.writeFile(req.principal.tenantId, req.params.runtime_id, req.query.path, rawBody(req), maxFileBytes);
     return { data: { path: req.query.path, size_bytes: size } };
   });
 
@@ -133,8 +131,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
       response: { 200: Written },
     },
   }, async (req) => {
-    const body = req.body as Readable | undefined;
-    const size = await core.runtimes.writeArchive(req.principal.tenantId, req.params.runtime_id, req.query.path, body ?? Readable.from([]), maxFileBytes);
+    const size = await core.runtimes.writeArchive(req.principal.tenantId, req.params.runtime_id, req.query.path, rawBody(req), maxFileBytes);
     return { data: { path: req.query.path, size_bytes: size } };
   });
 };

@@ -3,7 +3,6 @@
  * (Accept: text/event-stream), and background processes with their output, stdin and signals
  * (docs/processes.md).
  */
-import { Readable } from 'node:stream';
 import { Type } from '@sinclair/typebox';
 import type { FastifyRequest } from 'fastify';
 import { invalidArgument } from '../../core/errors.js';
@@ -27,7 +26,7 @@ import {
   SignalBody,
   StdinQuery,
 } from '../schemas.js';
-import { COMMAND_FAILED, acceptRawBodies, binary, type RoutePlugin } from './common.js';
+import { COMMAND_FAILED, acceptRawBodies, binary, rawBody, type RoutePlugin } from './common.js';
 
 const tags = ['processes'];
 /** Server-sent events: `event:` lines name them and `data:` lines carry JSON (docs/processes.md). */
@@ -234,7 +233,7 @@ export const stdinRoutes: RoutePlugin<{ maxStdinBytes: number }> = async (app, {
       response: { 200: DataOf(Type.Object({ bytes: Int64({ minimum: 0 }) }), 'the bytes the guest took') },
     },
   }, async (req) => {
-    const body = (req.body as Readable | undefined) ?? Readable.from([]);
+    const body = rawBody(req);
     const gone = new AbortController();
     req.raw.socket.once('close', () => gone.abort());
     const bytes = await core.processes.writeStdin(req.principal.tenantId, req.params.runtime_id, req.params.process_id, body, req.query.eof ?? false, maxStdinBytes, gone.signal);
