@@ -137,6 +137,7 @@ describe('runtimes', () => {
       [['runtime', 'create', 'x', '--vcpus', 'two'], 2, /option '--vcpus <n>' argument 'two' is invalid/],
       [['runtime', 'create', 'x', '--port', '70000'], 2, /port 1 to 65535/],
       [['runtime', 'patch', 'cli-codes'], 2, /nothing to change/],
+      [['runtime', 'patch', 'cli-codes', '--egress', 'closed'], 2, /Allowed choices are filtered, open/],
       [['runtime', 'frobnicate'], 2, /unknown command 'frobnicate'/],
       [['runtime', 'ls', '--frob'], 2, /unknown option '--frob'/],
     ];

@@ -116,7 +116,7 @@ async function upload(rt: Runtime, local: string, remote: string, bar: Bar): Pro
   const name = basename(local);
   const target = existing === null || isContents(name) ? remote : posix.join(remote, name);
   const progress = bar(`${name}/`, bar === noBar ? undefined : await archiveSize(local));
-  const written = await rt.files.uploadArchive(target, counted(localDirectories.pack(local), progress));
+  const written = await rt.files.uploadArchive(target, counted(await localDirectories.pack(local), progress));
   progress.finish();
   return { target, type: 'directory', bytes: written.size_bytes };
 }

@@ -1,5 +1,5 @@
 /** `vessel runtime create|ls|get|rm|start|stop|pause|resume|patch`. */
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import type { Runtime, RuntimeCreateRequest, RuntimeInfo, RuntimePatchRequest } from 'vessel/client';
 import { clientAction, pageSize, removeEach, take, withJson, type Context } from '../shared/client.js';
 import { UsageError } from '../shared/exit-codes.js';
@@ -77,14 +77,10 @@ function createBody(name: string, flags: CreateFlags): RuntimeCreateRequest {
   };
 }
 
-type PatchFlags = MemoryFlags & { allowHost?: string[]; addHost?: string[]; removeHost?: string[]; egress?: string };
+type PatchFlags = MemoryFlags & { allowHost?: string[]; addHost?: string[]; removeHost?: string[]; egress?: 'filtered' | 'open' };
 
 /** The PATCH body. An egress change is a whole policy, so the current one is read when only a part changes. */
 async function patchBody(rt: Runtime, flags: PatchFlags): Promise<RuntimePatchRequest> {
-  if (flags.egress !== undefined && flags.egress !== 'filtered' && flags.egress !== 'open') throw new UsageError(`--egress must be filtered or open, got '${flags.egress}'`);
-  if (flags.allowHost !== undefined && (flags.addHost !== undefined || flags.removeHost !== undefined)) {
-    throw new UsageError('--allow-host replaces the list: give it alone, or --add-host and --remove-host');
-  }
   const body: RuntimePatchRequest = {};
   if ([flags.allowHost, flags.addHost, flags.removeHost, flags.egress].some((f) => f !== undefined)) {
     const current = rt.info.egress_policy;
@@ -154,10 +150,10 @@ export function registerRuntimeCommands(program: Command): void {
   const patch = runtime.command('patch').description("change a runtime's egress policy or memory").argument('<runtime>', 'id or name');
   withJson(
     withMemoryOptions(patch, false)
-      .option('--allow-host <pattern>', 'replace the allowed hosts (repeat for more)', collect)
+      .addOption(new Option('--allow-host <pattern>', 'replace the allowed hosts (repeat for more)').argParser(collect).conflicts(['addHost', 'removeHost']))
       .option('--add-host <pattern>', 'allow one more host (repeat for more)', collect)
       .option('--remove-host <pattern>', 'no longer allow a host (repeat for more)', collect)
-      .option('--egress <mode>', 'filtered (only allowed hosts, audited) or open'),
+      .addOption(new Option('--egress <mode>', 'filtered (only allowed hosts, audited) or open').choices(['filtered', 'open'])),
   ).action(
     clientAction(async (ctx, ref: string, flags: PatchFlags) => {
       const rt = await ctx.vessel.runtimes.get(ref);

@@ -4,6 +4,7 @@
  * remote line discipline does what a local one would; a window resize follows. The terminal is
  * restored however the CLI ends, and the CLI exits with the shell's status.
  */
+import { constants as osConstants } from 'node:os';
 import type { Command } from 'commander';
 import { clientAction } from '../shared/client.js';
 import { CliError, EXIT } from '../shared/exit-codes.js';
@@ -28,6 +29,13 @@ export function registerShellCommand(program: Command): void {
           if (raw && stdin.isRaw) stdin.setRawMode(false);
         };
         process.once('exit', restore);
+        // A closed terminal (SIGHUP) or a kill ends the CLI without an exit event: restore first.
+        for (const signal of ['SIGHUP', 'SIGTERM'] as const) {
+          process.once(signal, () => {
+            restore();
+            process.exit(128 + osConstants.signals[signal]);
+          });
+        }
         if (raw) stdin.setRawMode(true);
         stdin.on('data', (bytes: Buffer) => terminal.write(bytes));
         stdin.once('end', () => terminal.write(EOT));
