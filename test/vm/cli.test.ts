@@ -148,7 +148,7 @@ test('a secret from stdin, a rule, audits: the value is in no output and no audi
   }
   assert.equal(audits.find((a) => a.payload.egress.http_request?.path === '/cli-denied')!.payload.egress.http_request!.action, 'deny');
   const table = await ok(['audit', 'ls', '--runtime', RT]);
-  assert.match(table.out, new RegExp(`${RT}\\s+http_request\\s+deny\\s+GET 203.0.113.7/cli-denied -> 403\\s+host_not_allowed`));
+  assert.match(table.out, new RegExp(`${RT}\\s+http_request\\s+deny\\s+GET 203.0.113.7/cli-denied -> 403\\s+no_host`));
   outputs.push(table, await ok(['audit', 'tail', '-n', '5']));
 
   for (const r of outputs) assert.ok(!r.out.includes(value) && !r.err.includes(value), 'the value is printed nowhere');
