@@ -117,7 +117,7 @@ test('a background process: output, then the rest from where reading stopped; st
   assert.ok(end.type === 'exit' && end.process.exit_code === 0);
 
   const snapshot = await rt.processes.output(proc.id, { follow: false });
-  assert.deepEqual(await snapshot.wait(), { type: 'exit', process: (await rt.processes.get(proc.id)) });
+  assert.deepEqual(await snapshot.wait(), { type: 'end', next: '15,0' });
   assert.ok((await rt.processes.list()).some((p) => p.id === proc.id));
   await rt.processes.forget(proc.id);
   await assert.rejects(rt.processes.get(proc.id), (e: VesselError) => e.code === 'not_found');
@@ -132,30 +132,28 @@ test('a background process: output, then the rest from where reading stopped; st
 test('a terminal: stty size, a resize, and the exit', TIMEOUT, async () => {
   let screen = '';
   const decoder = new TextDecoder();
-  let waiting: { pattern: RegExp; resolve: () => void } | null = null;
-  const check = () => {
-    if (waiting !== null && waiting.pattern.test(screen)) {
-      screen = '';
-      waiting.resolve();
-      waiting = null;
-    }
-  };
-  const shown = (pattern: RegExp) => new Promise<void>((resolve) => {
-    waiting = { pattern, resolve };
-    check();
-  });
-  const onData = (bytes: Uint8Array) => {
-    screen += decoder.decode(bytes, { stream: true });
-    check();
-  };
-  const term = await rt.terminal({ rows: 30, cols: 100, onData });
+  const term = await rt.terminal({ rows: 30, cols: 100, onData: (bytes) => void (screen += decoder.decode(bytes, { stream: true })) });
+  const closed = term.wait();
+  /** Resolves once the screen shows `pattern`; fails with what it shows if the socket closes first. */
+  const shown = (pattern: RegExp) =>
+    new Promise<void>((resolve, reject) => {
+      const check = () => {
+        if (!pattern.test(screen)) return;
+        stop();
+        screen = '';
+        resolve();
+      };
+      const stop = term.onData(check);
+      void closed.then(() => reject(new Error(`no ${pattern} before the terminal closed: ${JSON.stringify(screen.slice(-400))}`)));
+      check();
+    });
   term.write('stty size\r');
-  await shown(/\r\n30 100\r\n/);
+  await shown(/30 100\r?\n/);
   term.resize(50, 132);
   term.write('stty size\r');
-  await shown(/\r\n50 132\r\n/);
+  await shown(/50 132\r?\n/);
   term.write('exit 7\r');
-  assert.deepEqual(await term.wait(), { exit_code: 7, signal: null });
+  assert.deepEqual(await closed, { exit_code: 7, signal: null });
 });
 
 test('a checkpoint, and a fork of it that has the files and processes of its parent', TIMEOUT, async () => {
