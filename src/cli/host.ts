@@ -1,0 +1,99 @@
+/**
+ * The host commands' work (serve, tokens, tenant limits, the guest image): they run on the
+ * service's host, over its data directory. commands/host.ts loads this module only when one of
+ * them runs, since it pulls in the whole service (store, VM driver, network), which would add
+ * more than a second to every client command's start.
+ */
+import { join } from 'node:path';
+import pino from 'pino';
+import { checkDisplayName } from '../core/names.js';
+import type { TenantLimitOverrides } from '../core/ports.js';
+import { TenantQuotas } from '../core/quotas.js';
+import { TokenService, parseScopes } from '../core/tokens.js';
+import { SqliteStore } from '../store/sqlite-store.js';
+import { buildImage } from '../vm/guest-image.js';
+import { ensureHostPackages } from '../vm/host-packages.js';
+import { loadConfig, type Config } from './config.js';
+import { ensureDataDir } from './data-dir.js';
+import { progressDisplay } from './progress.js';
+import { imagesDir, serve } from './serve.js';
+
+export const serveFromEnv = (): Promise<void> => serve(loadConfig());
+
+/** The CLI works on the data directory's store directly, also while the service runs (WAL). */
+function withStore<T>(work: (store: SqliteStore, config: Config) => Promise<T>): Promise<T> {
+  const config = loadConfig();
+  ensureDataDir(config.dataDir);
+  const store = new SqliteStore(join(config.dataDir, 'vessel.db'));
+  return work(store, config).finally(() => store.close());
+}
+
+const withTokens = <T>(work: (tokens: TokenService) => Promise<T>): Promise<T> => withStore((store) => work(new TokenService(store)));
+
+export const createToken = (o: { tenant: string; scopes: string; name: string }): Promise<void> =>
+  withTokens(async (tokens) => {
+    const { token: value, record } = await tokens.create(o.tenant, parseScopes(o.scopes), o.name);
+    process.stdout.write(`${JSON.stringify({ id: record.id, tenant: record.tenantId, scopes: record.scopes, token: value })}\n`);
+  });
+
+export const listTokens = (): Promise<void> =>
+  withTokens(async (tokens) => {
+    for (const t of await tokens.list()) {
+      process.stdout.write(`${JSON.stringify({ id: t.id, tenant: t.tenantId, name: t.name, scopes: t.scopes, created_at: t.createdAt, revoked_at: t.revokedAt })}\n`);
+    }
+  });
+
+export const revokeToken = (id: string): Promise<void> =>
+  withTokens(async (tokens) => {
+    if (!(await tokens.revoke(id))) {
+      process.stderr.write(`no active token with id ${id}\n`);
+      process.exitCode = 1;
+    }
+  });
+
+const snakeCase = (o: object): Record<string, unknown> =>
+  Object.fromEntries(Object.entries(o).map(([k, v]) => [k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), v]));
+
+/** The limits in force, which of them are the tenant's own (the others are the VESSEL_TENANT_MAX_* defaults), and its usage. */
+async function showLimits(store: SqliteStore, quotas: TenantQuotas, tenantId: string): Promise<void> {
+  const own = Object.keys(snakeCase(await store.quotas.overrides(tenantId)));
+  const [limits, usage] = [await quotas.limits(tenantId), await quotas.usage(tenantId)];
+  process.stdout.write(`${JSON.stringify({ tenant: tenantId, limits: snakeCase(limits), own, usage: snakeCase(usage) })}\n`);
+}
+
+/** A limit flag: a whole number, or `default` to drop the tenant's own value. */
+function limitFlag(flag: string, raw: string | undefined): number | null | undefined {
+  if (raw === undefined) return undefined;
+  if (raw === 'default') return null;
+  if (!/^\d{1,15}$/.test(raw)) throw new Error(`--${flag} must be a whole number or 'default', got '${raw}'`);
+  return Number(raw);
+}
+
+export type LimitFlags = { tenant: string; runtimes?: string; vcpus?: string; memoryMib?: string; checkpoints?: string; checkpointGib?: string };
+
+export const showTenantLimits = (tenant: string): Promise<void> =>
+  withStore(async (store, config) => showLimits(store, new TenantQuotas(store, config.tenantLimits), checkDisplayName(tenant, 'tenant')));
+
+export const setTenantLimits = (o: LimitFlags): Promise<void> =>
+  withStore(async (store, config) => {
+    const tenantId = checkDisplayName(o.tenant, 'tenant');
+    const changes: TenantLimitOverrides = {
+      runtimes: limitFlag('runtimes', o.runtimes),
+      vcpus: limitFlag('vcpus', o.vcpus),
+      memoryMib: limitFlag('memory-mib', o.memoryMib),
+      checkpoints: limitFlag('checkpoints', o.checkpoints),
+      checkpointGib: limitFlag('checkpoint-gib', o.checkpointGib),
+    };
+    if (Object.values(changes).every((v) => v === undefined)) throw new Error('give at least one limit to set');
+    const quotas = new TenantQuotas(store, config.tenantLimits);
+    await quotas.setLimits(tenantId, changes);
+    await showLimits(store, quotas, tenantId);
+  });
+
+export async function buildGuestImage(o: { ifMissing: boolean }): Promise<void> {
+  const config = loadConfig();
+  ensureDataDir(config.dataDir);
+  await ensureHostPackages((line) => pino().info(line));
+  const img = await buildImage({ imagesDir: imagesDir(config), progress: progressDisplay(), force: !o.ifMissing });
+  process.stdout.write(`${img.dir}\n`);
+}

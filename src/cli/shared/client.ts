@@ -1,0 +1,99 @@
+/**
+ * What every client command shares: the SDK client made from the settings, --json, and one way
+ * to end: errors printed once (as an envelope on stderr with --json, a line otherwise) and the
+ * exit status of exit-codes.ts.
+ */
+import type { Command } from 'commander';
+import { Vessel, VesselError } from 'vessel/client';
+import { CliError, EXIT, exitCodeOf } from './exit-codes.js';
+import { printJson } from './output.js';
+import { resolveSettings } from './settings.js';
+
+export interface Context {
+  json: boolean;
+  /** Made on first use, so that commands needing no service (completion) need no token. */
+  readonly vessel: Vessel;
+}
+
+export function withJson(command: Command): Command {
+  return command.option('--json', 'print the API objects as JSON instead of a table');
+}
+
+/** Codes of failures of the CLI itself, in the --json envelope beside the API's codes. */
+const cliCode = (err: unknown): string => (err instanceof CliError && err.exitCode === EXIT.usage ? 'usage' : 'cli');
+
+export function reportError(err: unknown, json: boolean): void {
+  const message = err instanceof Error ? err.message : String(err);
+  if (json) {
+    const code = err instanceof VesselError ? err.code : cliCode(err);
+    process.stderr.write(`${JSON.stringify({ error: { code, message } })}\n`);
+    return;
+  }
+  let detail = '';
+  if (err instanceof VesselError) {
+    // The request id finds the failure in the service's log; worth printing where the service failed.
+    const requestId = err.requestId !== undefined && (err.code === 'internal' || err.code === 'unavailable') ? `, request ${err.requestId}` : '';
+    detail = ` (${err.code}${requestId})`;
+  }
+  process.stderr.write(`vessel: ${message}${detail}\n`);
+}
+
+/** Exits once what was written has left: process.exit() drops output still queued on a pipe. */
+export async function exitWith(code: number): Promise<never> {
+  await Promise.all([process.stdout, process.stderr].map((s) => new Promise((resolve) => s.write('', resolve))));
+  process.exit(code);
+}
+
+/**
+ * Wraps a command's work: `args` are commander's (the arguments, then the options). The work
+ * returns its exit status (default 0). The process exits when it is done rather than waiting for
+ * idle keep-alive connections to close.
+ */
+export function clientAction<A extends unknown[]>(work: (ctx: Context, ...args: A) => Promise<number | void>) {
+  return async (...all: unknown[]): Promise<void> => {
+    const command = all.at(-1) as Command;
+    const json = command.optsWithGlobals<{ json?: boolean }>().json === true;
+    let vessel: Vessel | undefined;
+    const ctx: Context = {
+      json,
+      get vessel() {
+        if (vessel === undefined) {
+          const settings = resolveSettings();
+          vessel = new Vessel({ url: settings.url, token: settings.token });
+        }
+        return vessel;
+      },
+    };
+    let code: number;
+    try {
+      code = (await work(ctx, ...(all.slice(0, -1) as A))) ?? EXIT.ok;
+    } catch (err) {
+      reportError(err, json);
+      code = exitCodeOf(err);
+    }
+    await exitWith(code);
+  };
+}
+
+/** The page size that a --limit asks for: no more than needed, within the API's 1000. */
+export const pageSize = (limit: number | undefined): { limit?: number } => (limit === undefined ? {} : { limit: Math.min(limit, 1000) });
+
+/** Up to `limit` items, following pages only as far as needed. */
+export async function take<T>(items: AsyncIterable<T>, limit: number | undefined): Promise<T[]> {
+  const taken: T[] = [];
+  if (limit === 0) return taken;
+  for await (const item of items) {
+    taken.push(item);
+    if (taken.length === limit) break;
+  }
+  return taken;
+}
+
+/** Deletes each in turn, saying so as it goes; the first failure stops the rest, so nothing is deleted past an error unseen. */
+export async function removeEach(ctx: Context, refs: string[], remove: (ref: string) => Promise<void>): Promise<void> {
+  for (const ref of refs) {
+    await remove(ref);
+    if (!ctx.json) process.stdout.write(`deleted ${ref}\n`);
+  }
+  if (ctx.json) printJson({ deleted: refs });
+}

@@ -1,0 +1,39 @@
+/**
+ * Parsers for option values. They throw commander's InvalidArgumentError, so a bad value is
+ * reported like any other usage error (status 2) and names the option.
+ */
+import { InvalidArgumentError } from 'commander';
+
+export function wholeNumber(raw: string): number {
+  if (!/^\d{1,15}$/.test(raw)) throw new InvalidArgumentError(`expected a whole number, got '${raw}'`);
+  return Number(raw);
+}
+
+export function positiveNumber(raw: string): number {
+  const n = wholeNumber(raw);
+  if (n === 0) throw new InvalidArgumentError('expected a number of at least 1');
+  return n;
+}
+
+/** For options given more than once: each value is added to the list. */
+export const collect = (value: string, previous: string[] | undefined): string[] => [...(previous ?? []), value];
+
+/** `KEY=VALUE`, for --env. */
+export function keyValue(value: string, previous: Record<string, string> | undefined): Record<string, string> {
+  const eq = value.indexOf('=');
+  if (eq <= 0) throw new InvalidArgumentError(`expected KEY=VALUE, got '${value}'`);
+  return { ...previous, [value.slice(0, eq)]: value.slice(eq + 1) };
+}
+
+export interface IngressSpec {
+  protocol: 'http' | 'https';
+  runtime_port: number;
+}
+
+/** `PORT` or `PORT/http` or `PORT/https`. */
+export function ingressSpec(value: string, previous: IngressSpec[] | undefined): IngressSpec[] {
+  const match = /^(\d{1,5})(?:\/(http|https))?$/.exec(value);
+  const port = Number(match?.[1]);
+  if (match === null || port < 1 || port > 65535) throw new InvalidArgumentError(`expected PORT or PORT/http or PORT/https (port 1 to 65535), got '${value}'`);
+  return [...(previous ?? []), { protocol: (match[2] ?? 'http') as IngressSpec['protocol'], runtime_port: port }];
+}
