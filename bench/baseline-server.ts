@@ -7,7 +7,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
+import { Database } from '../src/store/sqlite-driver.js';
 import Fastify from 'fastify';
 
 const body = JSON.parse(process.argv[3] ?? '{}') as object;

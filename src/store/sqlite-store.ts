@@ -4,7 +4,7 @@
  * nowhere else.
  */
 import { chmodSync } from 'node:fs';
-import Database from 'better-sqlite3';
+import { Database, type Statement } from './sqlite-driver.js';
 import { alreadyExists, invalidArgument } from '../core/errors.js';
 import { LIVE_STATUSES } from '../core/lifecycle.js';
 import { isUuid } from '../core/names.js';
@@ -13,7 +13,7 @@ import type { Audit, Checkpoint, InjectionRule, Page, PageRequest, Runtime, Secr
 import { MIGRATIONS } from './migrations.js';
 
 type Row = Record<string, unknown>;
-type Db = Database.Database;
+type Db = Database;
 
 const str = (v: unknown): string => v as string;
 const strOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : (v as string));
@@ -78,14 +78,14 @@ const cacheKey = (tenantId: string, ref: string): string => `${tenantId}\0${ref}
 
 /** Tenant-owned records named by display_name: insert, find by id-then-name, keyset pages newest first. */
 class TenantTable<T extends { id: string; tenantId: string; displayName: string }> implements TenantRepo<T> {
-  readonly #insert: Database.Statement;
-  readonly #update: Database.Statement;
-  readonly #findId: Database.Statement;
-  readonly #findName: Database.Statement;
-  readonly #findById: Database.Statement;
-  readonly #list: Database.Statement;
-  readonly #all: Database.Statement;
-  readonly #delete: Database.Statement;
+  readonly #insert: Statement;
+  readonly #update: Statement;
+  readonly #findId: Statement;
+  readonly #findName: Statement;
+  readonly #findById: Statement;
+  readonly #list: Statement;
+  readonly #all: Statement;
+  readonly #delete: Statement;
 
   /**
    * For tables whose rows are never updated (secrets): records found are kept, frozen, by id and

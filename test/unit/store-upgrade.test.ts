@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
+import { Database } from '../../src/store/sqlite-driver.js';
 import { MIGRATIONS } from '../../src/store/migrations.js';
 import { SqliteStore } from '../../src/store/sqlite-store.js';
 

@@ -14,7 +14,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
-import Database from 'better-sqlite3';
+import { Database } from '../../src/store/sqlite-driver.js';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Service } from '../support/service.js';
