@@ -6,18 +6,14 @@ import type { CallOptions, Transport } from './transport.js';
 export type AuditListOptions = ListOptions & Omit<AuditFilter, 'limit'>;
 
 export class Audits {
-  readonly #t: Transport;
-
-  constructor(transport: Transport) {
-    this.#t = transport;
-  }
+  constructor(private readonly t: Transport) {}
 
   /** Filtered by `category` and `runtime` (id or name). Pages are followed if the service hands out tokens. */
   list(options: AuditListOptions = {}): Paged<Audit> {
     const filter = { ...(options.category === undefined ? {} : { category: options.category }), ...(options.runtime === undefined ? {} : { runtime: options.runtime }) };
     return new Paged((pageToken) =>
       // The served document gives the audit list no page_token yet, so the query is typed as the filter.
-      this.#t.body('idempotent', options as CallOptions, (signal) => this.#t.api.GET('/v1/audits', { params: { query: { ...filter, ...pageQuery(options, pageToken) } as AuditFilter }, signal })),
+      this.t.body('idempotent', options as CallOptions, (signal) => this.t.api.GET('/v1/audits', { params: { query: { ...filter, ...pageQuery(options, pageToken) } as AuditFilter }, signal })),
     );
   }
 }

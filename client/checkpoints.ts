@@ -9,28 +9,24 @@ import type { CallOptions, Transport } from './transport.js';
 const READY_POLL_MS = { first: 200, max: 2000 };
 
 export class Checkpoints {
-  readonly #t: Transport;
-
-  constructor(transport: Transport) {
-    this.#t = transport;
-  }
+  constructor(private readonly t: Transport) {}
 
   /** `include_system` adds the service's own templates. */
   list(options: ListOptions & { include_system?: boolean | undefined } = {}): Paged<Checkpoint> {
     const system = options.include_system === undefined ? {} : { include_system: options.include_system };
     return new Paged((pageToken) =>
-      this.#t.body('idempotent', options, (signal) => this.#t.api.GET('/v1/checkpoints', { params: { query: { ...system, ...pageQuery(options, pageToken) } }, signal })),
+      this.t.body('idempotent', options, (signal) => this.t.api.GET('/v1/checkpoints', { params: { query: { ...system, ...pageQuery(options, pageToken) } }, signal })),
     );
   }
 
   /** By id or name. */
   get(checkpoint: string, options?: CallOptions): Promise<Checkpoint> {
-    return this.#t.call('idempotent', options, (signal) => this.#t.api.GET('/v1/checkpoints/{checkpoint_id}', { params: { path: { checkpoint_id: checkpoint } }, signal }));
+    return this.t.call('idempotent', options, (signal) => this.t.api.GET('/v1/checkpoints/{checkpoint_id}', { params: { path: { checkpoint_id: checkpoint } }, signal }));
   }
 
   /** Its files live on while forks stand on them. */
   async delete(checkpoint: string, options?: CallOptions): Promise<void> {
-    await this.#t.call('idempotent', options, (signal) => this.#t.api.DELETE('/v1/checkpoints/{checkpoint_id}', { params: { path: { checkpoint_id: checkpoint } }, signal }));
+    await this.t.call('idempotent', options, (signal) => this.t.api.DELETE('/v1/checkpoints/{checkpoint_id}', { params: { path: { checkpoint_id: checkpoint } }, signal }));
   }
 
   /**

@@ -89,5 +89,10 @@ export function errorFromEvent(body: unknown, requestId: string | undefined): Ve
 }
 
 /** A request that got no response at all: unavailable, as far as a caller can tell. */
-export const connectionError = (cause: unknown): VesselError =>
-  new VesselError('unavailable', `no response from the service: ${(cause as Error)?.message ?? String(cause)}`, { status: 0, cause });
+export function connectionError(cause: unknown): VesselError {
+  // fetch's own message is only "fetch failed"; what failed (ECONNREFUSED, a reset) is its cause's.
+  const reason = (cause as { cause?: { code?: string; message?: string } } | null)?.cause;
+  const detail = reason?.code ?? reason?.message;
+  const message = `${(cause as Error | null)?.message ?? String(cause)}${detail === undefined ? '' : ` (${detail})`}`;
+  return new VesselError('unavailable', `no response from the service: ${message}`, { status: 0, cause });
+}

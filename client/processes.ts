@@ -21,29 +21,26 @@ export interface OutputOptions extends CallOptions, OutputHandlers {
 export type ProcessOutput = CommandStream<OutputEnd>;
 
 export class Processes {
-  readonly #t: Transport;
-  readonly #runtimeId: string;
-
-  constructor(transport: Transport, runtimeId: string) {
-    this.#t = transport;
-    this.#runtimeId = runtimeId;
-  }
+  constructor(
+    private readonly t: Transport,
+    private readonly runtimeId: string,
+  ) {}
 
   /** Starts a process that outlives this request; it answers once the process runs. */
   start(body: ProcessStartRequest, options?: CallOptions): Promise<Process> {
-    const path = { runtime_id: this.#runtimeId };
-    return this.#t.call('not-idempotent', options, (signal) => this.#t.api.POST('/v1/runtimes/{runtime_id}/processes', { params: { path }, body, signal }));
+    const path = { runtime_id: this.runtimeId };
+    return this.t.call('not-idempotent', options, (signal) => this.t.api.POST('/v1/runtimes/{runtime_id}/processes', { params: { path }, body, signal }));
   }
 
   /** Every process the guest keeps, running or exited. */
   list(options?: CallOptions): Promise<Process[]> {
-    const path = { runtime_id: this.#runtimeId };
-    return this.#t.call('idempotent', options, (signal) => this.#t.api.GET('/v1/runtimes/{runtime_id}/processes', { params: { path }, signal }));
+    const path = { runtime_id: this.runtimeId };
+    return this.t.call('idempotent', options, (signal) => this.t.api.GET('/v1/runtimes/{runtime_id}/processes', { params: { path }, signal }));
   }
 
   get(processId: number, options?: CallOptions): Promise<Process> {
     const path = this.#path(processId);
-    return this.#t.call('idempotent', options, (signal) => this.#t.api.GET('/v1/runtimes/{runtime_id}/processes/{process_id}', { params: { path }, signal }));
+    return this.t.call('idempotent', options, (signal) => this.t.api.GET('/v1/runtimes/{runtime_id}/processes/{process_id}', { params: { path }, signal }));
   }
 
   /**
@@ -55,8 +52,8 @@ export class Processes {
     const abort = new AbortController();
     const signal = options.signal === undefined ? abort.signal : AbortSignal.any([options.signal, abort.signal]);
     const open = async (since: string | undefined) => {
-      const answer = await this.#t.send('idempotent', { signal }, (s) =>
-        this.#t.api.GET('/v1/runtimes/{runtime_id}/processes/{process_id}/output', {
+      const answer = await this.t.send('idempotent', { signal }, (s) =>
+        this.t.api.GET('/v1/runtimes/{runtime_id}/processes/{process_id}/output', {
           params: { path: this.#path(processId), query: { ...(since === undefined ? {} : { since }), ...(options.follow === undefined ? {} : { follow: options.follow }) } },
           headers: { accept: 'text/event-stream' },
           parseAs: 'stream',
@@ -75,8 +72,8 @@ export class Processes {
   async stdin(processId: number, data: BodySource, options: CallOptions & { eof?: boolean | undefined } = {}): Promise<number> {
     const raw = rawBody(data, 'application/octet-stream', 'not-idempotent');
     const query = options.eof === undefined ? {} : { eof: options.eof };
-    const written = await this.#t.call(raw.safety, options, (signal) =>
-      this.#t.api.POST('/v1/runtimes/{runtime_id}/processes/{process_id}/stdin', { params: { path: this.#path(processId), query }, ...raw.init, signal }),
+    const written = await this.t.call(raw.safety, options, (signal) =>
+      this.t.api.POST('/v1/runtimes/{runtime_id}/processes/{process_id}/stdin', { params: { path: this.#path(processId), query }, ...raw.init, signal }),
     );
     return written.bytes;
   }
@@ -84,18 +81,18 @@ export class Processes {
   /** Sends a signal to it and, unless `tree` is false, every descendant. */
   async signal(processId: number, signalName: SignalName, options: CallOptions & { tree?: boolean | undefined } = {}): Promise<void> {
     const body = { signal: signalName, ...(options.tree === undefined ? {} : { tree: options.tree }) };
-    await this.#t.call('not-idempotent', options, (signal) =>
-      this.#t.api.POST('/v1/runtimes/{runtime_id}/processes/{process_id}/signal', { params: { path: this.#path(processId) }, body, signal }),
+    await this.t.call('not-idempotent', options, (signal) =>
+      this.t.api.POST('/v1/runtimes/{runtime_id}/processes/{process_id}/signal', { params: { path: this.#path(processId) }, body, signal }),
     );
   }
 
   /** Drops an exited process and its kept output (failed_precondition while it runs). */
   async forget(processId: number, options?: CallOptions): Promise<void> {
-    await this.#t.call('idempotent', options, (signal) => this.#t.api.DELETE('/v1/runtimes/{runtime_id}/processes/{process_id}', { params: { path: this.#path(processId) }, signal }));
+    await this.t.call('idempotent', options, (signal) => this.t.api.DELETE('/v1/runtimes/{runtime_id}/processes/{process_id}', { params: { path: this.#path(processId) }, signal }));
   }
 
   #path(processId: number) {
-    return { runtime_id: this.#runtimeId, process_id: processId };
+    return { runtime_id: this.runtimeId, process_id: processId };
   }
 
   /** The events of `first`, and of each connection opened again after one broke. */
@@ -126,7 +123,7 @@ export class Processes {
         if (signal.aborted || !(err instanceof TypeError)) throw err;
         broken = connectionError(err);
       }
-      const delay = failures < this.#t.retry.maxRetries && mayRetry(broken, 'idempotent') ? retryDelayMs(failures, undefined, this.#t.retry) : null;
+      const delay = failures < this.t.retry.maxRetries && mayRetry(broken, 'idempotent') ? retryDelayMs(failures, undefined, this.t.retry) : null;
       if (delay === null) throw broken;
       failures++;
       await sleep(delay, signal);

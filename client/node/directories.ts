@@ -4,16 +4,20 @@
  * (npm's own) does the format and its hazards: entries that climb out of the target directory
  * (`..`, absolute paths, through symbolic links) are refused when unpacking.
  */
-import { mkdir } from 'node:fs/promises';
+import { mkdir, stat } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import type { ReadableStream as NodeReadableStream } from 'node:stream/web';
 import { create, Unpack } from 'tar';
 import type { LocalDirectories } from '../files.js';
 
 export const localDirectories: LocalDirectories = {
-  // portable: no owner names or ids of this machine, no atime or ctime: the guest's tar, running
-  // as root, then makes the files root's.
-  pack: (localDir) => create({ cwd: localDir, portable: true }, ['.']),
+  async pack(localDir) {
+    // Here, not midway through the upload, where it would look like a failed connection.
+    if (!(await stat(localDir)).isDirectory()) throw new Error(`'${localDir}' is not a directory`);
+    // portable: no owner names or ids of this machine, no atime or ctime: the guest's tar, running
+    // as root, then makes the files root's.
+    return create({ cwd: localDir, portable: true }, ['.']);
+  },
 
   async extract(archive, localDir, signal) {
     await mkdir(localDir, { recursive: true });

@@ -7,13 +7,16 @@ const rt = await vessel.runtimes.get(runtimeName);
 const proc = await rt.processes.start({ command: 'while read line; do echo "got $line"; done', stdin: true });
 await rt.processes.stdin(proc.id, 'one\ntwo\n');
 
-// Read what is there so far (follow: false stops at the end of it), and remember where that was.
-const first = await rt.processes.output(proc.id, { follow: false });
+// Follow its output until both lines are back, then let go of it: the process runs on.
+const first = await rt.processes.output(proc.id);
 let seen = '';
-for await (const event of first) if (event.type === 'stdout') seen += event.chunk.text;
-console.log(JSON.stringify(seen), 'up to', first.position);
+for await (const event of first) {
+  if (event.type === 'stdout') seen += event.chunk.text;
+  if (seen.includes('got two\n')) break;
+}
+console.log(JSON.stringify(seen), 'read up to', first.position);
 
-// More input, the end of it, then the rest from that position: no gap, no repeat.
+// More input and the end of it; then the rest, from that position: no gap, no repeat.
 await rt.processes.stdin(proc.id, 'three\n', { eof: true });
 const rest = await rt.processes.output(proc.id, { since: first.position, onStdout: (text) => process.stdout.write(text) });
 const end = await rest.wait();

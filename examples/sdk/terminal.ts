@@ -24,7 +24,7 @@ const waitFor = (pattern: RegExp) =>
   });
 
 term.write('stty size\r');
-console.log('size:', await waitFor(/\d+ \d+/));
+console.log('size:', await waitFor(/24 80/));
 term.resize(40, 120);
 term.write('stty size\r');
 console.log('resized:', await waitFor(/40 120/));
