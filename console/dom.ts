@@ -140,6 +140,21 @@ export async function whileBusy(button: HTMLButtonElement, errors: ErrorBox, doi
   }
 }
 
+/** Handles a form's submit by script, never by the browser's navigation, with its button busy meanwhile. */
+export function onSubmit(form: HTMLFormElement, button: HTMLButtonElement, errors: ErrorBox, doing: string, work: () => Promise<unknown>, after?: (ok: boolean) => void): void {
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    void whileBusy(button, errors, doing, work).then(after);
+  });
+}
+
+/** A display name's rule (docs/api.md, "Identifiers"), checked by the browser before the API does. */
+const NAME_PATTERN = '[A-Za-z0-9][A-Za-z0-9._\\-]{0,127}';
+
+/** A text field for a display name. */
+export const nameInput = (name: string, required: boolean): HTMLInputElement =>
+  h('input', { name, required, pattern: NAME_PATTERN, maxlength: 128, autocomplete: 'off', spellcheck: 'false' });
+
 const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
 export function formatBytes(bytes: number): string {
   let value = bytes;

@@ -4,20 +4,18 @@
  * tenant's checkpoints are listed, those still being captured polled until they settle.
  */
 import type { Checkpoint } from 'vessel/client';
-import { ErrorBox, announce, confirmed, field, fill, formatBytes, h, redrawKeepingFocus, table, time, whileBusy } from '../dom.js';
+import { ErrorBox, announce, confirmed, field, fill, formatBytes, h, nameInput, onSubmit, redrawKeepingFocus, table, time, whileBusy } from '../dom.js';
 import { poll } from '../poll.js';
 import { go } from '../router.js';
 import type { RuntimeContext, View } from '../view.js';
 
-const NAME_PATTERN = '[A-Za-z0-9][A-Za-z0-9._\\-]{0,127}';
-
 export function checkpointsSection(context: RuntimeContext): View {
   const { vessel, runtime } = context;
   const errors = new ErrorBox();
-  const name = h('input', { name: 'name', pattern: NAME_PATTERN, autocomplete: 'off', spellcheck: 'false' });
+  const name = nameInput('name', false);
   const capture = h('button', { type: 'submit' }, 'Create checkpoint');
   const forkFrom = h('select', { name: 'checkpoint', required: true });
-  const forkName = h('input', { name: 'fork-name', required: true, pattern: NAME_PATTERN, autocomplete: 'off', spellcheck: 'false' });
+  const forkName = nameInput('fork-name', true);
   const fork = h('button', { type: 'submit' }, 'Fork');
   const list = table('Checkpoints of this tenant, newest first', ['Name', 'State', 'Memory', 'Created', 'Actions']);
   let checkpoints: Checkpoint[] = [];
@@ -76,27 +74,20 @@ export function checkpointsSection(context: RuntimeContext): View {
   });
 
   const createForm = h('form', { class: 'row' }, field('Checkpoint name', name, 'Optional; the service names it otherwise.'), h('div', { class: 'actions' }, capture));
-  createForm.addEventListener('submit', (event) => {
-    event.preventDefault();
-    void whileBusy(capture, errors, 'Could not create a checkpoint', async () => {
-      const checkpoint = await runtime.checkpoint(name.value.trim() === '' ? {} : { name: name.value.trim() });
-      name.value = '';
-      announce(`Checkpoint ${checkpoint.display_name} is ${checkpoint.state}.`);
-      checkpoints = [checkpoint, ...checkpoints.filter((c) => c.id !== checkpoint.id)];
-      draw();
-      poller.now();
-    });
+  onSubmit(createForm, capture, errors, 'Could not create a checkpoint', async () => {
+    const checkpoint = await runtime.checkpoint(name.value.trim() === '' ? {} : { name: name.value.trim() });
+    name.value = '';
+    announce(`Checkpoint ${checkpoint.display_name} is ${checkpoint.state}.`);
+    checkpoints = [checkpoint, ...checkpoints.filter((c) => c.id !== checkpoint.id)];
+    draw();
+    poller.now();
   });
 
   const forkForm = h('form', { class: 'row' }, field('Checkpoint', forkFrom), field('New runtime name', forkName), h('div', { class: 'actions' }, fork));
-  forkForm.addEventListener('submit', (event) => {
-    event.preventDefault();
-    if (forkFrom.value === '') return;
-    void whileBusy(fork, errors, 'Could not fork', async () => {
-      const forked = await vessel.runtimes.fork(forkFrom.value, { display_name: forkName.value.trim() });
-      announce(`Runtime ${forked.name} is ${forked.status}.`);
-      go({ view: 'runtime', runtime: forked.name, section: 'terminal' });
-    });
+  onSubmit(forkForm, fork, errors, 'Could not fork', async () => {
+    const forked = await vessel.runtimes.fork(forkFrom.value, { display_name: forkName.value.trim() });
+    announce(`Runtime ${forked.name} is ${forked.status}.`);
+    go({ view: 'runtime', runtime: forked.name, section: 'terminal' });
   });
 
   const element = h(

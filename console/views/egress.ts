@@ -4,8 +4,10 @@
  * normalized them (lowercase, punycode, no duplicates). A new connection sees the change at once.
  */
 import type { EgressPolicy } from 'vessel/client';
-import { ErrorBox, announce, field, fill, h, whileBusy } from '../dom.js';
+import { ErrorBox, announce, field, fill, h, onSubmit, whileBusy } from '../dom.js';
 import type { RuntimeContext, View } from '../view.js';
+
+const DOING = 'Could not change the egress policy';
 
 export function egressSection(context: RuntimeContext): View {
   const { runtime } = context;
@@ -27,35 +29,33 @@ export function egressSection(context: RuntimeContext): View {
         ? h('li', { class: 'empty' }, 'No host is allowed: every connection out is refused while filtering is on.')
         : list.map((pattern) => {
             const remove = h('button', { type: 'button', class: 'danger small', 'aria-label': `Remove ${pattern}` }, 'Remove');
-            remove.addEventListener('click', () => void change(remove, { ...policy(), allowed_hosts: policy().allowed_hosts.filter((p) => p !== pattern) }, `Removed ${pattern}.`));
+            const next = (): EgressPolicy => ({ ...policy(), allowed_hosts: policy().allowed_hosts.filter((p) => p !== pattern) });
+            remove.addEventListener('click', () => void whileBusy(remove, errors, DOING, () => change(next(), `Removed ${pattern}.`)));
             return h('li', {}, h('code', {}, pattern), remove);
           }),
     );
   };
 
-  const change = async (button: HTMLButtonElement, next: EgressPolicy, done: string): Promise<boolean> => {
-    const ok = await whileBusy(button, errors, 'Could not change the egress policy', () => runtime.patch({ egress_policy: next }));
-    draw();
-    if (ok) announce(done);
-    return ok;
+  /** Sends the whole policy; the list is drawn again from the answer, or as it stands after a failure. */
+  const change = async (next: EgressPolicy, done: string): Promise<void> => {
+    try {
+      await runtime.patch({ egress_policy: next });
+      announce(done);
+    } finally {
+      draw();
+    }
   };
 
   enabled.addEventListener('change', () => {
-    const next = { ...policy(), enabled: enabled.checked };
-    void whileBusy(add, errors, 'Could not change the egress policy', () => runtime.patch({ egress_policy: next })).then((ok) => {
-      draw();
-      if (ok) announce(next.enabled ? 'Egress filtering is on.' : 'Egress filtering is off.');
-    });
+    const on = enabled.checked;
+    void whileBusy(add, errors, DOING, () => change({ ...policy(), enabled: on }, on ? 'Egress filtering is on.' : 'Egress filtering is off.'));
   });
 
   const form = h('form', { class: 'row' }, field('Host or pattern', host, '*.example.com matches every name below example.com, not example.com itself.'), h('div', { class: 'actions' }, add));
-  form.addEventListener('submit', (event) => {
-    event.preventDefault();
+  onSubmit(form, add, errors, DOING, async () => {
     const pattern = host.value.trim();
-    if (pattern === '') return;
-    void change(add, { ...policy(), allowed_hosts: [...policy().allowed_hosts, pattern] }, `Allowed ${pattern}.`).then((ok) => {
-      if (ok) host.value = '';
-    });
+    await change({ ...policy(), allowed_hosts: [...policy().allowed_hosts, pattern] }, `Allowed ${pattern}.`);
+    host.value = '';
   });
 
   // Another tab or client may change the policy; the page's poll brings it here, but never

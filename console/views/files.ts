@@ -5,7 +5,7 @@
  * them: a page cannot stream a response to disk without asking for a file handle first.
  */
 import type { FileInfo } from 'vessel/client';
-import { ErrorBox, announce, confirmed, field, fill, formatBytes, h, table, time, whileBusy } from '../dom.js';
+import { ErrorBox, announce, confirmed, field, fill, formatBytes, h, onSubmit, table, time, whileBusy } from '../dom.js';
 import type { RuntimeContext, View } from '../view.js';
 
 const START_DIRECTORY = '/root';
@@ -41,7 +41,7 @@ export function filesSection(context: RuntimeContext): View {
   const open = h('button', { type: 'submit' }, 'Open');
   const up = h('button', { type: 'button', class: 'secondary' }, 'Up');
   const upload = h('input', { type: 'file', multiple: true });
-  const folder = h('input', { name: 'folder', autocomplete: 'off', spellcheck: 'false' });
+  const folder = h('input', { name: 'folder', required: true, autocomplete: 'off', spellcheck: 'false' });
   const makeFolder = h('button', { type: 'submit', class: 'secondary' }, 'Create folder');
   const listing = table('', ['Name', 'Type', 'Size', 'Modified', 'Actions']);
 
@@ -128,15 +128,11 @@ export function filesSection(context: RuntimeContext): View {
   });
 
   const mkdir = h('form', { class: 'row' }, field('New folder', folder), h('div', { class: 'actions' }, makeFolder));
-  mkdir.addEventListener('submit', (event) => {
-    event.preventDefault();
+  onSubmit(mkdir, makeFolder, errors, 'Could not create the folder', async () => {
     const name = folder.value.trim();
-    if (name === '') return;
-    void whileBusy(makeFolder, errors, `Could not create ${name}`, async () => {
-      await files.mkdir(name.startsWith('/') ? name : joinPath(directory, name), { signal: abort.signal });
-      folder.value = '';
-      await list(directory);
-    });
+    await files.mkdir(name.startsWith('/') ? name : joinPath(directory, name), { signal: abort.signal });
+    folder.value = '';
+    await list(directory);
   });
 
   void list(directory);

@@ -3,13 +3,11 @@
  * Rows are updated in place, keyed by id, so that a poll never takes focus away from a link.
  */
 import type { Runtime, RuntimeInfo, Vessel } from 'vessel/client';
-import { ErrorBox, announce, field, formatBytes, h, table, time, whileBusy } from '../dom.js';
+import { ErrorBox, announce, field, formatBytes, h, nameInput, onSubmit, table, time } from '../dom.js';
 import { poll } from '../poll.js';
 import { go, href } from '../router.js';
 import type { View } from '../view.js';
 import { statusBadge } from './status.js';
-
-const NAME_PATTERN = '[A-Za-z0-9][A-Za-z0-9._\\-]{0,127}';
 
 /** "8000, 8443/https" → ingress specs; http unless a port says otherwise. */
 export function parseIngress(text: string): Array<{ runtime_port: number; protocol: 'http' | 'https' }> {
@@ -26,7 +24,7 @@ export function parseIngress(text: string): Array<{ runtime_port: number; protoc
 
 function createForm(vessel: Vessel): HTMLElement {
   const errors = new ErrorBox();
-  const name = h('input', { name: 'name', required: true, pattern: NAME_PATTERN, maxlength: 128, autocomplete: 'off', spellcheck: 'false' });
+  const name = nameInput('name', true);
   const vcpus = h('input', { name: 'vcpus', type: 'number', min: 1, value: 1, required: true });
   const memory = h('input', { name: 'memory', type: 'number', min: 64, step: 64, value: 512, required: true });
   const ingress = h('input', { name: 'ingress', autocomplete: 'off', placeholder: '8000, 8443/https' });
@@ -46,24 +44,21 @@ function createForm(vessel: Vessel): HTMLElement {
     errors.element,
     h('div', { class: 'actions' }, submit),
   );
-  form.addEventListener('submit', (event) => {
-    event.preventDefault();
-    void whileBusy(submit, errors, 'Could not create the runtime', async () => {
-      const body = {
-        display_name: name.value.trim(),
-        resources: { vcpus: vcpus.valueAsNumber, limits: { memory_mib: memory.valueAsNumber } },
-        ingress_specs: parseIngress(ingress.value),
-      };
-      announce(`Creating ${body.display_name}: its VM is booting.`);
-      submit.textContent = 'Creating…';
-      try {
-        const runtime = await vessel.runtimes.create(body);
-        announce(`${runtime.name} is ${runtime.status}.`);
-        go({ view: 'runtime', runtime: runtime.name, section: 'terminal' });
-      } finally {
-        submit.textContent = 'Create runtime';
-      }
-    });
+  onSubmit(form, submit, errors, 'Could not create the runtime', async () => {
+    const body = {
+      display_name: name.value.trim(),
+      resources: { vcpus: vcpus.valueAsNumber, limits: { memory_mib: memory.valueAsNumber } },
+      ingress_specs: parseIngress(ingress.value),
+    };
+    announce(`Creating ${body.display_name}: its VM is booting.`);
+    submit.textContent = 'Creating…';
+    try {
+      const runtime = await vessel.runtimes.create(body);
+      announce(`${runtime.name} is ${runtime.status}.`);
+      go({ view: 'runtime', runtime: runtime.name, section: 'terminal' });
+    } finally {
+      submit.textContent = 'Create runtime';
+    }
   });
   return form;
 }

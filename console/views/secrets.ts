@@ -3,15 +3,13 @@
  * from the page whatever the answer; the API never returns it, so the list shows names only.
  */
 import type { Secret, Vessel } from 'vessel/client';
-import { ErrorBox, announce, confirmed, field, fill, h, redrawKeepingFocus, table, time, whileBusy } from '../dom.js';
+import { ErrorBox, announce, confirmed, field, fill, h, nameInput, onSubmit, redrawKeepingFocus, table, time, whileBusy } from '../dom.js';
 import { poll } from '../poll.js';
 import type { View } from '../view.js';
 
-const NAME_PATTERN = '[A-Za-z0-9][A-Za-z0-9._\\-]{0,127}';
-
 export function secretsView(vessel: Vessel): View {
   const errors = new ErrorBox();
-  const name = h('input', { name: 'name', required: true, pattern: NAME_PATTERN, autocomplete: 'off', spellcheck: 'false' });
+  const name = nameInput('name', true);
   const value = h('input', { name: 'value', type: 'password', required: true, autocomplete: 'new-password', spellcheck: 'false' });
   const ttl = h('input', { name: 'ttl', type: 'number', min: 0, value: 0 });
   const store = h('button', { type: 'submit' }, 'Store secret');
@@ -73,16 +71,14 @@ export function secretsView(vessel: Vessel): View {
     ),
     h('div', { class: 'actions' }, store),
   );
-  form.addEventListener('submit', (event) => {
-    event.preventDefault();
+  onSubmit(form, store, errors, 'Could not store the secret', async () => {
     const body = { name: name.value.trim(), value: value.value, cache_ttl_secs: ttl.valueAsNumber || 0 };
+    // Gone from the page before the answer, whatever it is.
     value.value = '';
-    void whileBusy(store, errors, 'Could not store the secret', async () => {
-      const secret = await vessel.secrets.create(body);
-      name.value = '';
-      announce(`Stored secret ${secret.display_name}.`);
-      poller.now();
-    });
+    const secret = await vessel.secrets.create(body);
+    name.value = '';
+    announce(`Stored secret ${secret.display_name}.`);
+    poller.now();
   });
 
   const element = h('section', { class: 'secrets' }, h('h1', {}, 'Secrets'), form, errors.element, list.element);

@@ -4,7 +4,7 @@
  * 'none' keeps it from being sent at all).
  */
 import type { Vessel } from 'vessel/client';
-import { ErrorBox, field, h, whileBusy } from '../dom.js';
+import { ErrorBox, field, h, onSubmit } from '../dom.js';
 import { signIn } from '../session.js';
 import type { View } from '../view.js';
 
@@ -19,15 +19,19 @@ export function signInView(onSignedIn: (vessel: Vessel) => void): View {
     errors.element,
     h('div', { class: 'actions' }, submit),
   );
-  form.addEventListener('submit', (event) => {
-    event.preventDefault();
-    void whileBusy(submit, errors, 'Could not sign in', async () => {
+  onSubmit(
+    form,
+    submit,
+    errors,
+    'Could not sign in',
+    async () => {
       const vessel = await signIn(token.value.trim());
       token.value = '';
       onSignedIn(vessel);
-    }).then((ok) => {
+    },
+    (ok) => {
       if (!ok) token.focus();
-    });
-  });
+    },
+  );
   return { element: h('section', { class: 'sign-in', 'aria-labelledby': 'sign-in-title' }, h('h1', { id: 'sign-in-title' }, 'Sign in to Vessel'), form), dispose() {} };
 }
