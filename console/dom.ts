@@ -74,12 +74,17 @@ export function describeError(error: unknown): string {
   return String(error);
 }
 
+/** The event an ErrorBox sends when the service refused the token. */
+export const TOKEN_REFUSED = 'vessel:token-refused';
+
 /** An alert that stays empty, and silent, until there is something wrong to say. */
 export class ErrorBox {
   readonly element = h('div', { class: 'error', role: 'alert' });
 
   show(error: unknown, doing?: string): void {
     fill(this.element, doing === undefined ? describeError(error) : `${doing}: ${describeError(error)}`);
+    // A token revoked (or a service whose data was reset) while signed in: main.ts signs out.
+    if (error instanceof VesselError && error.code === 'unauthenticated') document.dispatchEvent(new CustomEvent(TOKEN_REFUSED));
   }
 
   clear(): void {

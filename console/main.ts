@@ -4,7 +4,7 @@
  * framework would not make shorter, and the page stays one small bundle beside xterm.js.
  */
 import type { Vessel } from 'vessel/client';
-import { guardUnavailableButtons } from './dom.js';
+import { TOKEN_REFUSED, announce, guardUnavailableButtons } from './dom.js';
 import { parseRoute, type Route } from './router.js';
 import { ingressSettings, restore, signOut } from './session.js';
 import type { View } from './view.js';
@@ -80,10 +80,16 @@ document.getElementById('skip-link')!.addEventListener('click', (event) => {
   main.focus();
 });
 
-signOutButton.addEventListener('click', () => {
+const leave = (): void => {
   signOut();
   vessel = null;
-  void render({ view: 'runtimes' }, true);
+  void render(parseRoute(location.hash) ?? { view: 'runtimes' }, true);
+};
+signOutButton.addEventListener('click', leave);
+document.addEventListener(TOKEN_REFUSED, () => {
+  if (vessel === null) return;
+  leave();
+  announce('The service no longer accepts this token: sign in again.');
 });
 
 guardUnavailableButtons();
