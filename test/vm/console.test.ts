@@ -15,7 +15,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type Browser, type Page } from 'playwright-core';
@@ -24,7 +24,8 @@ import { Upstreams } from '../support/upstream.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const skip = existsSync(CHROMIUM) ? false : 'Chromium is not installed (apt-get install chromium; .ci/run does)';
-const SHOTS = process.env.VESSEL_SCREENSHOTS === '1' ? join(REPO_ROOT, 'docs/console') : mkdtempSync(join(tmpdir(), 'vessel-console-shots-'));
+const KEEP_SHOTS = process.env.VESSEL_SCREENSHOTS === '1';
+const SHOTS = KEEP_SHOTS ? join(REPO_ROOT, 'docs/console') : mkdtempSync(join(tmpdir(), 'vessel-console-shots-'));
 /** A VM's create (the first one makes the system template), a checkpoint or a fork, under TCG. */
 const VM_WAIT = 600_000;
 const RT = 'console-e2e';
@@ -72,6 +73,7 @@ after(async () => {
   await browser?.close();
   await svc?.destroy();
   up.close();
+  if (!KEEP_SHOTS) rmSync(SHOTS, { recursive: true, force: true });
 });
 
 const shoot = (name: string) => page.screenshot({ path: join(SHOTS, `${name}.png`) });
