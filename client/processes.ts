@@ -6,7 +6,7 @@ import type { Process, ProcessStartRequest, SignalName } from './api-types.js';
 import { rawBody, type BodySource } from './body.js';
 import { CommandStream, type OutputHandlers } from './command-stream.js';
 import { commandEvents, outputEnd, type OutputEnd, type Positioned } from './output.js';
-import { mayRetry, retryDelayMs, sleep } from './retry.js';
+import { retryWait, sleep } from './retry.js';
 import { serverEvents } from './server-events.js';
 import { connectionError, VesselError } from './errors.js';
 import type { CallOptions, Transport } from './transport.js';
@@ -123,7 +123,7 @@ export class Processes {
         if (signal.aborted || !(err instanceof TypeError)) throw err;
         broken = connectionError(err);
       }
-      const delay = failures < this.t.retry.maxRetries && mayRetry(broken, 'idempotent') ? retryDelayMs(failures, undefined, this.t.retry) : null;
+      const delay = retryWait(failures, broken, 'idempotent', this.t.retry);
       if (delay === null) throw broken;
       failures++;
       await sleep(delay, signal);

@@ -44,6 +44,11 @@ export function retryDelayMs(retry: number, retryAfterSecs: number | undefined, 
   return asked + Math.floor(random() * ceiling);
 }
 
+/** The wait before retry number `retry` of a request that failed with `error`; null when it must not be retried. */
+export function retryWait(retry: number, error: VesselError, safety: RequestSafety, policy: RetryPolicy): number | null {
+  return retry < policy.maxRetries && mayRetry(error, safety) ? retryDelayMs(retry, error.retryAfterSecs, policy) : null;
+}
+
 /** Resolves after `ms`, or rejects with the signal's reason as soon as it aborts. */
 export function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
   return new Promise((resolve, reject) => {

@@ -6,7 +6,7 @@
 import createClient, { type Client } from 'openapi-fetch';
 import { connectionError, errorFromResponse, type VesselError } from './errors.js';
 import type { paths } from './generated/openapi.js';
-import { DEFAULT_RETRY_POLICY, mayRetry, retryDelayMs, sleep, type RequestSafety, type RetryPolicy } from './retry.js';
+import { DEFAULT_RETRY_POLICY, retryWait, sleep, type RequestSafety, type RetryPolicy } from './retry.js';
 import type { WebSocketClass } from './websocket.js';
 
 export interface VesselOptions {
@@ -70,7 +70,7 @@ export class Transport {
         if (!(err instanceof TypeError)) throw err;
         error = connectionError(err);
       }
-      const delay = retry < this.retry.maxRetries && mayRetry(error, safety) ? retryDelayMs(retry, error.retryAfterSecs, this.retry) : null;
+      const delay = retryWait(retry, error, safety, this.retry);
       if (delay === null) throw error;
       await sleep(delay, signal);
     }

@@ -15,7 +15,6 @@ import { chmod, mkdir, mkdtemp, readFile, stat, symlink, writeFile, readlink } f
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
-import { promisify } from 'node:util';
 import { Vessel, VesselError, type Runtime } from '../../client/index.js';
 import { REPO_ROOT, Service } from '../support/service.js';
 
@@ -117,7 +116,7 @@ test('a background process: output, then the rest from where reading stopped; st
   assert.ok(end.type === 'exit' && end.process.exit_code === 0);
 
   const snapshot = await rt.processes.output(proc.id, { follow: false });
-  assert.deepEqual(await snapshot.wait(), { type: 'exit', process: (await rt.processes.get(proc.id)) });
+  assert.deepEqual(await snapshot.wait(), { type: 'end', next: '15,0' });
   assert.ok((await rt.processes.list()).some((p) => p.id === proc.id));
   await rt.processes.forget(proc.id);
   await assert.rejects(rt.processes.get(proc.id), (e: VesselError) => e.code === 'not_found');
@@ -131,31 +130,36 @@ test('a background process: output, then the rest from where reading stopped; st
 
 test('a terminal: stty size, a resize, and the exit', TIMEOUT, async () => {
   let screen = '';
-  const decoder = new TextDecoder();
-  let waiting: { pattern: RegExp; resolve: () => void } | null = null;
-  const check = () => {
-    if (waiting !== null && waiting.pattern.test(screen)) {
-      screen = '';
-      waiting.resolve();
-      waiting = null;
-    }
+  let waiting: { pattern: RegExp; resolve: () => void } | undefined;
+  const look = () => {
+    if (waiting === undefined || !waiting.pattern.test(screen)) return;
+    screen = '';
+    waiting.resolve();
+    waiting = undefined;
   };
-  const shown = (pattern: RegExp) => new Promise<void>((resolve) => {
-    waiting = { pattern, resolve };
-    check();
-  });
+  const decoder = new TextDecoder();
   const onData = (bytes: Uint8Array) => {
     screen += decoder.decode(bytes, { stream: true });
-    check();
+    look();
   };
   const term = await rt.terminal({ rows: 30, cols: 100, onData });
+  const closed = term.wait();
+  /** Resolves once the screen shows `pattern`; fails with what it shows if the socket closes first. */
+  const shown = (pattern: RegExp) =>
+    new Promise<void>((resolve, reject) => {
+      waiting = { pattern, resolve };
+      void closed.then(() => reject(new Error(`no ${pattern} before the terminal closed: ${JSON.stringify(screen.slice(-400))}`)));
+      look();
+    });
   term.write('stty size\r');
-  await shown(/\r\n30 100\r\n/);
+  await shown(/30 100\r?\n/);
+  // The resize travels apart from the input: a program that waits for its SIGWINCH sees it.
+  term.write(`sh -c 'trap "stty size; exit" WINCH; echo ready-$((1+1)); while :; do sleep 1 & wait $!; done'\r`);
+  await shown(/ready-2/);
   term.resize(50, 132);
-  term.write('stty size\r');
-  await shown(/\r\n50 132\r\n/);
+  await shown(/50 132\r?\n/);
   term.write('exit 7\r');
-  assert.deepEqual(await term.wait(), { exit_code: 7, signal: null });
+  assert.deepEqual(await closed, { exit_code: 7, signal: null });
 });
 
 test('a checkpoint, and a fork of it that has the files and processes of its parent', TIMEOUT, async () => {
@@ -196,41 +200,38 @@ test('secrets, rules and audits', TIMEOUT, async () => {
   assert.equal(audit.action, 'deny');
 });
 
-const run = promisify(execFile);
+/** A guard against an example that hangs, so the failure shows what it printed; not a measurement. */
+const EXAMPLE_GUARD_MS = 120_000;
 
 /** Runs examples/sdk/NAME as a user would, against this service and runtime; its stdout. */
-async function example(name: string): Promise<string> {
+function example(name: string): Promise<string> {
   const env = { ...process.env, VESSEL_URL: svc.url, VESSEL_TOKEN: svc.token, VESSEL_RUNTIME: rt.name };
-  const { stdout } = await run(process.execPath, [join(REPO_ROOT, `dist/examples/sdk/${name}.js`)], { env, cwd: REPO_ROOT });
-  return stdout;
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, [join(REPO_ROOT, `dist/examples/sdk/${name}.js`)], { env, cwd: REPO_ROOT, timeout: EXAMPLE_GUARD_MS }, (err, stdout, stderr) => {
+      if (err === null) resolve(stdout);
+      else reject(new Error(`example ${name} failed (${err.killed ? 'killed by the guard' : `exit ${err.code}`}):\n${stdout}\n${stderr}`));
+    });
+  });
 }
 
-test('the examples of docs/sdk.md run', TIMEOUT, async () => {
-  assert.match(await example('quickstart'), /^0 hello from quickstart-\d+$/m);
-  const streaming = await example('streaming');
-  assert.match(streaming, /\[out\] step 1/);
-  assert.match(streaming, /\[err\] warning/);
-  assert.match(streaming, /exit 3 after \d+ ms/);
-  assert.match(streaming, /ls exited 0/);
-  const files = await example('files');
-  assert.match(files, /^hello$/m);
-  assert.match(files, /main\.py 12/);
-  assert.match(files, /print\("hi"\)/);
-  assert.match(files, /^directory$/m);
-  const processes = await example('processes');
-  assert.match(processes, /got two/);
-  assert.match(processes, /^got three$/m);
-  assert.match(processes, /^exit 0$/m);
-  const terminal = await example('terminal');
-  assert.match(terminal, /size: 24 80/);
-  assert.match(terminal, /resized: 40 120/);
-  assert.match(terminal, /shell exited 3/);
-  assert.match(await example('checkpoint-fork'), /is running: before the checkpoint/);
-  assert.match(await example('secrets'), /injects api-key-\d+ for api\.example\.com/);
-  const errors = await example('errors');
-  assert.match(errors, /not_found 404/);
-  assert.match(errors, /cancelled: AbortError/);
-});
+/** What each example of docs/sdk.md must print. */
+const EXAMPLES: Array<[name: string, expected: RegExp[]]> = [
+  ['quickstart', [/^0 hello from quickstart-\d+$/m]],
+  ['streaming', [/\[out\] step 1/, /\[err\] warning/, /exit 3 after \d+ ms/, /ls exited 0/]],
+  ['files', [/^hello$/m, /main\.py 12/, /print\("hi"\)/, /^directory$/m]],
+  ['processes', [/got two/, /^got three$/m, /^exit 0$/m]],
+  ['terminal', [/size: 24 80/, /resized: 40 120/, /shell exited 3/]],
+  ['checkpoint-fork', [/is running: before the checkpoint/]],
+  ['secrets', [/injects api-key-\d+ for api\.example\.com/]],
+  ['errors', [/not_found 404/, /cancelled: AbortError/]],
+];
+
+for (const [name, expected] of EXAMPLES) {
+  test(`the example ${name} of docs/sdk.md runs`, TIMEOUT, async () => {
+    const stdout = await example(name);
+    for (const pattern of expected) assert.match(stdout, pattern);
+  });
+}
 
 test('delete', TIMEOUT, async () => {
   await rt.delete();
