@@ -23,6 +23,7 @@ import { RateLimiter, type RateLimitConfig } from './rate-limit.js';
 import { openapiOptions } from './openapi.js';
 import { DataOf, Health, SHARED_SCHEMAS } from './schemas.js';
 import { checkpointRoutes } from './routes/checkpoints.js';
+import { consoleRoutes, type ConsoleOptions } from './console.js';
 import { fileRoutes } from './routes/files.js';
 import { endEventStreams } from './event-stream.js';
 import { processRoutes, stdinRoutes } from './routes/processes.js';
@@ -53,6 +54,8 @@ export interface ApiOptions {
   maxFileBytes: number;
   /** The address the API listens on: beyond loopback, /metrics needs an admin token. */
   listenHost: string;
+  /** The web console at /console/ (src/api/console.ts). */
+  console?: ConsoleOptions | undefined;
 }
 
 export const API_VERSION = '0.0.4';
@@ -256,5 +259,6 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   await app.register(ruleRoutes, { core });
   await app.register(checkpointRoutes, { core });
   await app.register(auditRoutes, { core });
+  await app.register(consoleRoutes, options.console ?? {});
   return app;
 }

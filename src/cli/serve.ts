@@ -71,6 +71,7 @@ export async function serve(config: Config): Promise<void> {
     unauthenticatedRateLimit: config.unauthenticatedRateLimit,
     maxFileBytes: config.maxFileBytes,
     listenHost: config.host,
+    console: { ingress: { domain: config.egress.ingress.domain, port: config.egress.ingress.port } },
   });
   await app.listen({ host: config.host, port: config.port });
 

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance, InjectOptions } from 'fastify';
 import { buildApi } from '../../src/api/app.js';
+import type { ConsoleOptions } from '../../src/api/console.js';
 import type { RateLimitConfig } from '../../src/api/rate-limit.js';
 import { loadAdminToken } from '../../src/cli/data-dir.js';
 import { Core } from '../../src/core/core.js';
@@ -42,6 +43,8 @@ export async function apiHarness(
     tenantLimits?: TenantLimits;
     /** Where the API would listen (default loopback). */
     listenHost?: string;
+    /** The web console's settings (src/api/console.ts). */
+    console?: ConsoleOptions;
   } = {},
 ): Promise<ApiHarness> {
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'vessel-api-'));
@@ -59,6 +62,7 @@ export async function apiHarness(
     unauthenticatedRateLimit: opts.unauthenticatedRate ?? { ratePerSec: 0, burst: 0 },
     maxFileBytes: 1024 * 1024,
     listenHost: opts.listenHost ?? '127.0.0.1',
+    console: opts.console,
   });
   await app.ready();
   return {
