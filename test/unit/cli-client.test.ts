@@ -230,8 +230,8 @@ describe('checkpoints, forks, rules and audits', () => {
     const runtimeId = (await h.call('GET', '/v1/runtimes/cli-audited')).body.data.id;
     const at = (s: number) => new Date(Date.UTC(2030, 0, 1, 0, 0, s)).toISOString();
     await h.store.audits.insert([
-      { id: randomUUID(), tenantId: 'default', runtimeId, category: 'egress', createdAt: at(1), payload: { egress: { kind: 'tcp_connection', tcp_connection: { action: 'deny', host: 'evil.example', port: 443, reason: 'host_not_allowed' } } } },
-      { id: randomUUID(), tenantId: 'default', runtimeId, category: 'egress', createdAt: at(2), payload: { egress: { kind: 'http_request', http_request: { action: 'allow', host: 'pypi.org', method: 'GET', path: '/simple/', status: 200, reason: 'host_allowed' } } } },
+      { id: randomUUID(), tenantId: 'default', runtimeId, category: 'egress', createdAt: at(1), payload: { egress: { kind: 'tcp_connection', tcp_connection: { action: 'deny', host: 'evil.example', ip: null, port: 443, reason: 'host_not_allowed' } } } },
+      { id: randomUUID(), tenantId: 'default', runtimeId, category: 'egress', createdAt: at(2), payload: { egress: { kind: 'http_request', http_request: { action: 'allow', host: 'pypi.org', ip: '151.101.0.223', port: 80, method: 'GET', path: '/simple/', status: 200, reason: 'host_allowed' } } } },
     ] as never);
     const ls = json(await user.run(['audit', 'ls', '--runtime', 'cli-audited', '--json']));
     assert.deepEqual(ls, (await h.call('GET', '/v1/audits?runtime=cli-audited')).body.data);
