@@ -14,6 +14,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { apiHarness, type ApiHarness } from '../support/api-harness.js';
 import { CLI, cliUser, type CliUser } from '../support/cli.js';
+import { REPO_ROOT } from '../support/service.js';
 import { scriptedService } from '../support/scripted-service.js';
 
 let h: ApiHarness;
@@ -30,6 +31,12 @@ before(async () => {
 after(() => h.close());
 
 const json = (r: { out: string }) => JSON.parse(r.out);
+
+test('--version prints the package version and needs no service or token', async () => {
+  const r = await cliUser().run(['--version']);
+  assert.equal(r.status, 0, r.err);
+  assert.equal(r.out, `${JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')).version}\n`);
+});
 
 describe('login and the config file', () => {
   test('login reads the token from stdin, writes it 0600 whatever the umask, and the other commands use it', async () => {
