@@ -633,6 +633,11 @@ export interface components {
             resources: components["schemas"]["Resources"];
             /** @description true for the service's own templates, which cannot be deleted */
             system: boolean;
+            /**
+             * Format: uuid
+             * @description the runtime it was captured from (which may since have been deleted); null for system checkpoints
+             */
+            source_runtime_id: string | null;
             /** Format: date-time */
             created_at: string;
         };

@@ -1,13 +1,17 @@
 /**
- * Checkpoints: capture this runtime, fork a new runtime from a checkpoint, delete one. A
- * checkpoint does not say which runtime it was taken from (the API has no such field), so the
- * tenant's checkpoints are listed, those still being captured polled until they settle.
+ * Checkpoints: capture this runtime, fork a new runtime from a checkpoint, delete one. The
+ * tenant's checkpoints are listed, those of this runtime marked (any of them can be forked), and
+ * those still being captured polled until they settle.
  */
 import type { Checkpoint } from 'vessel/client';
 import { ErrorBox, announce, confirmed, field, fill, formatBytes, h, nameInput, onSubmit, redrawKeepingFocus, table, time, whileBusy } from '../dom.js';
 import { poll } from '../poll.js';
 import { go } from '../router.js';
 import type { RuntimeContext, View } from '../view.js';
+
+/** Which runtime a checkpoint was captured from, as this runtime's page says it. */
+export const sourceOf = (checkpoint: Checkpoint, runtimeId: string): string =>
+  checkpoint.source_runtime_id === runtimeId ? 'this runtime' : checkpoint.source_runtime_id === null ? '' : `runtime ${checkpoint.source_runtime_id.slice(0, 8)}`;
 
 export function checkpointsSection(context: RuntimeContext): View {
   const { vessel, runtime } = context;
@@ -17,7 +21,7 @@ export function checkpointsSection(context: RuntimeContext): View {
   const forkFrom = h('select', { name: 'checkpoint', required: true });
   const forkName = nameInput('fork-name', true);
   const fork = h('button', { type: 'submit' }, 'Fork');
-  const list = table('Checkpoints of this tenant, newest first', ['Name', 'State', 'Memory', 'Created', 'Actions']);
+  const list = table('Checkpoints of this tenant, newest first', ['Name', 'From', 'State', 'Memory', 'Created', 'Actions']);
   let checkpoints: Checkpoint[] = [];
   let drawn: string | null = null;
 
@@ -28,7 +32,7 @@ export function checkpointsSection(context: RuntimeContext): View {
     fill(
       list.body,
       checkpoints.length === 0
-        ? h('tr', {}, h('td', { colspan: 5, class: 'empty' }, 'No checkpoints yet.'))
+        ? h('tr', {}, h('td', { colspan: 6, class: 'empty' }, 'No checkpoints yet.'))
         : checkpoints.map((checkpoint) => {
             const forkThis = h('button', { type: 'button', class: 'secondary small', 'data-key': `fork:${checkpoint.id}`, 'aria-label': `Fork ${checkpoint.display_name}…`, hidden: checkpoint.state !== 'ready' }, 'Fork…');
             forkThis.addEventListener('click', () => {
@@ -49,6 +53,7 @@ export function checkpointsSection(context: RuntimeContext): View {
               'tr',
               {},
               h('th', { scope: 'row' }, checkpoint.display_name),
+              h('td', {}, sourceOf(checkpoint, runtime.id)),
               h('td', {}, h('span', { class: `state ${checkpoint.state}` }, state)),
               h('td', {}, formatBytes(checkpoint.resources.limits.memory_mib * 1024 * 1024)),
               h('td', {}, time(checkpoint.created_at)),

@@ -38,6 +38,7 @@ export const checkpointView = (c: Checkpoint) => ({
   ...(c.stateMessage === null ? {} : { state_message: c.stateMessage }),
   resources: c.resources,
   system: c.tenantId === null,
+  source_runtime_id: c.sourceRuntimeId,
   created_at: c.createdAt,
 });
 

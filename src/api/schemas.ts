@@ -121,6 +121,7 @@ export const Checkpoint = Type.Object(
     state_message: Type.Optional(Type.String({ description: 'why the capture failed' })),
     resources: Type.Ref(Resources),
     system: Type.Boolean({ description: "true for the service's own templates, which cannot be deleted" }),
+    source_runtime_id: Nullable(Type.String({ format: 'uuid', description: 'the runtime it was captured from (which may since have been deleted); null for system checkpoints' })),
     created_at: Type.String({ format: 'date-time' }),
   },
   { $id: 'Checkpoint' },

@@ -406,10 +406,13 @@ describe('secrets and rules', () => {
 
 describe('checkpoints and audits', () => {
   test('checkpoint create is creating then ready; list, get, delete', async () => {
-    await h.call('POST', '/v1/runtimes', { display_name: 'cp-src' });
+    const src = (await h.call('POST', '/v1/runtimes', { display_name: 'cp-src' })).body.data;
     const r = await h.call('POST', '/v1/runtimes/cp-src/checkpoints', { kind: 'full', name: 'snap1' });
     assert.equal(r.status, 201);
     assert.equal(r.body.data.state, 'creating');
+    assert.equal(r.body.data.source_runtime_id, src.id);
+    const systems = (await h.call('GET', '/v1/checkpoints?include_system=true')).body.data.filter((c: { system: boolean }) => c.system);
+    assert.ok(systems.length > 0 && systems.every((c: { source_runtime_id: unknown }) => c.source_runtime_id === null));
     await h.core.checkpoints.settled();
     const got = await h.call('GET', '/v1/checkpoints/snap1');
     assert.equal(got.body.data.state, 'ready');

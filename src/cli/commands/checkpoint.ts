@@ -16,6 +16,7 @@ function printCheckpoint(ctx: Context, c: Checkpoint): void {
     vcpus: String(c.resources.vcpus),
     memory: `${c.resources.limits.memory_mib} MiB`,
     system: c.system ? 'yes (the service template of an image)' : undefined,
+    source: c.source_runtime_id ?? undefined,
     created: `${c.created_at} (${age(c.created_at)} ago)`,
   });
 }
