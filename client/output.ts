@@ -1,7 +1,7 @@
 /**
  * The events of a command's output stream (docs/processes.md, "Streamed exec" and "Output and
- * reconnecting"), typed. These are text/event-stream in the OpenAPI document, so their shapes are
- * written here rather than generated.
+ * reconnecting"), typed: the data of each event has its schema in the OpenAPI document
+ * (ExecEvent, ProcessOutputEvent), and is read here into the SDK's objects.
  */
 import type { components } from './generated/openapi.js';
 import { errorFromEvent } from './errors.js';
@@ -11,12 +11,9 @@ import type { EventSourceMessage } from './server-events.js';
 export type Process = components['schemas']['Process'];
 export type OutputChannel = 'stdout' | 'stderr';
 
-interface WireChunk {
-  offset: number;
-  data: string;
-  encoding: 'utf8' | 'base64';
-  lost?: number;
-}
+type WireChunk = components['schemas']['OutputChunkEvent'];
+type WireExit = components['schemas']['ExecExitEvent'];
+type WireEnd = components['schemas']['OutputEndEvent'];
 
 /** A piece of stdout or stderr. Text that is valid UTF-8 comes as text, anything else as bytes. */
 export class OutputChunk {
@@ -44,13 +41,8 @@ export class OutputChunk {
   }
 }
 
-/** The end of a streamed exec. */
-export interface ExecExit {
-  type: 'exit';
-  /** 128 + n when signal n ended it. */
-  exit_code: number;
-  duration_ms: number;
-}
+/** The end of a streamed exec: exit_code is 128 + n when signal n ended it. */
+export type ExecExit = { type: 'exit' } & WireExit;
 
 /** The end of a process's output: it exited (follow), or what exists now was all sent (follow=false). */
 export type OutputEnd = { type: 'exit'; process: Process } | { type: 'end'; next: string };
@@ -79,14 +71,14 @@ export interface Positioned<End extends EndEvent> {
 /** The end events of a streamed exec. */
 export function execEnd(message: EventSourceMessage): ExecExit | undefined {
   if (message.event !== 'exit') return undefined;
-  const exit = JSON.parse(message.data) as Omit<ExecExit, 'type'>;
+  const exit = JSON.parse(message.data) as WireExit;
   return { type: 'exit', exit_code: exit.exit_code, duration_ms: exit.duration_ms };
 }
 
 /** The end events of a process's output. */
 export function outputEnd(message: EventSourceMessage): OutputEnd | undefined {
   if (message.event === 'exit') return { type: 'exit', process: JSON.parse(message.data) as Process };
-  if (message.event === 'end') return { type: 'end', next: (JSON.parse(message.data) as { next: string }).next };
+  if (message.event === 'end') return { type: 'end', next: (JSON.parse(message.data) as WireEnd).next };
   return undefined;
 }
 

@@ -36,7 +36,12 @@ interface ApiAnswer {
 }
 
 export class Transport {
-  readonly api: Client<paths>;
+  /**
+   * Answers are typed by their JSON bodies: an operation that also streams (exec) would otherwise
+   * answer a union with its events. Streams and files are read with parseAs 'stream' where they
+   * are asked for, and typed there.
+   */
+  readonly api: Client<paths, 'application/json'>;
   readonly url: string;
   readonly token: string;
   readonly retry: RetryPolicy;
@@ -47,7 +52,7 @@ export class Transport {
     this.token = options.token;
     this.retry = { ...DEFAULT_RETRY_POLICY, ...options.retry };
     this.WebSocket = options.WebSocket;
-    this.api = createClient<paths>({
+    this.api = createClient<paths, 'application/json'>({
       baseUrl: this.url,
       headers: { authorization: `Bearer ${options.token}` },
       ...(options.fetch === undefined ? {} : { fetch: options.fetch }),

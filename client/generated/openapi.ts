@@ -712,6 +712,108 @@ export interface components {
                 end: number;
             };
         };
+        /** @description The data of a stdout or stderr event */
+        OutputChunkEvent: {
+            /**
+             * Format: int64
+             * @description where these bytes start in their channel (bytes numbered from 0)
+             */
+            offset: number;
+            /** @description the bytes: as text when they are valid UTF-8, else base64 */
+            data: string;
+            /** @enum {string} */
+            encoding: "utf8" | "base64";
+            /**
+             * Format: int64
+             * @description bytes the guest's output ring dropped before this chunk, unread
+             */
+            lost?: number;
+        };
+        /** @description The data of the exit event that ends a streamed exec */
+        ExecExitEvent: {
+            /**
+             * Format: int32
+             * @description the exit status, or 128 + n when signal n ended the command
+             */
+            exit_code: number;
+            /** Format: int64 */
+            duration_ms: number;
+        };
+        /** @description The data of the end event: with follow=false, all the output that exists now was sent */
+        OutputEndEvent: {
+            /** @description where to resume (as `since`): the position after the last byte sent */
+            next: string;
+        };
+        /** @description An event of a streamed exec: start, then stdout and stderr as they come, then exit, or error */
+        ExecEvent: {
+            /** @enum {string} */
+            event: "start";
+            data: components["schemas"]["Process"];
+            /** @description the position after this event, as `since` or Last-Event-ID take it */
+            id?: string;
+        } | {
+            /** @enum {string} */
+            event: "stdout";
+            data: components["schemas"]["OutputChunkEvent"];
+            /** @description the position after this event, as `since` or Last-Event-ID take it */
+            id?: string;
+        } | {
+            /** @enum {string} */
+            event: "stderr";
+            data: components["schemas"]["OutputChunkEvent"];
+            /** @description the position after this event, as `since` or Last-Event-ID take it */
+            id?: string;
+        } | {
+            /** @enum {string} */
+            event: "exit";
+            data: components["schemas"]["ExecExitEvent"];
+            /** @description the position after this event, as `since` or Last-Event-ID take it */
+            id?: string;
+        } | {
+            /** @enum {string} */
+            event: "error";
+            data: components["schemas"]["ErrorEnvelope"];
+            /** @description the position after this event, as `since` or Last-Event-ID take it */
+            id?: string;
+        };
+        /** @description An event of a process's output: start, then stdout and stderr, then exit (the process, once it exited) or end (follow=false, at what exists now), or error */
+        ProcessOutputEvent: {
+            /** @enum {string} */
+            event: "start";
+            data: components["schemas"]["Process"];
+            /** @description the position after this event, as `since` or Last-Event-ID take it */
+            id?: string;
+        } | {
+            /** @enum {string} */
+            event: "stdout";
+            data: components["schemas"]["OutputChunkEvent"];
+            /** @description the position after this event, as `since` or Last-Event-ID take it */
+            id?: string;
+        } | {
+            /** @enum {string} */
+            event: "stderr";
+            data: components["schemas"]["OutputChunkEvent"];
+            /** @description the position after this event, as `since` or Last-Event-ID take it */
+            id?: string;
+        } | {
+            /** @enum {string} */
+            event: "exit";
+            data: components["schemas"]["Process"];
+            /** @description the position after this event, as `since` or Last-Event-ID take it */
+            id?: string;
+        } | {
+            /** @enum {string} */
+            event: "end";
+            data: components["schemas"]["OutputEndEvent"];
+            /** @description the position after this event, as `since` or Last-Event-ID take it */
+            id?: string;
+        } | {
+            /** @enum {string} */
+            event: "error";
+            data: components["schemas"]["ErrorEnvelope"];
+            /** @description the position after this event, as `since` or Last-Event-ID take it */
+            id?: string;
+        };
         /** @description A connection the guest opened */
         TcpConnectionAudit: {
             /**
@@ -1566,7 +1668,7 @@ export interface operations {
                     "application/json": {
                         data: components["schemas"]["ExecResult"];
                     };
-                    "text/event-stream": string;
+                    "text/event-stream": components["schemas"]["ExecEvent"];
                 };
             };
             400: components["responses"]["InvalidArgument"];
@@ -1798,7 +1900,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/event-stream": string;
+                    "text/event-stream": components["schemas"]["ProcessOutputEvent"];
                 };
             };
             400: components["responses"]["InvalidArgument"];

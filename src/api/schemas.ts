@@ -267,6 +267,53 @@ export const Process = Type.Object(
   { $id: 'Process', additionalProperties: false },
 );
 
+// ---- server-sent events: the JSON data of each event of an output stream (docs/processes.md) ----
+
+export const OutputChunkEvent = Type.Object(
+  {
+    offset: Int64({ minimum: 0, description: 'where these bytes start in their channel (bytes numbered from 0)' }),
+    data: Type.String({ description: 'the bytes: as text when they are valid UTF-8, else base64' }),
+    encoding: StringEnum(['utf8', 'base64'] as const),
+    lost: Type.Optional(Int64({ minimum: 1, description: "bytes the guest's output ring dropped before this chunk, unread" })),
+  },
+  { $id: 'OutputChunkEvent', additionalProperties: false, description: 'The data of a stdout or stderr event' },
+);
+
+export const ExecExitEvent = Type.Object(
+  {
+    exit_code: Int32({ description: 'the exit status, or 128 + n when signal n ended the command' }),
+    duration_ms: Int64({ minimum: 0 }),
+  },
+  { $id: 'ExecExitEvent', additionalProperties: false, description: 'The data of the exit event that ends a streamed exec' },
+);
+
+export const OutputEndEvent = Type.Object(
+  { next: Type.String({ description: 'where to resume (as `since`): the position after the last byte sent' }) },
+  { $id: 'OutputEndEvent', additionalProperties: false, description: 'The data of the end event: with follow=false, all the output that exists now was sent' },
+);
+
+/**
+ * One server-sent event as its fields: `event` names it, `data` (JSON on the wire) has the schema
+ * given, and `id` is where to resume after it. A text/event-stream schema describes one event, as
+ * OpenAPI 3.2's itemSchema does and as generators that read event streams expect.
+ */
+const ServerEvent = (event: string, data: TSchema) =>
+  Type.Object(
+    { event: StringEnum([event]), data, id: Type.Optional(Type.String({ description: 'the position after this event, as `since` or Last-Event-ID take it' })) },
+    { additionalProperties: false },
+  );
+const outputEvents = () => [ServerEvent('start', Type.Ref(Process)), ServerEvent('stdout', Type.Ref(OutputChunkEvent)), ServerEvent('stderr', Type.Ref(OutputChunkEvent))];
+
+export const ExecEvent = Type.Union([...outputEvents(), ServerEvent('exit', Type.Ref(ExecExitEvent)), ServerEvent('error', Type.Ref(ErrorEnvelope))], {
+  $id: 'ExecEvent',
+  description: 'An event of a streamed exec: start, then stdout and stderr as they come, then exit, or error',
+});
+
+export const ProcessOutputEvent = Type.Union([...outputEvents(), ServerEvent('exit', Type.Ref(Process)), ServerEvent('end', Type.Ref(OutputEndEvent)), ServerEvent('error', Type.Ref(ErrorEnvelope))], {
+  $id: 'ProcessOutputEvent',
+  description: "An event of a process's output: start, then stdout and stderr, then exit (the process, once it exited) or end (follow=false, at what exists now), or error",
+});
+
 /** Every named schema, registered with Fastify so `$ref`s resolve and OpenAPI lists them as components. */
 export const SHARED_SCHEMAS = [
   ErrorEnvelope,
@@ -280,6 +327,11 @@ export const SHARED_SCHEMAS = [
   Checkpoint,
   ExecResult,
   Process,
+  OutputChunkEvent,
+  ExecExitEvent,
+  OutputEndEvent,
+  ExecEvent,
+  ProcessOutputEvent,
   TcpConnectionAudit,
   HttpRequestAudit,
   IcmpDropAudit,

@@ -89,10 +89,24 @@ export class ResponseChecker {
     const type = String(res.headers['content-type'] ?? '').split(';', 1)[0]!;
     const media = declared.content?.[type];
     assert.ok(media?.schema, `${where}: ${type} is declared`);
+    if (type === 'text/event-stream') return this.#checkEvents(where, media.schema as object, res.body);
     if (type !== 'application/json') return;
     const validate = this.#validatorOf(media.schema as object);
     const body: unknown = JSON.parse(res.body);
     assert.ok(validate(body), `${where}: ${this.#ajv.errorsText(validate.errors)} in ${res.body.slice(0, 500)}`);
+  }
+
+  /** Each event, as its fields (the data parsed), is what the event stream's schema allows. */
+  #checkEvents(where: string, schema: object, body: string): void {
+    const blocks = body.split('\n\n').filter((block) => /^(event|data):/m.test(block));
+    assert.ok(blocks.length > 0, `${where}: events sent`);
+    const validate = this.#validatorOf(schema);
+    for (const block of blocks) {
+      const field = (name: string) => [...block.matchAll(new RegExp(`^${name}: (.*)$`, 'gm'))].map((m) => m[1]!);
+      const [id] = field('id');
+      const event = { event: field('event')[0] ?? 'message', data: JSON.parse(field('data').join('\n')), ...(id === undefined ? {} : { id }) };
+      assert.ok(validate(event), `${where}: event ${event.event}: ${this.#ajv.errorsText(validate.errors)} in ${block.slice(0, 500)}`);
+    }
   }
 
   #validatorOf(schema: object): ValidateFunction {

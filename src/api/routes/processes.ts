@@ -3,7 +3,7 @@
  * (Accept: text/event-stream), and background processes with their output, stdin and signals
  * (docs/processes.md).
  */
-import { Type } from '@sinclair/typebox';
+import { Type, type TSchema } from '@sinclair/typebox';
 import type { FastifyRequest } from 'fastify';
 import { invalidArgument } from '../../core/errors.js';
 import type { AttachRequest, ExecRequest, ProcessOutput, ProcessStream } from '../../core/types.js';
@@ -16,11 +16,13 @@ import {
   DataOf,
   Empty,
   ExecBody,
+  ExecEvent,
   ExecResult,
   Int64,
   OutputQuery,
   Process,
   ProcessCreateBody,
+  ProcessOutputEvent,
   ProcessParams,
   RuntimeParams,
   SignalBody,
@@ -30,11 +32,7 @@ import { COMMAND_FAILED, acceptRawBodies, binary, rawBody, type RoutePlugin } fr
 
 const tags = ['processes'];
 /** Server-sent events: `event:` lines name them and `data:` lines carry JSON (docs/processes.md). */
-const EVENT_STREAM = {
-  'text/event-stream': {
-    schema: { type: 'string', description: 'events start (the process), stdout and stderr (`{offset, data, encoding, lost?}`), then exit, end or error (the error envelope)' },
-  },
-};
+const eventStream = (event: TSchema) => ({ 'text/event-stream': { schema: Type.Ref(event) } });
 
 /** `since` or an SSE Last-Event-ID: "stdout" or "stdout,stderr" offsets. */
 function resumePoint(since: string | undefined, req: FastifyRequest): AttachRequest['from'] {
@@ -75,7 +73,7 @@ export const processRoutes: RoutePlugin = async (app, { core }) => {
       response: {
         200: {
           description: 'the result once the command exited (JSON), or its events as it runs (text/event-stream)',
-          content: { 'application/json': { schema: Type.Object({ data: Type.Ref(ExecResult) }) }, ...EVENT_STREAM },
+          content: { 'application/json': { schema: Type.Object({ data: Type.Ref(ExecResult) }) }, ...eventStream(ExecEvent) },
         },
         ...COMMAND_FAILED,
       },
@@ -177,7 +175,7 @@ export const processRoutes: RoutePlugin = async (app, { core }) => {
       summary: "A process's output as server-sent events, from `since` (or Last-Event-ID) or the oldest byte kept",
       params: ProcessParams,
       querystring: OutputQuery,
-      response: { 200: { description: "the process's output events", content: EVENT_STREAM } },
+      response: { 200: { description: "the process's output events", content: eventStream(ProcessOutputEvent) } },
     },
   }, async (req, reply) => {
     const from = resumePoint(req.query.since, req);
