@@ -23,7 +23,7 @@ interface Container {
   readinessProbe?: Probe;
   livenessProbe?: Probe;
   startupProbe?: Probe;
-  volumeMounts?: { name: string }[];
+  volumeMounts?: { name: string; mountPath?: string }[];
   securityContext?: Record<string, unknown>;
 }
 interface PodSpec {

@@ -17,6 +17,7 @@ import { parseAllDocuments } from 'yaml';
 import { containersOf, referenceProblems } from '../support/k8s-references.js';
 import { schemaProblems, unknownFieldProblems } from '../support/k8s-schemas.js';
 import { KustomizeError, podSpecOf, renderKustomization, type K8sObject } from '../support/kustomize.js';
+import { vesselSettingProblems } from '../support/vessel-settings-checks.js';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '../../..');
 const OVERLAYS = ['production', 'lab'] as const;
@@ -41,7 +42,12 @@ const find = (objects: K8sObject[], kind: string, name: string): K8sObject => {
   assert.ok(o, `${kind}/${name} is rendered`);
   return o;
 };
-const allProblems = async (objects: K8sObject[]): Promise<string[]> => [...(await schemaProblems(objects)), ...unknownFieldProblems(objects), ...referenceProblems(objects)];
+const allProblems = async (objects: K8sObject[]): Promise<string[]> => [
+  ...(await schemaProblems(objects)),
+  ...unknownFieldProblems(objects),
+  ...referenceProblems(objects),
+  ...vesselSettingProblems(objects),
+];
 
 for (const overlay of OVERLAYS) {
   test(`overlay ${overlay}: every object passes its schema, has no unknown field, and the references hold`, async () => {
@@ -161,6 +167,10 @@ const BREAKAGES: { what: string; breaks: (objects: K8sObject[]) => void; expect:
   { what: 'a Cluster of no instances', breaks: (o) => ((find(o, 'Cluster', 'vessel-db').spec as any).instances = 0), expect: /Cluster\/vessel-db: \/spec\/instances must be >= 1/ },
   { what: 'a misspelt Cluster field', breaks: (o) => ((find(o, 'Cluster', 'vessel-db').spec as any).storage.sizee = '1Gi'), expect: /must NOT have additional properties 'sizee'/ },
   { what: 'as many synchronous replicas as instances', breaks: (o) => ((find(o, 'Cluster', 'vessel-db').spec as any).maxSyncReplicas = 3), expect: /maxSyncReplicas 3 must be below instances 3/ },
+  { what: 'a listen port that is not the pod\'s', breaks: (o) => ((find(o, 'ConfigMap', 'vessel-config').data as any).VESSEL_PORT = '9000'), expect: /Deployment\/vessel-api\/api: VESSEL_PORT=9000 but its 'http' port is 8080/ },
+  { what: 'an internal port that is not the pod\'s', breaks: (o) => ((containersOf(find(o, 'DaemonSet', 'vessel-vm-host'))[0] as any).env.find((e: any) => e.name === 'VESSEL_INTERNAL_PORT').value = '8083'), expect: /VESSEL_INTERNAL_PORT=8083 but its 'internal' port is 8082/ },
+  { what: 'a wildcard host off the ingress domain', breaks: (o) => ((find(o, 'Ingress', 'vessel').spec as any).rules[1].host = '*.sandbox.example.org'), expect: /runtime ingress host \*\.sandbox\.example\.org is not \*\.<VESSEL_INGRESS_DOMAIN> \(sandbox\.example\.com\)/ },
+  { what: 'a data directory that is not mounted', breaks: (o) => ((containersOf(find(o, 'Deployment', 'vessel-api'))[0] as any).env.find((e: any) => e.name === 'VESSEL_DATA_DIR').value = '/data'), expect: /VESSEL_DATA_DIR \/data is not a mounted volume/ },
   { what: 'an object outside the namespace', breaks: (o) => (find(o, 'Secret', 'vessel-cluster').metadata.namespace = undefined), expect: /Secret\/vessel-cluster: namespace '' is not among the rendered Namespaces/ },
 ];
 
