@@ -6,8 +6,7 @@
  * mount has its volume. Each check returns one line per problem.
  */
 import { CNPG_APP_SECRET_KEYS } from './cnpg-cluster-schema.js';
-import { describe } from './k8s-schemas.js';
-import { podSpecOf, type K8sObject } from './kustomize.js';
+import { objectName, podSpecOf, type K8sObject } from './kustomize.js';
 
 type Labels = Record<string, string>;
 interface Port { name?: string; containerPort: number; hostPort?: number }
@@ -78,11 +77,11 @@ export function referenceProblems(objects: K8sObject[]): string[] {
   const namespaces = new Set(objects.filter((o) => o.kind === 'Namespace').map((o) => o.metadata.name));
 
   for (const o of objects) {
-    if (o.kind !== 'Namespace' && !namespaces.has(ns(o))) problems.push(`${describe(o)}: namespace '${ns(o)}' is not among the rendered Namespaces`);
+    if (o.kind !== 'Namespace' && !namespaces.has(ns(o))) problems.push(`${objectName(o)}: namespace '${ns(o)}' is not among the rendered Namespaces`);
   }
 
   for (const w of pods) {
-    const where = describe(w.object);
+    const where = objectName(w.object);
     const selector = (w.object.spec as { selector?: { matchLabels?: Labels } }).selector?.matchLabels;
     if (!matches(selector, w.labels)) problems.push(`${where}: selector ${JSON.stringify(selector)} does not match its own pod labels`);
     const volumes = new Set((w.pod.volumes ?? []).map((v) => v.name));
@@ -136,18 +135,18 @@ export function referenceProblems(objects: K8sObject[]): string[] {
     const spec = s.spec as { selector?: Labels; ports: { name?: string; port: number; targetPort?: number | string }[] };
     const selected = pods.filter((w) => w.namespace === ns(s) && matches(spec.selector, w.labels));
     if (selected.length === 0) {
-      problems.push(`${describe(s)}: selector ${JSON.stringify(spec.selector)} matches no pod template`);
+      problems.push(`${objectName(s)}: selector ${JSON.stringify(spec.selector)} matches no pod template`);
       continue;
     }
     for (const p of spec.ports) {
       const target = p.targetPort ?? p.port;
-      for (const w of selected) if (!w.pod.containers.some((c) => portMatches(c, target))) problems.push(`${describe(s)}: port ${p.name ?? p.port} targets '${target}', which ${describe(w.object)} does not expose`);
+      for (const w of selected) if (!w.pod.containers.some((c) => portMatches(c, target))) problems.push(`${objectName(s)}: port ${p.name ?? p.port} targets '${target}', which ${objectName(w.object)} does not expose`);
     }
   }
 
   for (const b of objects.filter((o) => o.kind === 'PodDisruptionBudget')) {
     const selector = (b.spec as { selector?: { matchLabels?: Labels } }).selector?.matchLabels;
-    if (!pods.some((w) => w.namespace === ns(b) && matches(selector, w.labels))) problems.push(`${describe(b)}: selector ${JSON.stringify(selector)} matches no pod template`);
+    if (!pods.some((w) => w.namespace === ns(b) && matches(selector, w.labels))) problems.push(`${objectName(b)}: selector ${JSON.stringify(selector)} matches no pod template`);
   }
 
   for (const i of objects.filter((o) => o.kind === 'Ingress')) {
@@ -158,8 +157,8 @@ export function referenceProblems(objects: K8sObject[]): string[] {
         if (!backend) continue;
         const service = services.find((s) => ns(s) === ns(i) && s.metadata.name === backend.name);
         const ports = (service?.spec as { ports: { name?: string; port: number }[] } | undefined)?.ports ?? [];
-        if (!service) problems.push(`${describe(i)}: host ${r.host} routes to Service '${backend.name}', which does not exist`);
-        else if (!ports.some((p) => (backend.port.name !== undefined ? p.name === backend.port.name : p.port === backend.port.number))) problems.push(`${describe(i)}: host ${r.host} routes to port ${backend.port.name ?? backend.port.number}, which Service '${backend.name}' does not have`);
+        if (!service) problems.push(`${objectName(i)}: host ${r.host} routes to Service '${backend.name}', which does not exist`);
+        else if (!ports.some((p) => (backend.port.name !== undefined ? p.name === backend.port.name : p.port === backend.port.number))) problems.push(`${objectName(i)}: host ${r.host} routes to port ${backend.port.name ?? backend.port.number}, which Service '${backend.name}' does not have`);
       }
     }
   }
@@ -167,8 +166,8 @@ export function referenceProblems(objects: K8sObject[]): string[] {
   // CloudNativePG's admission rules for synchronous replication, which a schema cannot express.
   for (const c of objects.filter((o) => o.kind === 'Cluster' && o.apiVersion === 'postgresql.cnpg.io/v1')) {
     const spec = c.spec as { instances: number; minSyncReplicas?: number; maxSyncReplicas?: number };
-    if ((spec.maxSyncReplicas ?? 0) >= spec.instances && spec.maxSyncReplicas !== undefined) problems.push(`${describe(c)}: maxSyncReplicas ${spec.maxSyncReplicas} must be below instances ${spec.instances}`);
-    if ((spec.minSyncReplicas ?? 0) > (spec.maxSyncReplicas ?? 0)) problems.push(`${describe(c)}: minSyncReplicas ${spec.minSyncReplicas} exceeds maxSyncReplicas ${spec.maxSyncReplicas ?? 0}`);
+    if (spec.maxSyncReplicas !== undefined && spec.maxSyncReplicas >= spec.instances) problems.push(`${objectName(c)}: maxSyncReplicas ${spec.maxSyncReplicas} must be below instances ${spec.instances}`);
+    if ((spec.minSyncReplicas ?? 0) > (spec.maxSyncReplicas ?? 0)) problems.push(`${objectName(c)}: minSyncReplicas ${spec.minSyncReplicas} exceeds maxSyncReplicas ${spec.maxSyncReplicas ?? 0}`);
   }
   return problems;
 }

@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { Ajv } from 'ajv';
 import ts from 'typescript';
 import { CNPG_CLUSTER_SCHEMA } from './cnpg-cluster-schema.js';
-import type { K8sObject } from './kustomize.js';
+import { objectName, type K8sObject } from './kustomize.js';
 
 /** apiVersion/kind → the kubernetes-models module that holds its model and `I<Kind>` interface. */
 const MODELS: Record<string, string> = {
@@ -31,7 +31,6 @@ const MODELS: Record<string, string> = {
 const ajv = new Ajv({ allErrors: true, strict: true });
 const validateCnpgCluster = ajv.compile(CNPG_CLUSTER_SCHEMA);
 
-export const describe = (o: K8sObject): string => `${o.kind}/${o.metadata?.name ?? '?'}`;
 const typeKey = (o: K8sObject): string => `${o.apiVersion}/${o.kind}`;
 
 type ModelClass = new (data: unknown) => { validate(): void };
@@ -41,19 +40,19 @@ export async function schemaProblems(objects: K8sObject[]): Promise<string[]> {
   const problems: string[] = [];
   for (const o of objects) {
     if (typeKey(o) === 'postgresql.cnpg.io/v1/Cluster') {
-      if (!validateCnpgCluster(o)) for (const e of validateCnpgCluster.errors ?? []) problems.push(`${describe(o)}: ${e.instancePath || '/'} ${e.message ?? ''}${e.keyword === 'additionalProperties' ? ` '${(e.params as { additionalProperty: string }).additionalProperty}'` : ''}`);
+      if (!validateCnpgCluster(o)) for (const e of validateCnpgCluster.errors ?? []) problems.push(`${objectName(o)}: ${e.instancePath || '/'} ${e.message ?? ''}${e.keyword === 'additionalProperties' ? ` '${(e.params as { additionalProperty: string }).additionalProperty}'` : ''}`);
       continue;
     }
     const module = MODELS[typeKey(o)];
     if (module === undefined) {
-      problems.push(`${describe(o)}: no schema for ${typeKey(o)}`);
+      problems.push(`${objectName(o)}: no schema for ${typeKey(o)}`);
       continue;
     }
     const Model = (await import(module))[o.kind] as ModelClass;
     try {
       new Model(structuredClone(o)).validate();
     } catch (err) {
-      problems.push(`${describe(o)}: ${(err as Error).message}`);
+      problems.push(`${objectName(o)}: ${(err as Error).message}`);
     }
   }
   return problems;
@@ -102,7 +101,7 @@ export function unknownFieldProblems(objects: K8sObject[]): string[] {
     }
     const line = d.file.getLineAndCharacterOfPosition(d.start).line;
     const owner = [...starts].reverse().find((s) => s.line <= line);
-    problems.push(`${owner ? describe(owner.object) : '?'}: ${message}`);
+    problems.push(`${owner ? objectName(owner.object) : '?'}: ${message}`);
   }
   return problems;
 }

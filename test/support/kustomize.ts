@@ -44,6 +44,9 @@ const CLUSTER_SCOPED = new Set(['Namespace', 'ClusterRole', 'ClusterRoleBinding'
 
 export class KustomizeError extends Error {}
 
+/** `Kind/name`, how problems name an object. */
+export const objectName = (o: K8sObject): string => `${o.kind}/${o.metadata?.name ?? '?'}`;
+
 /** Every object the kustomization in `dir` renders to. */
 export function renderKustomization(dir: string): K8sObject[] {
   const k = readKustomization(dir);

@@ -5,8 +5,7 @@
  * here renders and validates cleanly and still routes nothing.
  */
 import { containersOf } from './k8s-references.js';
-import { describe } from './k8s-schemas.js';
-import type { K8sObject } from './kustomize.js';
+import { objectName, type K8sObject } from './kustomize.js';
 
 /** Setting → the name of the container port it must equal. */
 const PORT_SETTINGS: Record<string, string> = { VESSEL_PORT: 'http', VESSEL_INGRESS_PORT: 'ingress', VESSEL_INTERNAL_PORT: 'internal' };
@@ -28,7 +27,7 @@ export function vesselSettingProblems(objects: K8sObject[]): string[] {
   for (const o of objects) {
     for (const c of containersOf(o)) {
       if (!c.args?.includes('serve')) continue;
-      const where = `${describe(o)}/${c.name}`;
+      const where = `${objectName(o)}/${c.name}`;
       const settings = settingsOf(objects, o, c);
       for (const [setting, portName] of Object.entries(PORT_SETTINGS)) {
         const value = settings.get(setting);
@@ -47,7 +46,7 @@ export function vesselSettingProblems(objects: K8sObject[]): string[] {
     for (const r of rules) {
       if (!r.http?.paths.some((p) => p.backend.service?.port.name === 'ingress')) continue;
       const domain = r.host?.startsWith('*.') ? r.host.slice(2) : undefined;
-      if (domain === undefined || !domains.has(domain)) problems.push(`${describe(i)}: runtime ingress host ${r.host} is not *.<VESSEL_INGRESS_DOMAIN> (${[...domains].join(', ') || 'unset'})`);
+      if (domain === undefined || !domains.has(domain)) problems.push(`${objectName(i)}: runtime ingress host ${r.host} is not *.<VESSEL_INGRESS_DOMAIN> (${[...domains].join(', ') || 'unset'})`);
     }
   }
   return problems;

@@ -150,7 +150,7 @@ test('API pods meet the restricted Pod Security Standard; VM-host pods hold what
 const BREAKAGES: { what: string; breaks: (objects: K8sObject[]) => void; expect: RegExp }[] = [
   { what: 'replicas as a word', breaks: (o) => ((find(o, 'Deployment', 'vessel-api').spec as any).replicas = 'three'), expect: /Deployment\/vessel-api: .*replicas must be integer/ },
   { what: 'a misspelt probe field', breaks: (o) => { const c = containersOf(find(o, 'Deployment', 'vessel-api'))[0] as any; c.readinesProbe = c.readinessProbe; delete c.readinessProbe; }, expect: /Deployment\/vessel-api: .*readinesProbe.* does not exist in type 'IContainer'/ },
-  { what: 'a container with no image name type', breaks: (o) => ((containersOf(find(o, 'DaemonSet', 'vessel-vm-host'))[0] as any).image = 42), expect: /DaemonSet\/vessel-vm-host: .*image must be string/ },
+  { what: 'an image that is not a string', breaks: (o) => ((containersOf(find(o, 'DaemonSet', 'vessel-vm-host'))[0] as any).image = 42), expect: /DaemonSet\/vessel-vm-host: .*image must be string/ },
   { what: 'an unknown apiVersion', breaks: (o) => (find(o, 'PodDisruptionBudget', 'vessel-api').apiVersion = 'policy/v1beta2'), expect: /no schema for policy\/v1beta2\/PodDisruptionBudget/ },
   { what: 'a Service selecting no pod', breaks: (o) => ((find(o, 'Service', 'vessel-api').spec as any).selector['app.kubernetes.io/component'] = 'apii'), expect: /Service\/vessel-api: selector .* matches no pod template/ },
   { what: 'a Service port the pods do not expose', breaks: (o) => ((find(o, 'Service', 'vessel-api').spec as any).ports[1].targetPort = 'ingres'), expect: /targets 'ingres'/ },
