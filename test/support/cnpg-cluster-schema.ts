@@ -33,12 +33,22 @@ export const CNPG_CLUSTER_SCHEMA = {
         instances: { type: 'integer', minimum: 1 },
         imageName: { type: 'string', minLength: 1 },
         primaryUpdateStrategy: { enum: ['unsupervised', 'supervised'] },
-        minSyncReplicas: { type: 'integer', minimum: 0 },
-        maxSyncReplicas: { type: 'integer', minimum: 0 },
         postgresql: {
           type: 'object',
           additionalProperties: false,
-          properties: { parameters: stringMap },
+          properties: {
+            parameters: stringMap,
+            synchronous: {
+              type: 'object',
+              additionalProperties: false,
+              required: ['method', 'number'],
+              properties: {
+                method: { enum: ['any', 'first'] },
+                number: { type: 'integer', minimum: 1 },
+                dataDurability: { enum: ['required', 'preferred'] },
+              },
+            },
+          },
         },
         bootstrap: {
           type: 'object',

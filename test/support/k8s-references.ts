@@ -163,11 +163,12 @@ export function referenceProblems(objects: K8sObject[]): string[] {
     }
   }
 
-  // CloudNativePG's admission rules for synchronous replication, which a schema cannot express.
+  // Synchronous replicas must be replicas: fewer than the instances, the primary being one of
+  // them. A schema cannot relate two fields.
   for (const c of objects.filter((o) => o.kind === 'Cluster' && o.apiVersion === 'postgresql.cnpg.io/v1')) {
-    const spec = c.spec as { instances: number; minSyncReplicas?: number; maxSyncReplicas?: number };
-    if (spec.maxSyncReplicas !== undefined && spec.maxSyncReplicas >= spec.instances) problems.push(`${objectName(c)}: maxSyncReplicas ${spec.maxSyncReplicas} must be below instances ${spec.instances}`);
-    if ((spec.minSyncReplicas ?? 0) > (spec.maxSyncReplicas ?? 0)) problems.push(`${objectName(c)}: minSyncReplicas ${spec.minSyncReplicas} exceeds maxSyncReplicas ${spec.maxSyncReplicas ?? 0}`);
+    const spec = c.spec as { instances: number; postgresql?: { synchronous?: { number: number } } };
+    const synchronous = spec.postgresql?.synchronous?.number;
+    if (synchronous !== undefined && synchronous >= spec.instances) problems.push(`${objectName(c)}: ${synchronous} synchronous replicas need more than ${spec.instances} instances`);
   }
   return problems;
 }
