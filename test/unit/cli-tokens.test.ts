@@ -98,7 +98,15 @@ describe('on a data directory', () => {
     }
   });
 
-  test('with no token configured, ./data is used, as on a fresh host', async () => {
+  test('a service named without a token is a usage error, not a new database here', async () => {
+    const lost = cliUser({ VESSEL_URL: url });
+    const r = await lost.run(['token', 'ls']);
+    assert.equal(r.status, 2);
+    assert.match(r.err, /no token/);
+    assert.ok(!existsSync(join(lost.home, 'data')));
+  });
+
+  test('with no service or token configured, ./data is used, as on a fresh host', async () => {
     const fresh = cliUser();
     const made = await fresh.run(['token', 'create', '--tenant', 'acme', '--scopes', 'exec']);
     assert.equal(made.status, 0, made.err);
@@ -110,6 +118,7 @@ describe('on a data directory', () => {
     assert.equal(tokenTarget('/d', { ...none, VESSEL_TOKEN: 't', VESSEL_DATA_DIR: '/e' }), '/d');
     assert.equal(tokenTarget(undefined, { ...none, VESSEL_TOKEN: 't', VESSEL_DATA_DIR: '/e' }), '/e');
     assert.equal(tokenTarget(undefined, { ...none, VESSEL_TOKEN: 't' }), null);
+    assert.equal(tokenTarget(undefined, { ...none, VESSEL_URL: 'http://vessel.example' }), null);
     assert.equal(tokenTarget(undefined, none), './data');
   });
 });

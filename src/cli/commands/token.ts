@@ -15,13 +15,15 @@ const host = () => import('../host.js');
 
 /**
  * The data directory to work on, or null for the API: `--data-dir`, then VESSEL_DATA_DIR, name
- * one; otherwise the API when a token is configured (VESSEL_TOKEN or `vessel login`'s file),
- * else the default data directory (`./data`), as on a fresh host.
+ * one; otherwise the API when a service or a token is configured (VESSEL_URL, VESSEL_TOKEN or
+ * `vessel login`'s file: a user who named a service means it, and is told if the token is
+ * missing rather than given a new database in the current directory), else the default data
+ * directory (`./data`), as on a fresh host.
  */
 export function tokenTarget(dataDirFlag: string | undefined, env: NodeJS.ProcessEnv = process.env): string | null {
   if (dataDirFlag !== undefined) return dataDirFlag;
   if (env.VESSEL_DATA_DIR) return env.VESSEL_DATA_DIR;
-  return env.VESSEL_TOKEN || existsSync(configPath(env)) ? null : './data';
+  return env.VESSEL_URL || env.VESSEL_TOKEN || existsSync(configPath(env)) ? null : './data';
 }
 
 const withDataDir = (command: Command): Command =>
