@@ -239,6 +239,33 @@ export const FileStat = Type.Object(
 );
 export const Health = Type.Object({ status: StringEnum(['ok'] as const) }, { $id: 'Health' });
 
+// ---- tokens and console logs (docs/api.md, "Tokens", "Console log") ----
+
+const TokenFields = {
+  id: Type.String({ format: 'uuid' }),
+  tenant: Type.String({ description: 'the tenant the token acts for' }),
+  name: Type.String({ description: 'a label; not unique' }),
+  scopes: Type.Array(StringEnum(SCOPES), { description: 'what the token may do; admin is all of it, and token management' }),
+  created_at: Type.String({ format: 'date-time' }),
+  revoked_at: Nullable(Type.String({ format: 'date-time', description: 'when it was revoked; null while it is valid' })),
+};
+
+export const Token = Type.Object(TokenFields, { $id: 'Token', description: 'A bearer token; its value is shown once, when it is created, and never again' });
+
+export const TokenCreated = Type.Object(
+  { ...TokenFields, token: Type.String({ pattern: '^vsl_[A-Za-z0-9_-]{43}$', description: 'the bearer token itself: shown in this reply only, and never again' }) },
+  { $id: 'TokenCreated', description: 'A new token, with its value' },
+);
+
+export const ConsoleLog = Type.Object(
+  {
+    output: Type.String({ description: 'the end of what the guest wrote to its serial console: UTF-8, invalid bytes as U+FFFD' }),
+    bytes: Int64({ minimum: 0, description: 'the bytes of the log that output holds' }),
+    truncated: Type.Boolean({ description: 'true when the log holds earlier output than this (or held it before its size limit cut it)' }),
+  },
+  { $id: 'ConsoleLog', description: "A runtime's serial console: its kernel's and init's boot messages, and anything written to /dev/ttyS0" },
+);
+
 const OutputRange = Type.Object(
   {
     start: Int64({ minimum: 0, description: 'offset of the oldest byte the ring still holds' }),
@@ -266,33 +293,6 @@ export const Process = Type.Object(
     stderr: OutputRange,
   },
   { $id: 'Process', additionalProperties: false },
-);
-
-// ---- tokens and console logs (docs/api.md, "Tokens", "Console log") ----
-
-const TokenFields = {
-  id: Type.String({ format: 'uuid' }),
-  tenant: Type.String({ description: 'the tenant the token acts for' }),
-  name: Type.String({ description: 'a label; not unique' }),
-  scopes: Type.Array(StringEnum(SCOPES), { description: 'what the token may do; admin is all of it, and token management' }),
-  created_at: Type.String({ format: 'date-time' }),
-  revoked_at: Nullable(Type.String({ format: 'date-time', description: 'when it was revoked; null while it is valid' })),
-};
-
-export const Token = Type.Object(TokenFields, { $id: 'Token', description: 'A bearer token; its value is shown once, when it is created, and never again' });
-
-export const TokenCreated = Type.Object(
-  { ...TokenFields, token: Type.String({ pattern: '^vsl_[A-Za-z0-9_-]{43}$', description: 'the bearer token itself: shown in this reply only, and never again' }) },
-  { $id: 'TokenCreated', description: 'A new token, with its value' },
-);
-
-export const ConsoleLog = Type.Object(
-  {
-    output: Type.String({ description: 'the end of what the guest wrote to its serial console: UTF-8, invalid bytes as U+FFFD' }),
-    bytes: Int64({ minimum: 0, description: 'the bytes of the log that output holds' }),
-    truncated: Type.Boolean({ description: 'true when the log holds earlier output than this (or held it before its size limit cut it)' }),
-  },
-  { $id: 'ConsoleLog', description: "A runtime's serial console: its kernel's and init's boot messages, and anything written to /dev/ttyS0" },
 );
 
 /** Every named schema, registered with Fastify so `$ref`s resolve and OpenAPI lists them as components. */
