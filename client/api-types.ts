@@ -18,6 +18,9 @@ export type Process = Schemas['Process'];
 export type FileInfo = Schemas['FileInfo'];
 export type FileStat = Schemas['FileStat'];
 export type FileWritten = Schemas['FileWritten'];
+export type Token = Schemas['Token'];
+export type TokenCreated = Schemas['TokenCreated'];
+export type ConsoleLog = Schemas['ConsoleLog'];
 
 type JsonBody<P extends keyof paths, M extends keyof paths[P]> =
   NonNullable<paths[P][M]> extends { requestBody?: { content: { 'application/json': infer B } } } ? B : never;
@@ -36,3 +39,4 @@ export type RuleCreateRequest = JsonBody<'/v1/runtimes/{runtime_id}/secret-injec
 export type CheckpointCreateRequest = NonNullable<JsonBody<'/v1/runtimes/{runtime_id}/checkpoints', 'post'>>;
 export type AuditFilter = Omit<Query<'/v1/audits', 'get'>, 'page_token'>;
 export type TerminalQuery = Query<'/v1/runtimes/{runtime_id}/terminal', 'get'>;
+export type TokenCreateRequest = JsonBody<'/v1/tokens', 'post'>;

@@ -14,6 +14,8 @@ export type { Checkpoints } from './checkpoints.js';
 export type { Secrets } from './secrets.js';
 export type { RuntimeRules, AllRules } from './rules.js';
 export type { Audits, AuditListOptions } from './audits.js';
+export type { Tokens, TokenListOptions } from './tokens.js';
+export type { ConsoleLogOptions } from './console-log.js';
 export type { Processes, ProcessOutput, OutputOptions } from './processes.js';
 export type { Files } from './files.js';
 export type { BodySource } from './body.js';

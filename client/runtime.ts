@@ -3,8 +3,9 @@
  * checkpoints and its secret injection rules. `info` is the Runtime object as last seen; every
  * call that answers with one updates it.
  */
-import type { Checkpoint, CheckpointCreateRequest, ExecRequest, ExecResult, ExecStreamRequest, RuntimeInfo, RuntimePatchRequest } from './api-types.js';
+import type { Checkpoint, CheckpointCreateRequest, ConsoleLog, ExecRequest, ExecResult, ExecStreamRequest, RuntimeInfo, RuntimePatchRequest } from './api-types.js';
 import { CommandStream, type OutputHandlers } from './command-stream.js';
+import { readConsoleLog, type ConsoleLogOptions } from './console-log.js';
 import { Files } from './files.js';
 import { commandEvents, execEnd, type ExecExit } from './output.js';
 import { Processes } from './processes.js';
@@ -121,6 +122,11 @@ export class Runtime {
   /** Captures memory and disk (beta). Answers in state `creating`; runtimes.fork() waits until it is ready. */
   checkpoint(body: CheckpointCreateRequest = {}, options?: CallOptions): Promise<Checkpoint> {
     return this.#t.call('not-idempotent', options, (signal) => this.#t.api.POST('/v1/runtimes/{runtime_id}/checkpoints', { params: { path: this.#path() }, body, signal }));
+  }
+
+  /** The end of its serial console (kernel and init boot messages), in any state: for a boot that failed. */
+  consoleLog(options?: ConsoleLogOptions): Promise<ConsoleLog> {
+    return readConsoleLog(this.#t, this.id, options);
   }
 
   /** Opens a terminal: a login shell, or an existing pty process. */

@@ -4,6 +4,7 @@ import { Checkpoints } from './checkpoints.js';
 import { AllRules } from './rules.js';
 import { Runtimes } from './runtimes.js';
 import { Secrets } from './secrets.js';
+import { Tokens } from './tokens.js';
 import { Transport, type VesselOptions } from './transport.js';
 
 export class Vessel {
@@ -13,6 +14,8 @@ export class Vessel {
   /** Every secret injection rule of the tenant; a runtime's own are `runtime.rules`. */
   readonly rules: AllRules;
   readonly audits: Audits;
+  /** Every tenant's tokens: needs a token with the admin scope. */
+  readonly tokens: Tokens;
 
   constructor(options: VesselOptions) {
     const transport = new Transport(options);
@@ -21,5 +24,6 @@ export class Vessel {
     this.secrets = new Secrets(transport);
     this.rules = new AllRules(transport);
     this.audits = new Audits(transport);
+    this.tokens = new Tokens(transport);
   }
 }

@@ -516,6 +516,59 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List tokens of every tenant or of one, newest first, revoked ones included */
+        get: operations["listTokens"];
+        put?: never;
+        /** Create a token for a tenant; its value is in this reply only */
+        post: operations["createToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tokens/{token_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a token, without its value */
+        get: operations["getToken"];
+        put?: never;
+        post?: never;
+        /** Revoke a token, at once; not the bootstrap admin token, nor the calling one */
+        delete: operations["revokeToken"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runtimes/{runtime_id}/console-log": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The end of a runtime's serial console output (kernel and init boot messages), in any state */
+        get: operations["getRuntimeConsoleLog"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -970,6 +1023,56 @@ export interface components {
             /** @enum {string} */
             status: "ok";
         };
+        /** @description A bearer token; its value is shown once, when it is created, and never again */
+        Token: {
+            /** Format: uuid */
+            id: string;
+            /** @description the tenant the token acts for */
+            tenant: string;
+            /** @description a label; not unique */
+            name: string;
+            /** @description what the token may do; admin is all of it, and token management */
+            scopes: ("runtimes:read" | "runtimes:write" | "exec" | "files:read" | "files:write" | "secrets:read" | "secrets:write" | "checkpoints:read" | "checkpoints:write" | "audits:read" | "admin")[];
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description when it was revoked; null while it is valid
+             */
+            revoked_at: string | null;
+        };
+        /** @description A new token, with its value */
+        TokenCreated: {
+            /** Format: uuid */
+            id: string;
+            /** @description the tenant the token acts for */
+            tenant: string;
+            /** @description a label; not unique */
+            name: string;
+            /** @description what the token may do; admin is all of it, and token management */
+            scopes: ("runtimes:read" | "runtimes:write" | "exec" | "files:read" | "files:write" | "secrets:read" | "secrets:write" | "checkpoints:read" | "checkpoints:write" | "audits:read" | "admin")[];
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description when it was revoked; null while it is valid
+             */
+            revoked_at: string | null;
+            /** @description the bearer token itself: shown in this reply only, and never again */
+            token: string;
+        };
+        /** @description A runtime's serial console: its kernel's and init's boot messages, and anything written to /dev/ttyS0 */
+        ConsoleLog: {
+            /** @description the end of what the guest wrote to its serial console: UTF-8, invalid bytes as U+FFFD */
+            output: string;
+            /**
+             * Format: int64
+             * @description the bytes of the log that output holds
+             */
+            bytes: number;
+            /** @description true when the log holds earlier output than this (or held it before its size limit cut it) */
+            truncated: boolean;
+        };
     };
     responses: {
         /** @description Validation or application error. `error.code`: invalid_argument. */
@@ -1132,6 +1235,8 @@ export interface components {
         rule_id: string;
         /** @description the checkpoint: its UUID or its display name */
         checkpoint_id: string;
+        /** @description the token's UUID */
+        token_id: string;
     };
     requestBodies: never;
     headers: {
@@ -3009,6 +3114,210 @@ export interface operations {
                         data: components["schemas"]["Audit"][];
                         /** @description present when there is a next page: pass it as page_token */
                         next_page_token?: string;
+                    };
+                };
+            };
+            400: components["responses"]["InvalidArgument"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            504: components["responses"]["DeadlineExceeded"];
+            default: components["responses"]["Error"];
+        };
+    };
+    listTokens: {
+        parameters: {
+            query?: {
+                /** @description the most items in one page */
+                limit?: components["parameters"]["limit"];
+                /** @description next_page_token of the previous page */
+                page_token?: components["parameters"]["page_token"];
+                /** @description only this tenant's tokens */
+                tenant?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description a page of tokens, without their values */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["x-request-id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["Token"][];
+                        /** @description present when there is a next page: pass it as page_token */
+                        next_page_token?: string;
+                    };
+                };
+            };
+            400: components["responses"]["InvalidArgument"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            504: components["responses"]["DeadlineExceeded"];
+            default: components["responses"]["Error"];
+        };
+    };
+    createToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description the tenant the token acts for; a new name makes a new tenant */
+                    tenant: string;
+                    /** @description at least one; repeats are dropped */
+                    scopes: ("runtimes:read" | "runtimes:write" | "exec" | "files:read" | "files:write" | "secrets:read" | "secrets:write" | "checkpoints:read" | "checkpoints:write" | "audits:read" | "admin")[];
+                    /** @description a label for the token; not unique (default "token") */
+                    name?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description the token, with its value: store it now, it is never shown again */
+            201: {
+                headers: {
+                    "x-request-id": components["headers"]["x-request-id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["TokenCreated"];
+                    };
+                };
+            };
+            400: components["responses"]["InvalidArgument"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            504: components["responses"]["DeadlineExceeded"];
+            default: components["responses"]["Error"];
+        };
+    };
+    getToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the token's UUID */
+                token_id: components["parameters"]["token_id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the token, without its value */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["x-request-id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["Token"];
+                    };
+                };
+            };
+            400: components["responses"]["InvalidArgument"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            504: components["responses"]["DeadlineExceeded"];
+            default: components["responses"]["Error"];
+        };
+    };
+    revokeToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the token's UUID */
+                token_id: components["parameters"]["token_id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the token, revoked */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["x-request-id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["Token"];
+                    };
+                };
+            };
+            400: components["responses"]["InvalidArgument"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            504: components["responses"]["DeadlineExceeded"];
+            default: components["responses"]["Error"];
+        };
+    };
+    getRuntimeConsoleLog: {
+        parameters: {
+            query?: {
+                /** @description the most bytes of the end of the log to return (1 MiB at most) */
+                max_bytes?: number;
+            };
+            header?: never;
+            path: {
+                /** @description the runtime: its UUID or its display name */
+                runtime_id: components["parameters"]["runtime_id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the end of the runtime's console log */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["x-request-id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["ConsoleLog"];
                     };
                 };
             };

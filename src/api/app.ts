@@ -17,12 +17,15 @@ import { hasScope } from '../core/tokens.js';
 import type { Principal, Scope } from '../core/types.js';
 import { errorHandler, sendError } from './errors.js';
 import { isLoopbackHost } from './loopback.js';
+import { maskTokens } from './log-options.js';
 import { Metrics } from './metrics.js';
 import { clientKey } from '../platform/client-key.js';
 import { RateLimiter, type RateLimitConfig } from './rate-limit.js';
 import { openapiOptions } from './openapi.js';
 import { DataOf, Health, SHARED_SCHEMAS } from './schemas.js';
 import { checkpointRoutes } from './routes/checkpoints.js';
+import { consoleLogRoutes } from './routes/console-log.js';
+import { tokenRoutes } from './routes/tokens.js';
 import { consoleRoutes, type ConsoleOptions } from './console.js';
 import { fileRoutes } from './routes/files.js';
 import { endEventStreams } from './event-stream.js';
@@ -202,7 +205,7 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
     if (request.is404) metrics.observe('unmatched', request, reply);
     if (logRequests) {
       // The path only: query strings carry file paths and filters, and bodies are never logged.
-      const path = request.url.split('?', 1)[0];
+      const path = maskTokens(request.url.split('?', 1)[0]!);
       request.log.info({ method: request.method, path, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request completed');
     }
     done();
@@ -259,6 +262,8 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   await app.register(ruleRoutes, { core });
   await app.register(checkpointRoutes, { core });
   await app.register(auditRoutes, { core });
+  await app.register(tokenRoutes, { core });
+  await app.register(consoleLogRoutes, { core });
   await app.register(consoleRoutes, options.console ?? {});
   return app;
 }

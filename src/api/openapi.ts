@@ -146,6 +146,7 @@ const TAGS: OpenAPIV3.TagObject[] = [
   { name: 'secret-injection-rules', description: "Which egress requests of a runtime get which secret, as a header or query parameter" },
   { name: 'checkpoints', description: "Captures of a runtime's memory and disk to fork new runtimes from (beta)" },
   { name: 'audits', description: 'What the egress gateway allowed and denied' },
+  { name: 'tokens', description: "Bearer tokens of every tenant: the operator's, with the admin scope" },
 ];
 
 /** The @fastify/swagger options that make the document; `version` is the API's. */

@@ -1,7 +1,7 @@
 /** Domain records to the response shapes of the spec. */
 import type { RuleView } from '../core/rules.js';
 import { exitCodeOf } from '../core/processes.js';
-import type { Audit, Checkpoint, Page, ProcessState, Runtime, Secret } from '../core/types.js';
+import type { Audit, Checkpoint, Page, ProcessState, Runtime, Secret, Token } from '../core/types.js';
 
 export const runtimeView = (r: Runtime) => ({
   id: r.id,
@@ -68,4 +68,14 @@ export const processView = (p: ProcessState) => ({
   ended_at: p.endedAt === null ? null : p.endedAt.toISOString(),
   stdout: p.stdout,
   stderr: p.stderr,
+});
+
+/** A token's record: never its value or its hash. */
+export const tokenView = (t: Token) => ({
+  id: t.id,
+  tenant: t.tenantId,
+  name: t.name,
+  scopes: t.scopes,
+  created_at: t.createdAt,
+  revoked_at: t.revokedAt,
 });

@@ -7,7 +7,8 @@ import { Type, type IntegerOptions, type Static, type TSchema } from '@sinclair/
 import { ERROR_CODES } from '../core/errors.js';
 import { DEFAULT_RING_BYTES, MAX_RING_BYTES, MIN_RING_BYTES, SIGNAL_NAMES } from '../core/processes.js';
 import { MAX_SECRET_BYTES } from '../core/secrets.js';
-import { RUNTIME_STATUSES, CHECKPOINT_STATES, GUEST_FILE_TYPES } from '../core/types.js';
+import { RUNTIME_STATUSES, CHECKPOINT_STATES, GUEST_FILE_TYPES, SCOPES } from '../core/types.js';
+import { DEFAULT_CONSOLE_LOG_BYTES, MAX_CONSOLE_LOG_BYTES } from '../core/console-log.js';
 
 /** OpenAPI 3.0.3 has no `type: null`; ajv and swagger both understand `nullable`. */
 export const Nullable = <T extends TSchema>(schema: T) => Type.Unsafe<Static<T> | null>({ ...schema, nullable: true });
@@ -238,6 +239,33 @@ export const FileStat = Type.Object(
 );
 export const Health = Type.Object({ status: StringEnum(['ok'] as const) }, { $id: 'Health' });
 
+// ---- tokens and console logs (docs/api.md, "Tokens", "Console log") ----
+
+const TokenFields = {
+  id: Type.String({ format: 'uuid' }),
+  tenant: Type.String({ description: 'the tenant the token acts for' }),
+  name: Type.String({ description: 'a label; not unique' }),
+  scopes: Type.Array(StringEnum(SCOPES), { description: 'what the token may do; admin is all of it, and token management' }),
+  created_at: Type.String({ format: 'date-time' }),
+  revoked_at: Nullable(Type.String({ format: 'date-time', description: 'when it was revoked; null while it is valid' })),
+};
+
+export const Token = Type.Object(TokenFields, { $id: 'Token', description: 'A bearer token; its value is shown once, when it is created, and never again' });
+
+export const TokenCreated = Type.Object(
+  { ...TokenFields, token: Type.String({ pattern: '^vsl_[A-Za-z0-9_-]{43}$', description: 'the bearer token itself: shown in this reply only, and never again' }) },
+  { $id: 'TokenCreated', description: 'A new token, with its value' },
+);
+
+export const ConsoleLog = Type.Object(
+  {
+    output: Type.String({ description: 'the end of what the guest wrote to its serial console: UTF-8, invalid bytes as U+FFFD' }),
+    bytes: Int64({ minimum: 0, description: 'the bytes of the log that output holds' }),
+    truncated: Type.Boolean({ description: 'true when the log holds earlier output than this (or held it before its size limit cut it)' }),
+  },
+  { $id: 'ConsoleLog', description: "A runtime's serial console: its kernel's and init's boot messages, and anything written to /dev/ttyS0" },
+);
+
 const OutputRange = Type.Object(
   {
     start: Int64({ minimum: 0, description: 'offset of the oldest byte the ring still holds' }),
@@ -340,6 +368,9 @@ export const SHARED_SCHEMAS = [
   FileInfo,
   FileStat,
   Health,
+  Token,
+  TokenCreated,
+  ConsoleLog,
 ];
 
 // ---- requests ----
@@ -533,3 +564,27 @@ export const ListOf = <T extends TSchema>(schema: T, holds: string) =>
     { 'x-response-description': holds },
   );
 export const Empty = (holds: string) => Type.Object({ data: Type.Object({}, { additionalProperties: false }) }, { 'x-response-description': holds });
+
+// ---- token and console log requests ----
+
+export const TokenCreateBody = Type.Object(
+  {
+    tenant: DisplayName('the tenant the token acts for; a new name makes a new tenant'),
+    scopes: Type.Array(StringEnum(SCOPES), { minItems: 1, maxItems: 64, description: 'at least one; repeats are dropped' }),
+    name: Type.Optional(DisplayName('a label for the token; not unique (default "token")')),
+  },
+  { additionalProperties: false },
+);
+
+export const TokenListQuery = Type.Composite([
+  ListQuery,
+  Type.Object({ tenant: Type.Optional(Type.String({ minLength: 1, maxLength: 128, description: "only this tenant's tokens" })) }),
+]);
+
+export const TokenParams = Type.Object({ token_id: Type.String({ description: "the token's UUID" }) });
+
+export const ConsoleLogQuery = Type.Object({
+  max_bytes: Type.Optional(
+    Int32({ minimum: 1, maximum: MAX_CONSOLE_LOG_BYTES, default: DEFAULT_CONSOLE_LOG_BYTES, description: 'the most bytes of the end of the log to return (1 MiB at most)' }),
+  ),
+});

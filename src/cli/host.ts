@@ -4,12 +4,13 @@
  * them runs, since it pulls in the whole service (store, VM driver, network), which would add
  * more than a second to every client command's start.
  */
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import pino from 'pino';
 import { checkDisplayName } from '../core/names.js';
 import type { TenantLimitOverrides } from '../core/ports.js';
 import { TenantQuotas } from '../core/quotas.js';
 import { TokenService, parseScopes } from '../core/tokens.js';
+import type { Token } from '../core/types.js';
 import { SqliteStore } from '../store/sqlite-store.js';
 import { buildImage } from '../vm/guest-image.js';
 import { ensureHostPackages } from '../vm/host-packages.js';
@@ -21,30 +22,38 @@ import { imagesDir, serve } from './serve.js';
 export const serveFromEnv = (): Promise<void> => serve(loadConfig());
 
 /** The CLI works on the data directory's store directly, also while the service runs (WAL). */
-function withStore<T>(work: (store: SqliteStore, config: Config) => Promise<T>): Promise<T> {
-  const config = loadConfig();
+function withStore<T>(work: (store: SqliteStore, config: Config) => Promise<T>, dataDir?: string): Promise<T> {
+  const loaded = loadConfig();
+  const config = dataDir === undefined ? loaded : { ...loaded, dataDir: resolve(dataDir) };
   ensureDataDir(config.dataDir);
   const store = new SqliteStore(join(config.dataDir, 'vessel.db'));
   return work(store, config).finally(() => store.close());
 }
 
-const withTokens = <T>(work: (tokens: TokenService) => Promise<T>): Promise<T> => withStore((store) => work(new TokenService(store)));
+const withTokens = <T>(dataDir: string, work: (tokens: TokenService) => Promise<T>): Promise<T> => withStore((store) => work(new TokenService(store)), dataDir);
 
-export const createToken = (o: { tenant: string; scopes: string; name: string }): Promise<void> =>
-  withTokens(async (tokens) => {
+/** The host commands print a token's record as one JSON line, in the API's field names. */
+const printRecord = (t: Token, extra: object = {}): void => {
+  const { id, tenantId, name, scopes, createdAt, revokedAt } = t;
+  process.stdout.write(`${JSON.stringify({ id, tenant: tenantId, name, scopes, created_at: createdAt, revoked_at: revokedAt, ...extra })}\n`);
+};
+
+export const createToken = (dataDir: string, o: { tenant: string; scopes: string; name: string }): Promise<void> =>
+  withTokens(dataDir, async (tokens) => {
     const { token: value, record } = await tokens.create(o.tenant, parseScopes(o.scopes), o.name);
-    process.stdout.write(`${JSON.stringify({ id: record.id, tenant: record.tenantId, scopes: record.scopes, token: value })}\n`);
+    printRecord(record, { token: value });
   });
 
-export const listTokens = (): Promise<void> =>
-  withTokens(async (tokens) => {
-    for (const t of await tokens.list()) {
-      process.stdout.write(`${JSON.stringify({ id: t.id, tenant: t.tenantId, name: t.name, scopes: t.scopes, created_at: t.createdAt, revoked_at: t.revokedAt })}\n`);
-    }
+export const listTokens = (dataDir: string, o: { tenant?: string | undefined; limit?: number | undefined }): Promise<void> =>
+  withTokens(dataDir, async (tokens) => {
+    const all = (await tokens.list()).filter((t) => o.tenant === undefined || t.tenantId === o.tenant);
+    for (const t of all.slice(0, o.limit)) printRecord(t);
   });
 
-export const revokeToken = (id: string): Promise<void> =>
-  withTokens(async (tokens) => {
+export const showToken = (dataDir: string, id: string): Promise<void> => withTokens(dataDir, async (tokens) => printRecord(await tokens.get(id)));
+
+export const revokeToken = (dataDir: string, id: string): Promise<void> =>
+  withTokens(dataDir, async (tokens) => {
     if (!(await tokens.revoke(id))) {
       process.stderr.write(`no active token with id ${id}\n`);
       process.exitCode = 1;

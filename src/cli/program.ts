@@ -15,6 +15,8 @@ import { registerRuleCommands } from './commands/rule.js';
 import { registerRuntimeCommands } from './commands/runtime.js';
 import { registerSecretCommands } from './commands/secret.js';
 import { registerShellCommand } from './commands/shell.js';
+import { registerTokenCommands } from './commands/token.js';
+import { registerLogsCommand } from './commands/logs.js';
 import { EXIT, exitCodeOf } from './shared/exit-codes.js';
 
 const { version } = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
@@ -36,6 +38,8 @@ registerCheckpointCommands(program);
 registerSecretCommands(program);
 registerRuleCommands(program);
 registerAuditCommands(program);
+registerLogsCommand(program);
+registerTokenCommands(program);
 registerCompletionCommand(program);
 registerHostCommands(program);
 

@@ -5,6 +5,7 @@
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import pino from 'pino';
+import { serviceLogOptions } from '../api/log-options.js';
 import { buildApi } from '../api/app.js';
 import { Core } from '../core/core.js';
 import { SecretBox } from '../core/secret-box.js';
@@ -33,7 +34,7 @@ export async function prepareHost(config: Config, log: pino.Logger) {
 }
 
 export async function serve(config: Config): Promise<void> {
-  const log = pino({ level: config.logLevel, redact: ['req.headers.authorization'] });
+  const log = pino(serviceLogOptions(config.logLevel));
   // A stray rejection in background work must not take every tenant's API down with it.
   process.on('unhandledRejection', (err) => log.error({ err }, 'unhandled rejection'));
   ensureDataDir(config.dataDir);

@@ -1,6 +1,7 @@
 /** The core's one public entry: the services, wired over the ports they need. */
 import { AuditService } from './audits.js';
 import { CheckpointService } from './checkpoints.js';
+import { ConsoleLogService } from './console-log.js';
 import { EgressService } from './egress.js';
 import { ProcessService } from './processes.js';
 import type { NetworkGateway, Store, VmDriver } from './ports.js';
@@ -34,6 +35,8 @@ export class Core {
   readonly rules: RuleService;
   readonly checkpoints: CheckpointService;
   readonly audits: AuditService;
+  /** What runtimes' guests wrote to their serial consoles. */
+  readonly consoleLogs: ConsoleLogService;
   /** What the gateway calls back: secret values, audits, activity. */
   readonly egress: EgressService;
   readonly #pool: WarmPool;
@@ -56,6 +59,7 @@ export class Core {
     });
     this.runtimes = new RuntimeService(store, driver, this.egress, quotas, log, this.#pool);
     this.processes = new ProcessService(this.runtimes, driver);
+    this.consoleLogs = new ConsoleLogService(this.runtimes, driver);
     this.rules = new RuleService(store, this.runtimes, this.secrets);
     this.checkpoints = new CheckpointService(store, this.runtimes, driver, quotas, log);
     // A PATCHed policy or a rule change applies to the gateway's next connection.

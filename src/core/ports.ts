@@ -3,6 +3,7 @@
  * implement them; the core imports none of those adapters.
  */
 import type { Readable } from 'node:stream';
+import type { ConsoleLog } from './console-log.js';
 import type {
   AttachRequest,
   Audit,
@@ -59,8 +60,15 @@ export interface TokenRepo {
   /** Upsert, used for the bootstrap admin token whose id is fixed. */
   put(token: Token): Promise<void>;
   findByHash(hash: string): Promise<Token | undefined>;
+  findById(id: string): Promise<Token | undefined>;
   list(): Promise<Token[]>;
+  /** Newest first, a page at a time; revoked tokens included. */
+  page(filter: TokenFilter): Promise<Page<Token>>;
   revoke(id: string, at: string): Promise<boolean>;
+}
+
+export interface TokenFilter extends PageRequest {
+  tenantId?: string | undefined;
 }
 
 export interface RuleRepo {
@@ -272,6 +280,12 @@ export interface VmDriver {
    * why, when a VM is there but cannot be taken back (its state file is damaged); it is stopped.
    */
   reattach(runtimeId: string): Promise<LiveState>;
+  /**
+   * The last `maxBytes` of what the runtime's guest wrote to its serial console, across the cut
+   * its log rotation makes; null when the runtime has no console log (no VM was ever started,
+   * or its files are gone). Works whatever the VM's state, crashed included.
+   */
+  readConsoleLog(runtimeId: string, maxBytes: number): Promise<ConsoleLog | null>;
   /** The runtimes this host has files of (templates and warm-pool spares aside). */
   runtimeIds(): string[];
   /** Called when a VM's process exits without being asked to. */

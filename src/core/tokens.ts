@@ -1,9 +1,9 @@
 /** Bearer tokens: opaque random strings of which only the SHA-256 is stored. */
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import { invalidArgument } from './errors.js';
-import { checkDisplayName } from './names.js';
-import type { Store } from './ports.js';
-import { SCOPES, type Principal, type Scope, type Token } from './types.js';
+import { VesselError, failedPrecondition, invalidArgument } from './errors.js';
+import { checkDisplayName, isUuid } from './names.js';
+import type { Store, TokenFilter } from './ports.js';
+import { SCOPES, type Page, type Principal, type Scope, type Token } from './types.js';
 
 export const ADMIN_TOKEN_ID = '00000000-0000-4000-8000-000000000001';
 export const DEFAULT_TENANT = 'default';
@@ -11,8 +11,10 @@ export const DEFAULT_TENANT = 'default';
 export const hashToken = (token: string): string => createHash('sha256').update(token).digest('hex');
 export const generateTokenValue = (): string => `vsl_${randomBytes(32).toString('base64url')}`;
 
-export function parseScopes(list: string): Scope[] {
-  const scopes = list.split(',').map((s) => s.trim()).filter(Boolean);
+export const parseScopes = (list: string): Scope[] => checkScopes(list.split(',').map((s) => s.trim()).filter(Boolean));
+
+/** Known scopes, at least one, each once. */
+export function checkScopes(scopes: readonly string[]): Scope[] {
   for (const s of scopes) {
     if (!(SCOPES as readonly string[]).includes(s)) throw invalidArgument(`unknown scope '${s}'; known scopes: ${SCOPES.join(', ')}`);
   }
@@ -34,19 +36,22 @@ export class TokenService {
    * through memory with every request, and only its hash is ever stored.
    */
   readonly #cache = new Map<string, { principal: Principal; until: number }>();
+  /** Counts revocations made through this process, so that a lookup can tell one overlapped it. */
+  #revocations = 0;
 
   constructor(private readonly store: Store) {}
 
   /** Returns the token value once; it cannot be recovered later. */
-  async create(tenantId: string, scopes: Scope[], name = 'token'): Promise<{ token: string; record: Token }> {
+  async create(tenantId: string, scopes: readonly string[], name = 'token'): Promise<{ token: string; record: Token }> {
     checkDisplayName(tenantId, 'tenant');
+    checkDisplayName(name, 'name');
     const token = generateTokenValue();
     const record: Token = {
       id: randomUUID(),
       tenantId,
       name,
       hash: hashToken(token),
-      scopes,
+      scopes: checkScopes(scopes),
       createdAt: new Date().toISOString(),
       revokedAt: null,
     };
@@ -69,9 +74,39 @@ export class TokenService {
 
   list = (): Promise<Token[]> => this.store.tokens.list();
 
+  page = (filter: TokenFilter): Promise<Page<Token>> => this.store.tokens.page(filter);
+
+  /** By id only: names are labels, not unique. Anything but a known UUID is not found. */
+  async get(id: string): Promise<Token> {
+    const token = isUuid(id) ? await this.store.tokens.findById(id.toLowerCase()) : undefined;
+    // The id is not echoed: a token's value pasted where its id goes must not come back in an error.
+    if (token === undefined) throw new VesselError('not_found', 'no token has this id');
+    return token;
+  }
+
+  /**
+   * Revocation through the API, by `caller`. The bootstrap admin token is refused: the service
+   * installs it again at every start, so revoking it would last until the next one; and a token
+   * cannot revoke itself, so that an admin working remotely cannot lock itself out by mistake.
+   * Revoking a revoked token changes nothing (DELETE is idempotent). Returns the record.
+   */
+  async revokeAs(caller: Principal, id: string): Promise<Token> {
+    const token = await this.get(id);
+    if (token.id === ADMIN_TOKEN_ID) {
+      throw failedPrecondition('the bootstrap admin token cannot be revoked through the API: it is VESSEL_ADMIN_TOKEN or DATA_DIR/admin-token, installed again at every start; replace it there');
+    }
+    if (token.id === caller.tokenId) throw failedPrecondition('a token cannot revoke itself: revoke it with another admin token');
+    if (token.revokedAt !== null) return token;
+    await this.revoke(token.id);
+    return this.get(token.id);
+  }
+
+  /** Takes effect in this process once it resolves; in another (the CLI's) within TOKEN_CACHE_MS. */
   async revoke(id: string): Promise<boolean> {
+    const revoked = await this.store.tokens.revoke(id, new Date().toISOString());
+    this.#revocations++;
     for (const [token, entry] of this.#cache) if (entry.principal.tokenId === id) this.#cache.delete(token);
-    return this.store.tokens.revoke(id, new Date().toISOString());
+    return revoked;
   }
 
   /** The principal of a token authenticated within TOKEN_CACHE_MS, without a store read; else undefined. */
@@ -84,7 +119,11 @@ export class TokenService {
     const now = Date.now();
     const cached = this.#cache.get(token);
     if (cached !== undefined && cached.until > now) return cached.principal;
+    const revocations = this.#revocations;
     const record = await this.store.tokens.findByHash(hashToken(token));
+    // A revocation that ran while the store was read may have revoked this very token: the
+    // record is stale, and caching it would admit the token for another TOKEN_CACHE_MS.
+    if (revocations !== this.#revocations) return this.authenticate(token);
     if (record === undefined || record.revokedAt !== null) {
       this.#cache.delete(token);
       return null;

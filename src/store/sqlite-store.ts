@@ -8,7 +8,7 @@ import { Database, type Statement } from './sqlite-driver.js';
 import { alreadyExists, invalidArgument } from '../core/errors.js';
 import { LIVE_STATUSES } from '../core/lifecycle.js';
 import { isUuid } from '../core/names.js';
-import type { AuditFilter, AuditRepo, AuditRetention, CheckpointRepo, QuotaRepo, RuleRepo, Store, TenantLimitOverrides, TenantRepo, TokenRepo } from '../core/ports.js';
+import type { AuditFilter, AuditRepo, AuditRetention, CheckpointRepo, QuotaRepo, RuleRepo, Store, TenantLimitOverrides, TenantRepo, TokenFilter, TokenRepo } from '../core/ports.js';
 import type { Audit, Checkpoint, InjectionRule, Page, PageRequest, Runtime, Secret, TenantLimits, Token } from '../core/types.js';
 import { MIGRATIONS } from './migrations.js';
 
@@ -322,6 +322,11 @@ function tokenRepo(db: Db): TokenRepo {
   const byHash = db.prepare('SELECT * FROM tokens WHERE hash = ?');
   const all = db.prepare('SELECT * FROM tokens ORDER BY created_at DESC');
   const revoke = db.prepare('UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL');
+  const byId = db.prepare('SELECT * FROM tokens WHERE id = ?');
+  // The table has no seq column: its rowid orders it the same way (a newer insert has a larger
+  // one; the bootstrap admin token, replaced at each start, moves to the front).
+  const pageAll = db.prepare('SELECT rowid AS seq, * FROM tokens WHERE rowid < ? ORDER BY rowid DESC LIMIT ?');
+  const pageTenant = db.prepare('SELECT rowid AS seq, * FROM tokens WHERE tenant_id = ? AND rowid < ? ORDER BY rowid DESC LIMIT ?');
   return {
     insert: async (t) => void insert.run(toRow(t)),
     put: async (t) => void put.run(toRow(t)),
@@ -329,7 +334,16 @@ function tokenRepo(db: Db): TokenRepo {
       const row = byHash.get(hash) as Row | undefined;
       return row === undefined ? undefined : tokenFromRow(row);
     },
+    findById: async (id) => {
+      const row = byId.get(id) as Row | undefined;
+      return row === undefined ? undefined : tokenFromRow(row);
+    },
     list: async () => (all.all() as Row[]).map(tokenFromRow),
+    page: async (f: TokenFilter) => {
+      const before = decodePageToken(f.pageToken);
+      const rows = (f.tenantId === undefined ? pageAll.all(before, f.limit + 1) : pageTenant.all(f.tenantId, before, f.limit + 1)) as Row[];
+      return page(rows, f.limit, tokenFromRow);
+    },
     revoke: async (id, at) => revoke.run(at, id).changes > 0,
   };
 }

@@ -79,7 +79,10 @@ export const BOOT_PROFILE = {
   // A guest short of memory takes pages back from its balloon rather than kill processes: a
   // memory request is a target, not a limit.
   balloon: 'virtio-balloon-device,id=balloon,deflate-on-oom=on',
-  cmdline: 'console=ttyS0 root=/dev/vda rw quiet panic=-1 ipv6.disable=1 tsc=reliable nowatchdog sysctl.vm.compaction_proactiveness=0',
+  // loglevel=6 rather than quiet: the serial console is the runtime's console log (GET
+  // …/console-log), which should show a boot's kernel banner, notices, warnings and errors; the
+  // informational rest stays in dmesg, and the few KiB more of a cold boot cost milliseconds.
+  cmdline: 'console=ttyS0 root=/dev/vda rw loglevel=6 panic=-1 ipv6.disable=1 tsc=reliable nowatchdog sysctl.vm.compaction_proactiveness=0',
   // vessel-agent's virtio-serial port: vessel-init finds it by this name. The ports are device
   // state a fork inherits, so they are part of the profile.
   agentPort: 'org.vessel.agent.0',

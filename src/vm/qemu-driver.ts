@@ -30,7 +30,8 @@ import { readGuestFile, writeGuestFile } from './guest-files.js';
 import { attachProcess, listProcesses, onProcess, spawnProcess } from './guest-processes.js';
 import { giveIdentity, syncClock } from './guest-identity.js';
 import type { GuestImage } from './guest-image.js';
-import { rotateLog } from './log-rotation.js';
+import { readRotatedLogEnd, rotateLog } from './log-rotation.js';
+import { consoleLogOf, type ConsoleLog } from '../core/console-log.js';
 import { migrateToFile } from './migration.js';
 import { BOOT_PROFILE } from './qemu-args.js';
 import { QemuVm, vmPaths } from './qemu-vm.js';
@@ -148,6 +149,12 @@ export class QemuDriver implements VmDriver {
 
   orphanedLayerBytes(runtimeIds: string[], checkpointIds: string[]): number {
     return this.#layers.bytesOfOrphanedLayers(runtimeIds, checkpointIds);
+  }
+
+  async readConsoleLog(runtimeId: string, maxBytes: number): Promise<ConsoleLog | null> {
+    // Synchronous on purpose: see readRotatedLogEnd. A megabyte at most, read from the page cache.
+    const end = readRotatedLogEnd(vmPaths(this.runtimeDir(runtimeId)).serialLog, maxBytes);
+    return end === null ? null : consoleLogOf(end.bytes, end.truncated);
   }
 
   runtimeDir(runtimeId: string): string {

@@ -49,7 +49,7 @@ const SPEC_OPERATIONS = [
   'GET /v1/audits',
 ];
 
-/** Beyond the spec: directories (docs/api.md), background processes and terminals (docs/processes.md). */
+/** Beyond the spec: directories, console logs and tokens (docs/api.md), background processes and terminals (docs/processes.md). */
 const EXTENSION_OPERATIONS = [
   'GET /v1/runtimes/{runtime_id}/files/list',
   'GET /v1/runtimes/{runtime_id}/files/stat',
@@ -65,6 +65,11 @@ const EXTENSION_OPERATIONS = [
   'POST /v1/runtimes/{runtime_id}/processes/{process_id}/signal',
   'POST /v1/runtimes/{runtime_id}/processes/{process_id}/stdin',
   'GET /v1/runtimes/{runtime_id}/terminal',
+  'GET /v1/runtimes/{runtime_id}/console-log',
+  'POST /v1/tokens',
+  'GET /v1/tokens',
+  'GET /v1/tokens/{token_id}',
+  'DELETE /v1/tokens/{token_id}',
 ];
 
 describe('health, openapi, metrics', () => {

@@ -141,6 +141,15 @@ test('every operation answers as the document declares: status, headers and body
   const audits = await send('GET', '/v1/audits?runtime=doc-rt');
   assert.deepEqual(audits.body.data.map((a: { payload: { egress: { kind: string } } }) => a.payload.egress.kind).sort(), ['http_request', 'icmp_drop', 'tcp_connection']);
 
+  // The console log, and tokens.
+  assert.equal((await send('GET', `${rt}/console-log?max_bytes=1024`)).status, 200);
+  const token = await send('POST', '/v1/tokens', { body: { tenant: 'doc-tenant', scopes: ['runtimes:read'], name: 'doc' } });
+  assert.equal(token.status, 201);
+  await send('GET', '/v1/tokens?tenant=doc-tenant&limit=1');
+  await send('GET', `/v1/tokens/${token.body.data.id}`);
+  assert.equal((await send('DELETE', `/v1/tokens/${token.body.data.id}`)).status, 200);
+  assert.equal((await send('DELETE', `/v1/tokens/${randomUUID()}`)).status, 404);
+
   // Lifecycle, then the errors each kind of failure gets.
   for (const op of ['pause', 'resume', 'stop', 'start']) assert.equal((await send('POST', `${rt}/${op}`)).status, 200, op);
   assert.equal((await send('POST', `${rt}/resume`)).status, 409);

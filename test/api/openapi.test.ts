@@ -71,6 +71,11 @@ const OPERATION_IDS: Record<string, string> = {
   'POST /v1/runtimes/{runtime_id}/processes/{process_id}/signal': 'signalProcess',
   'POST /v1/runtimes/{runtime_id}/processes/{process_id}/stdin': 'writeProcessStdin',
   'GET /v1/runtimes/{runtime_id}/terminal': 'openTerminal',
+  'GET /v1/runtimes/{runtime_id}/console-log': 'getRuntimeConsoleLog',
+  'POST /v1/tokens': 'createToken',
+  'GET /v1/tokens': 'listTokens',
+  'GET /v1/tokens/{token_id}': 'getToken',
+  'DELETE /v1/tokens/{token_id}': 'revokeToken',
 };
 
 /** The spec's meaning of each response kind (runtime-api.md, "Errors"), which the document repeats. */
@@ -252,6 +257,7 @@ test('path parameters say what they take: an ID or a display name, as the spec h
     checkpoint_id: /UUID or its display name/,
     rule_id: /UUID/,
     process_id: /agent's id/,
+    token_id: /token's UUID/,
   };
   for (const o of ops) {
     for (const name of [...o.path.matchAll(/\{([^}]+)\}/g)].map((m) => m[1]!)) {
@@ -305,5 +311,5 @@ test('every list that pages takes limit and page_token', () => {
     assert.equal(parameterOf(o, 'page_token')?.in, 'query', nameOf(o));
     assert.equal(parameterOf(o, 'limit')?.in, 'query', nameOf(o));
   }
-  assert.equal(lists, 6, 'runtimes, secrets, both rule lists, checkpoints and audits');
+  assert.equal(lists, 7, 'runtimes, secrets, both rule lists, checkpoints, audits and tokens');
 });

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import type { FastifyInstance, InjectOptions } from 'fastify';
+import type { FastifyBaseLogger, FastifyInstance, InjectOptions } from 'fastify';
 import { buildApi } from '../../src/api/app.js';
 import type { ConsoleOptions } from '../../src/api/console.js';
 import type { RateLimitConfig } from '../../src/api/rate-limit.js';
@@ -45,6 +45,8 @@ export async function apiHarness(
     listenHost?: string;
     /** The web console's settings (src/api/console.ts). */
     console?: ConsoleOptions;
+    /** The API's logger (default none). */
+    logger?: FastifyBaseLogger;
   } = {},
 ): Promise<ApiHarness> {
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'vessel-api-'));
@@ -57,7 +59,7 @@ export async function apiHarness(
   await core.tokens.installAdmin(admin);
   const app = await buildApi({
     core,
-    logger: false,
+    logger: opts.logger ?? false,
     rateLimit: opts.rate ?? { ratePerSec: 0, burst: 0 },
     unauthenticatedRateLimit: opts.unauthenticatedRate ?? { ratePerSec: 0, burst: 0 },
     maxFileBytes: 1024 * 1024,

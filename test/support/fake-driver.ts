@@ -5,6 +5,7 @@
 import { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, invalidArgument, notFound, unavailable } from '../../src/core/errors.js';
 import type { LiveState, VmDriver, VmSpec } from '../../src/core/ports.js';
+import { consoleLogOf, type ConsoleLog } from '../../src/core/console-log.js';
 import type { AttachRequest, ExecRequest, ExecResult, GuestFileInfo, GuestFileStat, ProcessSpec, ProcessState, ProcessStream } from '../../src/core/types.js';
 
 const fakeInfo = (path: string, file: Buffer | undefined): GuestFileInfo => ({
@@ -27,6 +28,8 @@ export class FakeDriver implements VmDriver {
   readonly damaged = new Set<string>();
   readonly verified: string[] = [];
   #exit: (id: string) => void = () => undefined;
+  /** Each VM's serial console as the guest wrote it: a line per boot, or what a test puts there. */
+  readonly consoleLogs = new Map<string, Buffer>();
 
   unavailableReason(): string | null {
     return null;
@@ -68,12 +71,21 @@ export class FakeDriver implements VmDriver {
     if (this.spares.delete(spec.runtimeId) && this.vms.has(spec.runtimeId)) return;
     if (this.#used() + spec.resources.limits.memory_mib > this.capacityMib) throw unavailable('not enough host memory');
     this.vms.set(spec.runtimeId, { state: 'running', files: new Map(), dirs: new Set(), memoryTarget: spec.resources.requests.memory_mib });
+    this.#boot(spec.runtimeId);
   }
   async start(spec: VmSpec): Promise<void> {
     await this.#delay();
     const vm = this.vms.get(spec.runtimeId) ?? { state: 'running' as LiveState, files: new Map(), dirs: new Set<string>(), memoryTarget: 0 };
     vm.state = 'running';
     this.vms.set(spec.runtimeId, vm);
+    this.#boot(spec.runtimeId);
+  }
+  #boot(id: string) {
+    this.consoleLogs.set(id, Buffer.from(`Linux version 6.1.0-fake\nvessel-init: ${id} up\n`));
+  }
+  async readConsoleLog(id: string, maxBytes: number): Promise<ConsoleLog | null> {
+    const log = this.consoleLogs.get(id);
+    return log === undefined ? null : consoleLogOf(log.subarray(Math.max(0, log.length - maxBytes)), log.length > maxBytes);
   }
   async pause(id: string) {
     this.#vm(id).state = 'paused';
@@ -89,6 +101,7 @@ export class FakeDriver implements VmDriver {
   }
   async destroy(id: string) {
     this.vms.delete(id);
+    this.consoleLogs.delete(id);
     this.spares.delete(id);
     for (const layer of this.#layers.values()) layer.standing.delete(id);
   }

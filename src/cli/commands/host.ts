@@ -1,4 +1,4 @@
-/** `vessel serve`, `token`, `tenant limits` and `image build`: the commands an operator runs on the service's host. */
+/** `vessel serve`, `tenant limits` and `image build`: the commands an operator runs on the service's host (`token`: commands/token.ts). */
 import type { Command } from 'commander';
 import type { LimitFlags } from '../host.js';
 
@@ -9,19 +9,6 @@ export function registerHostCommands(program: Command): void {
     .command('serve')
     .description('install missing host packages, build the guest image if needed, and serve the API')
     .action(async () => (await host()).serveFromEnv());
-
-  const token = program.command('token').description('manage API bearer tokens (on the host, over the data directory)');
-  token
-    .command('create')
-    .requiredOption('--tenant <tenant>', 'tenant the token acts for')
-    .requiredOption('--scopes <list>', 'comma-separated scopes, e.g. runtimes:read,exec (admin = all)')
-    .option('--name <name>', 'a label for the token', 'token')
-    .action(async (o: { tenant: string; scopes: string; name: string }) => (await host()).createToken(o));
-  token.command('list').action(async () => (await host()).listTokens());
-  token
-    .command('revoke')
-    .argument('<id>', 'token id')
-    .action(async (id: string) => (await host()).revokeToken(id));
 
   const tenant = program.command('tenant').description("tenants' quotas");
   const limits = tenant.command('limits').description("what a tenant may hold: its own limits where set, else the VESSEL_TENANT_MAX_* defaults");
