@@ -1,0 +1,69 @@
+/**
+ * The store contract (store-contract.ts) on a real PostgreSQL started for this file, each case on
+ * a database of its own; then what only a shared database has to do: migrate once when several
+ * processes start together, and hold the rows' relations itself.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { VesselError } from '../../src/core/errors.js';
+import { MIGRATIONS } from '../../src/store/migrations.js';
+import { PG_MIGRATIONS } from '../../src/store/postgres-migrations.js';
+import { PostgresStore } from '../../src/store/postgres-store.js';
+import { startPostgres, type PostgresCluster } from '../support/postgres-cluster.js';
+import { runtime, storeContract } from './store-contract.js';
+
+let cluster: PostgresCluster;
+before(() => {
+  cluster = startPostgres();
+});
+after(() => cluster.stop());
+
+let databases = 0;
+const freshDatabase = (): Promise<string> => cluster.createDatabase(`contract_${++databases}`);
+
+storeContract({
+  async fresh() {
+    const url = await freshDatabase();
+    return { store: await PostgresStore.open(url), reopen: () => PostgresStore.open(url) };
+  },
+});
+
+test('stores starting at once on an empty database migrate it once, under the advisory lock', async () => {
+  const url = await freshDatabase();
+  const stores = await Promise.all(Array.from({ length: 4 }, () => PostgresStore.open(url, { poolSize: 2 })));
+  await Promise.all(stores.map((s) => s.close()));
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ version: number }>('SELECT version FROM schema_migrations ORDER BY version');
+    assert.deepEqual(rows.map((r) => r.version), PG_MIGRATIONS.map((m) => m.version));
+  } finally {
+    await client.end();
+  }
+});
+
+test('the PostgreSQL schema is at the same version as the SQLite one', () => {
+  assert.deepEqual(PG_MIGRATIONS.map((m) => m.version), MIGRATIONS.map((m) => m.version));
+});
+
+test('the database holds the relations: a rule needs its runtime and secret, goes with its runtime, and keeps its secret', async () => {
+  const store = await PostgresStore.open(await freshDatabase());
+  try {
+    const rt = runtime('acme', 'web');
+    await store.runtimes.insert(rt);
+    const secret = { id: crypto.randomUUID(), tenantId: 'acme', displayName: 'key', cacheTtlSecs: 60, sealedValue: 'sealed', createdAt: new Date().toISOString() };
+    await store.secrets.insert(secret);
+    const rule = { id: crypto.randomUUID(), tenantId: 'acme', runtimeId: rt.id, secretId: secret.id, hostPattern: 'a.example', pathPattern: '/*', injection: { headerName: 'X-Key' }, createdAt: new Date().toISOString() };
+    const code = (expected: string) => (err: unknown) => err instanceof VesselError && err.code === expected;
+    await assert.rejects(store.rules.insert({ ...rule, runtimeId: crypto.randomUUID() }), code('not_found'));
+    await assert.rejects(store.rules.insert({ ...rule, secretId: crypto.randomUUID() }), code('not_found'));
+    await store.rules.insert(rule);
+    await assert.rejects(store.secrets.delete('acme', secret.id), code('failed_precondition'));
+    assert.equal(await store.runtimes.delete('acme', rt.id), true);
+    assert.deepEqual(await store.rules.listForRuntime(rt.id), []);
+    assert.equal(await store.secrets.delete('acme', secret.id), true);
+  } finally {
+    await store.close();
+  }
+});
