@@ -30,7 +30,12 @@ export interface PostgresCluster {
   stop(): void;
 }
 
-export function startPostgres(): PostgresCluster {
+export interface PostgresClusterOptions {
+  /** fsync on, as in production: for benchmarks. Tests leave it off (the cluster is thrown away). */
+  durable?: boolean;
+}
+
+export function startPostgres(options: PostgresClusterOptions = {}): PostgresCluster {
   const bin = postgresBinDir();
   const dir = mkdtempSync(join(tmpdir(), 'vessel-pg-'));
   const data = join(dir, 'data');
@@ -60,8 +65,8 @@ export function startPostgres(): PostgresCluster {
     run('initdb', ['-D', data, '-U', 'vessel', '-A', 'trust', '--no-sync', '-E', 'UTF8', '--locale=C']);
     // No TCP at all: the socket sits in the private directory. fsync off: a test cluster that
     // crashes is thrown away anyway, and it keeps the tests off the shared disk's queue.
-    const options = `-k ${dir} -c listen_addresses='' -c fsync=off -c max_connections=200`;
-    run('pg_ctl', ['-D', data, '-l', join(dir, 'log'), '-o', options, '-w', '-t', '60', 'start']);
+    const settings = `-k ${dir} -c listen_addresses='' -c fsync=${options.durable === true ? 'on' : 'off'} -c max_connections=200`;
+    run('pg_ctl', ['-D', data, '-l', join(dir, 'log'), '-o', settings, '-w', '-t', '60', 'start']);
   } catch (err) {
     stop();
     throw err;
