@@ -4,7 +4,7 @@
  */
 import { join } from 'node:path';
 import type { Store } from '../core/ports.js';
-import { PostgresStore, type PostgresStoreOptions } from './postgres-store.js';
+import type { PostgresStoreOptions } from './postgres-store.js';
 import { SqliteStore } from './sqlite-store.js';
 
 export interface StoreConfig {
@@ -15,5 +15,7 @@ export interface StoreConfig {
 
 export async function openStore(config: StoreConfig, options: PostgresStoreOptions = {}): Promise<Store> {
   if (config.databaseUrl === undefined) return new SqliteStore(join(config.dataDir, 'vessel.db'));
+  // Loaded only here: a service on SQLite never loads the PostgreSQL driver.
+  const { PostgresStore } = await import('./postgres-store.js');
   return PostgresStore.open(config.databaseUrl, options);
 }

@@ -5,9 +5,15 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { VesselError } from '../../src/core/errors.js';
 import { MIGRATIONS } from '../../src/store/migrations.js';
+import { openStore } from '../../src/store/open-store.js';
 import { PG_MIGRATIONS } from '../../src/store/postgres-migrations.js';
 import { PostgresStore } from '../../src/store/postgres-store.js';
 import { startPostgres, type PostgresCluster } from '../support/postgres-cluster.js';
@@ -65,5 +71,30 @@ test('the database holds the relations: a rule needs its runtime and secret, goe
     assert.equal(await store.secrets.delete('acme', secret.id), true);
   } finally {
     await store.close();
+  }
+});
+
+test('VESSEL_DATABASE_URL puts the host commands on PostgreSQL: a token made by the CLI is in the database, not in the data directory', async () => {
+  const url = await freshDatabase();
+  const dataDir = mkdtempSync(join(tmpdir(), 'vessel-pg-cli-'));
+  try {
+    const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
+    const env = { ...process.env, VESSEL_DATA_DIR: dataDir, VESSEL_DATABASE_URL: url };
+    const made = JSON.parse(execFileSync(process.execPath, [cli, 'token', 'create', '--tenant', 'acme', '--scopes', 'runtimes:read'], { env, encoding: 'utf8' }));
+    const store = await openStore({ dataDir, databaseUrl: url });
+    try {
+      assert.ok(store instanceof PostgresStore);
+      assert.deepEqual((await store.tokens.list()).map((t) => [t.id, t.tenantId]), [[made.id, 'acme']]);
+    } finally {
+      await store.close();
+    }
+    const sqlite = await openStore({ dataDir, databaseUrl: undefined });
+    try {
+      assert.deepEqual(await sqlite.tokens.list(), [], "the data directory's SQLite store was not used");
+    } finally {
+      await sqlite.close();
+    }
+  } finally {
+    rmSync(dataDir, { recursive: true, force: true });
   }
 });
