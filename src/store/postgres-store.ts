@@ -304,6 +304,7 @@ function ruleRepo(db: pg.Pool): RuleRepo {
 
 function checkpointRepo(db: pg.Pool): CheckpointRepo {
   const cols = CHECKPOINT_COLUMNS;
+  if (cols[0] !== 'id') throw new Error('checkpoints: the first column must be id');
   const insert = new Sql(`INSERT INTO checkpoints (${cols.join(', ')}) VALUES (${placeholders(cols.length)})`);
   const update = new Sql(`UPDATE checkpoints SET ${cols.slice(1).map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`);
   const visible = '(tenant_id = $1 OR ($2::boolean AND tenant_id IS NULL)) AND deleted = 0';
@@ -312,7 +313,6 @@ function checkpointRepo(db: pg.Pool): CheckpointRepo {
   const all = new Sql('SELECT * FROM checkpoints ORDER BY seq');
   const purge = new Sql('DELETE FROM checkpoints WHERE id = $1');
   const write = async (statement: Sql, c: Parameters<CheckpointRepo['insert']>[0]) => {
-    if (cols[0] !== 'id') throw new Error('checkpoints: the first column must be id');
     try {
       await statement.rows(db, valuesOf(checkpointToRow(c), cols));
     } catch (err) {

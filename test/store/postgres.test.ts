@@ -98,3 +98,29 @@ test('VESSEL_DATABASE_URL puts the host commands on PostgreSQL: a token made by 
     rmSync(dataDir, { recursive: true, force: true });
   }
 });
+
+test('a database at version 1 gains checkpoint sizes and tenant limits at start; its records are intact', async () => {
+  const url = await freshDatabase();
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    await client.query('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)');
+    await client.query(PG_MIGRATIONS[0]!.sql);
+    await client.query("INSERT INTO schema_migrations VALUES (1, '2025-01-01T00:00:00Z')");
+    await client.query(
+      `INSERT INTO checkpoints (id, tenant_id, display_name, state, resources, deleted, created_at)
+       VALUES ('6f1c3f36-8a0e-4bde-9d8e-0d3f5c2b1a01', 'acme', 'old', 'ready', '{"limits":{"memory_mib":512},"requests":{"memory_mib":512},"vcpus":1}', 0, '2025-01-01T00:00:00Z')`,
+    );
+  } finally {
+    await client.end();
+  }
+  const store = await PostgresStore.open(url);
+  try {
+    assert.equal((await store.checkpoints.find('acme', 'old'))?.diskBytes, null);
+    assert.deepEqual(await store.quotas.usage('acme'), { runtimes: 0, vcpus: 0, memoryMib: 0, checkpoints: 1, checkpointBytes: 0 });
+    await store.quotas.setOverrides('acme', { runtimes: 5 });
+    assert.deepEqual(await store.quotas.overrides('acme'), { runtimes: 5 });
+  } finally {
+    await store.close();
+  }
+});
