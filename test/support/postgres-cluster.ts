@@ -52,15 +52,24 @@ export function startPostgres(options: PostgresClusterOptions = {}): PostgresClu
     if (r.status !== 0) throw new Error(`${program} failed (${r.status ?? r.signal}): ${r.stderr || r.stdout}`);
   };
   let stopped = false;
+  // Interrupted (Ctrl-C, the runner's SIGTERM): stop the server, then die of the signal as before.
+  const onSignal = (signal: NodeJS.Signals): void => {
+    stop();
+    process.kill(process.pid, signal);
+  };
   const stop = (): void => {
     if (stopped) return;
     stopped = true;
     process.off('exit', stop);
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
     if (existsSync(join(data, 'postmaster.pid'))) spawnSync(asRoot ? 'runuser' : join(bin, 'pg_ctl'), [...(asRoot ? ['-u', 'postgres', '--', join(bin, 'pg_ctl')] : []), '-D', data, '-m', 'immediate', '-w', 'stop']);
     rmSync(dir, { recursive: true, force: true });
   };
   // A test that throws past its after() hook must not leave a server behind.
   process.on('exit', stop);
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
   try {
     run('initdb', ['-D', data, '-U', 'vessel', '-A', 'trust', '--no-sync', '-E', 'UTF8', '--locale=C']);
     // No TCP at all: the socket sits in the private directory. fsync off: a test cluster that
