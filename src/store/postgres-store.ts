@@ -62,7 +62,7 @@ class Sql {
   }
 }
 
-/** Holds the migration lock for the whole run: any bigint, the same in every Vessel process. */
+/** The advisory lock key that migrations run under: any bigint, the same in every Vessel process. */
 const MIGRATION_LOCK_KEY = 0x7665_7373_656c; // "vessel"
 
 const pgCode = (err: unknown): string | undefined => (typeof err === 'object' && err !== null && 'code' in err ? String(err.code) : undefined);
