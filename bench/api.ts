@@ -5,10 +5,13 @@
  * - a read, GET /v1/secrets/{id}, against a route returning the same JSON;
  * - a write, POST /v1/secrets, against a route that inserts the same row into SQLite in WAL mode
  *   with synchronous=FULL (an acknowledged write is on disk), i.e. the cost of durability alone.
+ * BENCH_STORE=postgres runs the service on a PostgreSQL cluster of its own (fsync on, unix
+ * socket) instead of its embedded SQLite, to compare the two stores' throughput.
  */
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
+import { startPostgres } from '../test/support/postgres-cluster.js';
 import { REPO_ROOT, Service, freePort } from '../test/support/service.js';
 
 const DURATION = Number(process.env.BENCH_SECONDS ?? 5);
@@ -44,7 +47,12 @@ async function load(url: string, token?: string, requests?: autocannon.Request[]
   return { rps: r.requests.average, p50: percentile(sorted, 50), p99: percentile(sorted, 99) };
 }
 
-const svc = new Service({ VESSEL_RATE_LIMIT_RPS: '1000000000', VESSEL_RATE_LIMIT_BURST: '1000000000' });
+const STORE = process.env.BENCH_STORE ?? 'sqlite';
+if (STORE !== 'sqlite' && STORE !== 'postgres') throw new Error('BENCH_STORE must be sqlite or postgres');
+const cluster = STORE === 'postgres' ? startPostgres({ durable: true }) : null;
+const databaseUrl: Record<string, string> = cluster === null ? {} : { VESSEL_DATABASE_URL: await cluster.createDatabase('bench') };
+console.log(`store: ${STORE}`);
+const svc = new Service({ VESSEL_RATE_LIMIT_RPS: '1000000000', VESSEL_RATE_LIMIT_BURST: '1000000000', ...databaseUrl });
 await svc.start();
 let baseline: ReturnType<typeof spawn> | null = null;
 try {
@@ -82,4 +90,5 @@ try {
 } finally {
   baseline?.kill();
   await svc.destroy();
+  cluster?.stop();
 }

@@ -8,6 +8,8 @@ export interface Config {
   host: string;
   port: number;
   dataDir: string;
+  /** PostgreSQL to keep state in (postgres://…); undefined keeps the embedded SQLite in dataDir. */
+  databaseUrl: string | undefined;
   adminToken: string | undefined;
   masterKey: string | undefined;
   accel: 'kvm' | 'tcg' | 'auto';
@@ -37,6 +39,14 @@ export interface Config {
     maxConnectionsPerTenant: number;
     ingress: { host: string; port: number; domain: string };
   };
+}
+
+/** Only a PostgreSQL URL: a typo must not silently fall back to a fresh SQLite file. */
+function databaseUrl(env: NodeJS.ProcessEnv): string | undefined {
+  const url = env.VESSEL_DATABASE_URL;
+  if (url === undefined || url === '') return undefined;
+  if (!/^postgres(ql)?:\/\//.test(url)) throw new Error('VESSEL_DATABASE_URL must be a postgres:// or postgresql:// URL');
+  return url;
 }
 
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
@@ -72,6 +82,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     host: env.VESSEL_HOST ?? '127.0.0.1',
     port: int(env, 'VESSEL_PORT', 8080),
     dataDir: resolve(env.VESSEL_DATA_DIR ?? './data'),
+    databaseUrl: databaseUrl(env),
     adminToken: env.VESSEL_ADMIN_TOKEN || undefined,
     masterKey: env.VESSEL_MASTER_KEY || undefined,
     accel,

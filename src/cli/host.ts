@@ -4,14 +4,14 @@
  * them runs, since it pulls in the whole service (store, VM driver, network), which would add
  * more than a second to every client command's start.
  */
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import pino from 'pino';
 import { checkDisplayName } from '../core/names.js';
-import type { TenantLimitOverrides } from '../core/ports.js';
+import type { Store, TenantLimitOverrides } from '../core/ports.js';
 import { TenantQuotas } from '../core/quotas.js';
 import { TokenService, parseScopes } from '../core/tokens.js';
 import type { Token } from '../core/types.js';
-import { SqliteStore } from '../store/sqlite-store.js';
+import { openStore } from '../store/open-store.js';
 import { buildImage } from '../vm/guest-image.js';
 import { ensureHostPackages } from '../vm/host-packages.js';
 import { loadConfig, type Config } from './config.js';
@@ -21,12 +21,15 @@ import { imagesDir, serve } from './serve.js';
 
 export const serveFromEnv = (): Promise<void> => serve(loadConfig());
 
-/** The CLI works on the data directory's store directly, also while the service runs (WAL). */
-function withStore<T>(work: (store: SqliteStore, config: Config) => Promise<T>, dataDir?: string): Promise<T> {
+/**
+ * The CLI works on the service's store directly, also while the service runs: the data
+ * directory's SQLite file (WAL), or the PostgreSQL that VESSEL_DATABASE_URL names.
+ */
+async function withStore<T>(work: (store: Store, config: Config) => Promise<T>, dataDir?: string): Promise<T> {
   const loaded = loadConfig();
   const config = dataDir === undefined ? loaded : { ...loaded, dataDir: resolve(dataDir) };
   ensureDataDir(config.dataDir);
-  const store = new SqliteStore(join(config.dataDir, 'vessel.db'));
+  const store = await openStore(config);
   return work(store, config).finally(() => store.close());
 }
 
@@ -64,7 +67,7 @@ const snakeCase = (o: object): Record<string, unknown> =>
   Object.fromEntries(Object.entries(o).map(([k, v]) => [k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), v]));
 
 /** The limits in force, which of them are the tenant's own (the others are the VESSEL_TENANT_MAX_* defaults), and its usage. */
-async function showLimits(store: SqliteStore, quotas: TenantQuotas, tenantId: string): Promise<void> {
+async function showLimits(store: Store, quotas: TenantQuotas, tenantId: string): Promise<void> {
   const own = Object.keys(snakeCase(await store.quotas.overrides(tenantId)));
   const [limits, usage] = [await quotas.limits(tenantId), await quotas.usage(tenantId)];
   process.stdout.write(`${JSON.stringify({ tenant: tenantId, limits: snakeCase(limits), own, usage: snakeCase(usage) })}\n`);

@@ -11,7 +11,7 @@ import { Core } from '../core/core.js';
 import { SecretBox } from '../core/secret-box.js';
 import { CertificateAuthority } from '../net/certificate-authority.js';
 import { Gateway } from '../net/gateway.js';
-import { SqliteStore } from '../store/sqlite-store.js';
+import { openStore } from '../store/open-store.js';
 import { chooseAccel } from '../vm/accel.js';
 import { VmCgroups } from '../vm/cgroups.js';
 import { buildImage } from '../vm/guest-image.js';
@@ -44,7 +44,7 @@ export async function serve(config: Config): Promise<void> {
   const admin = loadAdminToken(config.dataDir, config.adminToken);
   const { image, accel, qemuVersion } = await prepareHost(config, log);
 
-  const store = new SqliteStore(join(config.dataDir, 'vessel.db'));
+  const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'a database connection failed; it is replaced') });
   const ca = await CertificateAuthority.loadOrCreate(config.dataDir);
   const detected = VmCgroups.detect();
   if (detected.cgroups === null) log.warn({ reason: detected.reason }, 'VMs run without cgroup limits');

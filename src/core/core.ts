@@ -86,6 +86,6 @@ export class Core {
     await this.egress.flush();
     await this.ports.gateway.close();
     await this.ports.driver.close();
-    this.ports.store.close();
+    await this.ports.store.close();
   }
 }

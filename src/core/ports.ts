@@ -42,7 +42,7 @@ export interface Store {
   readonly checkpoints: CheckpointRepo;
   readonly audits: AuditRepo;
   readonly quotas: QuotaRepo;
-  close(): void;
+  close(): Promise<void>;
 }
 
 /** Records owned by a tenant, unique by display name within it. insert() throws already_exists. */

@@ -5,21 +5,36 @@
  */
 import { chmodSync } from 'node:fs';
 import { Database, type Statement } from './sqlite-driver.js';
-import { alreadyExists, invalidArgument } from '../core/errors.js';
+import { alreadyExists } from '../core/errors.js';
 import { LIVE_STATUSES } from '../core/lifecycle.js';
 import { isUuid } from '../core/names.js';
 import type { AuditFilter, AuditRepo, AuditRetention, CheckpointRepo, QuotaRepo, RuleRepo, Store, TenantLimitOverrides, TenantRepo, TokenFilter, TokenRepo } from '../core/ports.js';
-import type { Audit, Checkpoint, InjectionRule, Page, PageRequest, Runtime, Secret, TenantLimits, Token } from '../core/types.js';
+import type { Audit, Page, PageRequest, Runtime, Secret, TenantLimits } from '../core/types.js';
 import { MIGRATIONS } from './migrations.js';
+import {
+  CHECKPOINT_COLUMNS,
+  LIMIT_COLUMNS,
+  LIMIT_NAMES,
+  RUNTIME_COLUMNS,
+  SECRET_COLUMNS,
+  TOKEN_COLUMNS,
+  auditFromRow,
+  checkpointFromRow,
+  checkpointToRow,
+  decodePageToken,
+  numOrNull,
+  page,
+  ruleFromRow,
+  runtimeFromRow,
+  runtimeToRow,
+  secretFromRow,
+  secretToRow,
+  tokenFromRow,
+  tokenToRow,
+  type Row,
+} from './rows.js';
 
-type Row = Record<string, unknown>;
 type Db = Database;
-
-const str = (v: unknown): string => v as string;
-const strOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : (v as string));
-const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
-const json = <T>(v: unknown): T => JSON.parse(v as string) as T;
-const jsonOrNull = <T>(v: unknown): T | null => (v === null || v === undefined ? null : json<T>(v));
 
 export function openDatabase(file: string): Db {
   const db = new Database(file);
@@ -50,28 +65,11 @@ function migrate(db: Db): void {
   }
 }
 
-const encodePageToken = (seq: number): string => Buffer.from(`s:${seq}`).toString('base64url');
-
-/**
- * Only a token this store issued is accepted: anything else is invalid_argument, so that a client
- * never takes a mangled token's empty page for the end of the list.
- */
-function decodePageToken(token: string | undefined): number {
-  if (token === undefined) return Number.MAX_SAFE_INTEGER;
-  const m = /^[A-Za-z0-9_-]{1,64}$/.test(token) ? /^s:(\d{1,15})$/.exec(Buffer.from(token, 'base64url').toString('latin1')) : null;
-  if (m === null || encodePageToken(Number(m[1])) !== token) throw invalidArgument('page_token is not a token this service issued');
-  return Number(m[1]);
-}
 
 function isUniqueViolation(err: unknown): boolean {
   return typeof err === 'object' && err !== null && 'code' in err && String((err as { code: unknown }).code).startsWith('SQLITE_CONSTRAINT_UNIQUE');
 }
 
-function page<T>(rows: Row[], limit: number, map: (r: Row) => T): Page<T> {
-  const more = rows.length > limit;
-  const items = (more ? rows.slice(0, limit) : rows).map(map);
-  return { items, nextPageToken: more ? encodePageToken(rows[limit - 1]!.seq as number) : undefined };
-}
 
 const ROW_CACHE_ENTRIES = 10_000;
 const cacheKey = (tenantId: string, ref: string): string => `${tenantId}\0${ref}`;
@@ -175,111 +173,6 @@ class TenantTable<T extends { id: string; tenantId: string; displayName: string 
   }
 }
 
-const RUNTIME_COLUMNS = ['id', 'tenant_id', 'display_name', 'status', 'status_message', 'egress_policy', 'ingress_specs', 'resources', 'pending_resources', 'base_checkpoint_id', 'created_at', 'updated_at'];
-const runtimeToRow = (r: Runtime): Row => ({
-  id: r.id,
-  tenant_id: r.tenantId,
-  display_name: r.displayName,
-  status: r.status,
-  status_message: r.statusMessage,
-  egress_policy: JSON.stringify(r.egressPolicy),
-  ingress_specs: JSON.stringify(r.ingressSpecs),
-  resources: JSON.stringify(r.resources),
-  pending_resources: r.pendingResources === null ? null : JSON.stringify(r.pendingResources),
-  base_checkpoint_id: r.baseCheckpointId,
-  created_at: r.createdAt,
-  updated_at: r.updatedAt,
-});
-const runtimeFromRow = (r: Row): Runtime => ({
-  id: str(r.id),
-  tenantId: str(r.tenant_id),
-  displayName: str(r.display_name),
-  status: str(r.status) as Runtime['status'],
-  statusMessage: strOrNull(r.status_message),
-  egressPolicy: json(r.egress_policy),
-  ingressSpecs: json(r.ingress_specs),
-  resources: json(r.resources),
-  pendingResources: jsonOrNull(r.pending_resources),
-  baseCheckpointId: strOrNull(r.base_checkpoint_id),
-  createdAt: str(r.created_at),
-  updatedAt: str(r.updated_at),
-});
-
-const SECRET_COLUMNS = ['id', 'tenant_id', 'display_name', 'cache_ttl_secs', 'sealed_value', 'created_at'];
-const secretToRow = (s: Secret): Row => ({
-  id: s.id,
-  tenant_id: s.tenantId,
-  display_name: s.displayName,
-  cache_ttl_secs: s.cacheTtlSecs,
-  sealed_value: s.sealedValue,
-  created_at: s.createdAt,
-});
-const secretFromRow = (r: Row): Secret => ({
-  id: str(r.id),
-  tenantId: str(r.tenant_id),
-  displayName: str(r.display_name),
-  cacheTtlSecs: Number(r.cache_ttl_secs),
-  sealedValue: str(r.sealed_value),
-  createdAt: str(r.created_at),
-});
-
-const tokenFromRow = (r: Row): Token => ({
-  id: str(r.id),
-  tenantId: str(r.tenant_id),
-  name: str(r.name),
-  hash: str(r.hash),
-  scopes: json(r.scopes),
-  createdAt: str(r.created_at),
-  revokedAt: strOrNull(r.revoked_at),
-});
-
-const ruleFromRow = (r: Row): InjectionRule => ({
-  id: str(r.id),
-  tenantId: str(r.tenant_id),
-  runtimeId: str(r.runtime_id),
-  secretId: str(r.secret_id),
-  hostPattern: str(r.host_pattern),
-  pathPattern: str(r.path_pattern),
-  injection: json(r.injection),
-  createdAt: str(r.created_at),
-});
-
-const checkpointToRow = (c: Checkpoint): Row => ({
-  id: c.id,
-  tenant_id: c.tenantId,
-  display_name: c.displayName,
-  state: c.state,
-  state_message: c.stateMessage,
-  resources: JSON.stringify(c.resources),
-  source_runtime_id: c.sourceRuntimeId,
-  parent_checkpoint_id: c.parentCheckpointId,
-  deleted: c.deleted ? 1 : 0,
-  disk_bytes: c.diskBytes,
-  created_at: c.createdAt,
-});
-const checkpointFromRow = (r: Row): Checkpoint => ({
-  id: str(r.id),
-  tenantId: strOrNull(r.tenant_id),
-  displayName: str(r.display_name),
-  state: str(r.state) as Checkpoint['state'],
-  stateMessage: strOrNull(r.state_message),
-  resources: json(r.resources),
-  sourceRuntimeId: strOrNull(r.source_runtime_id),
-  parentCheckpointId: strOrNull(r.parent_checkpoint_id),
-  deleted: r.deleted === 1,
-  diskBytes: numOrNull(r.disk_bytes),
-  createdAt: str(r.created_at),
-});
-
-const auditFromRow = (r: Row): Audit => ({
-  id: str(r.id),
-  tenantId: str(r.tenant_id),
-  runtimeId: str(r.runtime_id),
-  category: 'egress',
-  payload: json(r.payload),
-  createdAt: str(r.created_at),
-});
-
 export class SqliteStore implements Store {
   readonly #db: Db;
   readonly tokens: TokenRepo;
@@ -301,22 +194,13 @@ export class SqliteStore implements Store {
     this.quotas = quotaRepo(db);
   }
 
-  close(): void {
+  async close(): Promise<void> {
     if (this.#db.open) this.#db.close();
   }
 }
 
 function tokenRepo(db: Db): TokenRepo {
-  const toRow = (t: Token): Row => ({
-    id: t.id,
-    tenant_id: t.tenantId,
-    name: t.name,
-    hash: t.hash,
-    scopes: JSON.stringify(t.scopes),
-    created_at: t.createdAt,
-    revoked_at: t.revokedAt,
-  });
-  const cols = '(id, tenant_id, name, hash, scopes, created_at, revoked_at) VALUES (@id, @tenant_id, @name, @hash, @scopes, @created_at, @revoked_at)';
+  const cols = `(${TOKEN_COLUMNS.join(', ')}) VALUES (${TOKEN_COLUMNS.map((c) => '@' + c).join(', ')})`;
   const insert = db.prepare(`INSERT INTO tokens ${cols}`);
   const put = db.prepare(`INSERT OR REPLACE INTO tokens ${cols}`);
   const byHash = db.prepare('SELECT * FROM tokens WHERE hash = ?');
@@ -328,8 +212,8 @@ function tokenRepo(db: Db): TokenRepo {
   const pageAll = db.prepare('SELECT rowid AS seq, * FROM tokens WHERE rowid < ? ORDER BY rowid DESC LIMIT ?');
   const pageTenant = db.prepare('SELECT rowid AS seq, * FROM tokens WHERE tenant_id = ? AND rowid < ? ORDER BY rowid DESC LIMIT ?');
   return {
-    insert: async (t) => void insert.run(toRow(t)),
-    put: async (t) => void put.run(toRow(t)),
+    insert: async (t) => void insert.run(tokenToRow(t)),
+    put: async (t) => void put.run(tokenToRow(t)),
     findByHash: async (hash) => {
       const row = byHash.get(hash) as Row | undefined;
       return row === undefined ? undefined : tokenFromRow(row);
@@ -379,7 +263,7 @@ function ruleRepo(db: Db): RuleRepo {
 }
 
 function checkpointRepo(db: Db): CheckpointRepo {
-  const cols = ['id', 'tenant_id', 'display_name', 'state', 'state_message', 'resources', 'source_runtime_id', 'parent_checkpoint_id', 'deleted', 'disk_bytes', 'created_at'];
+  const cols = CHECKPOINT_COLUMNS;
   const insert = db.prepare(`INSERT INTO checkpoints (${cols.join(', ')}) VALUES (${cols.map((c) => '@' + c).join(', ')})`);
   const update = db.prepare(`UPDATE checkpoints SET ${cols.filter((c) => c !== 'id').map((c) => `${c} = @${c}`).join(', ')} WHERE id = @id`);
   const visible = '(tenant_id = @tenant OR (@system = 1 AND tenant_id IS NULL)) AND deleted = 0';
@@ -457,15 +341,6 @@ function auditRepo(db: Db): AuditRepo {
   };
 }
 
-/** Columns of tenant_limits, by the limit they hold. */
-const LIMIT_COLUMNS: Record<keyof TenantLimits, string> = {
-  runtimes: 'runtimes',
-  vcpus: 'vcpus',
-  memoryMib: 'memory_mib',
-  checkpoints: 'checkpoints',
-  checkpointGib: 'checkpoint_gib',
-};
-const LIMIT_NAMES = Object.keys(LIMIT_COLUMNS) as Array<keyof TenantLimits>;
 
 function quotaRepo(db: Db): QuotaRepo {
   const runtimeUsage = db.prepare(

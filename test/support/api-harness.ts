@@ -1,4 +1,7 @@
-/** Builds the real API over a real SQLite store in a temp dir; the VM driver is chosen by the test. */
+/**
+ * Builds the real API over a real store (SQLite in a temp dir unless the test gives another); the
+ * VM driver is chosen by the test.
+ */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,7 +12,7 @@ import type { ConsoleOptions } from '../../src/api/console.js';
 import type { RateLimitConfig } from '../../src/api/rate-limit.js';
 import { loadAdminToken } from '../../src/cli/data-dir.js';
 import { Core } from '../../src/core/core.js';
-import type { VmDriver } from '../../src/core/ports.js';
+import type { Store, VmDriver } from '../../src/core/ports.js';
 import { SecretBox } from '../../src/core/secret-box.js';
 import type { Scope, TenantLimits } from '../../src/core/types.js';
 import { SqliteStore } from '../../src/store/sqlite-store.js';
@@ -24,7 +27,7 @@ export interface ApiHarness {
   driver: VmDriver;
   admin: string;
   dir: string;
-  store: SqliteStore;
+  store: Store;
   call(method: InjectOptions['method'], url: string, body?: unknown, token?: string | null): Promise<{ status: number; body: any; headers: Record<string, unknown> }>;
   token(tenant: string, scopes: Scope[]): Promise<string>;
   close(): Promise<void>;
@@ -47,15 +50,19 @@ export async function apiHarness(
     console?: ConsoleOptions;
     /** The API's logger (default none). */
     logger?: FastifyBaseLogger;
+    /** Another store than the temp dir's SQLite (PostgreSQL); the harness closes it. */
+    store?: Store;
+    /** The admin token, as VESSEL_ADMIN_TOKEN gives it; processes sharing one store must agree on it. */
+    adminToken?: string;
   } = {},
 ): Promise<ApiHarness> {
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'vessel-api-'));
-  const store = new SqliteStore(join(dir, 'vessel.db'));
+  const store = opts.store ?? new SqliteStore(join(dir, 'vessel.db'));
   const driver = opts.driver ?? new FakeDriver();
   const core = new Core({ store, driver, gateway: new FakeGateway(), secretBox: new SecretBox(randomBytes(32)), log: silentLog, tenantLimits: opts.tenantLimits ?? ROOMY_TENANT_LIMITS });
   // Kept in the directory as the service keeps it: a harness reopening `dir` is a restarted
   // service, and must not revoke the admin token its predecessor's tests still hold.
-  const admin = loadAdminToken(dir, undefined).token;
+  const admin = loadAdminToken(dir, opts.adminToken).token;
   await core.tokens.installAdmin(admin);
   const app = await buildApi({
     core,

@@ -1,0 +1,114 @@
+/**
+ * The PostgreSQL schema, versioned like the SQLite one (src/store/migrations.ts): version N here
+ * holds the same tables, columns and constraints as version N there, so that a column added
+ * later is one migration in each list at the same version. Append only: a released migration is
+ * never edited.
+ *
+ * Where SQLite trusts the core, PostgreSQL also has the database enforce it, because several API
+ * processes share it: an injection rule needs its runtime (and goes with it) and its secret (which
+ * cannot go while the rule holds it).
+ */
+export const PG_MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
+  {
+    version: 1,
+    sql: `
+      CREATE TABLE tokens (
+        id TEXT PRIMARY KEY,
+        tenant_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        hash TEXT NOT NULL UNIQUE,
+        scopes TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        revoked_at TEXT
+      );
+      CREATE TABLE runtimes (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        tenant_id TEXT NOT NULL,
+        display_name TEXT NOT NULL,
+        status TEXT NOT NULL,
+        status_message TEXT,
+        egress_policy TEXT NOT NULL,
+        ingress_specs TEXT NOT NULL,
+        resources TEXT NOT NULL,
+        pending_resources TEXT,
+        base_checkpoint_id TEXT,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        CONSTRAINT runtimes_name UNIQUE (tenant_id, display_name)
+      );
+      CREATE TABLE secrets (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        tenant_id TEXT NOT NULL,
+        display_name TEXT NOT NULL,
+        cache_ttl_secs INTEGER NOT NULL,
+        sealed_value TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        CONSTRAINT secrets_name UNIQUE (tenant_id, display_name)
+      );
+      CREATE TABLE injection_rules (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        tenant_id TEXT NOT NULL,
+        runtime_id TEXT NOT NULL CONSTRAINT injection_rules_runtime_fk REFERENCES runtimes (id) ON DELETE CASCADE,
+        secret_id TEXT NOT NULL CONSTRAINT injection_rules_secret_fk REFERENCES secrets (id),
+        host_pattern TEXT NOT NULL,
+        path_pattern TEXT NOT NULL,
+        injection TEXT NOT NULL,
+        created_at TEXT NOT NULL
+      );
+      CREATE INDEX injection_rules_runtime ON injection_rules (runtime_id);
+      CREATE INDEX injection_rules_secret ON injection_rules (secret_id);
+      CREATE TABLE checkpoints (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        tenant_id TEXT,
+        display_name TEXT NOT NULL,
+        state TEXT NOT NULL,
+        state_message TEXT,
+        resources TEXT NOT NULL,
+        source_runtime_id TEXT,
+        parent_checkpoint_id TEXT,
+        deleted INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL
+      );
+      CREATE UNIQUE INDEX checkpoints_name ON checkpoints (coalesce(tenant_id, ''), display_name) WHERE deleted = 0;
+      CREATE TABLE audits (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        tenant_id TEXT NOT NULL,
+        runtime_id TEXT NOT NULL,
+        category TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        created_at TEXT NOT NULL
+      );
+      CREATE INDEX audits_tenant ON audits (tenant_id, seq);
+      CREATE INDEX audits_runtime ON audits (runtime_id, seq);
+    `,
+  },
+  {
+    version: 2,
+    sql: `
+      ALTER TABLE checkpoints ADD COLUMN disk_bytes BIGINT;
+      CREATE INDEX checkpoints_tenant ON checkpoints (tenant_id) WHERE deleted = 0;
+      CREATE TABLE tenant_limits (
+        tenant_id TEXT PRIMARY KEY,
+        runtimes INTEGER,
+        vcpus INTEGER,
+        memory_mib INTEGER,
+        checkpoints INTEGER,
+        checkpoint_gib INTEGER,
+        updated_at TEXT NOT NULL
+      );
+    `,
+  },
+  {
+    // Tokens are listed a page at a time, newest first; SQLite pages on its rowid.
+    version: 3,
+    sql: `
+      ALTER TABLE tokens ADD COLUMN seq BIGINT GENERATED ALWAYS AS IDENTITY;
+      CREATE INDEX tokens_tenant ON tokens (tenant_id, seq);
+    `,
+  },
+];

@@ -1,0 +1,184 @@
+/**
+ * What every store shares: the columns of each table, domain records to rows and back, and the
+ * page tokens. A column added later is added here once; each store then needs only its migration.
+ * JSON and timestamps are stored as text in every store, so that one mapping serves all of them.
+ */
+import { invalidArgument } from '../core/errors.js';
+import type { Audit, Checkpoint, InjectionRule, Page, Runtime, Secret, TenantLimits, Token } from '../core/types.js';
+
+export type Row = Record<string, unknown>;
+
+export const str = (v: unknown): string => v as string;
+export const strOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : (v as string));
+export const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
+export const json = <T>(v: unknown): T => JSON.parse(v as string) as T;
+export const jsonOrNull = <T>(v: unknown): T | null => (v === null || v === undefined ? null : json<T>(v));
+
+export const encodePageToken = (seq: number): string => Buffer.from(`s:${seq}`).toString('base64url');
+
+/**
+ * Only a token this store issued is accepted: anything else is invalid_argument, so that a client
+ * never takes a mangled token's empty page for the end of the list.
+ */
+export function decodePageToken(token: string | undefined): number {
+  if (token === undefined) return Number.MAX_SAFE_INTEGER;
+  const m = /^[A-Za-z0-9_-]{1,64}$/.test(token) ? /^s:(\d{1,15})$/.exec(Buffer.from(token, 'base64url').toString('latin1')) : null;
+  if (m === null || encodePageToken(Number(m[1])) !== token) throw invalidArgument('page_token is not a token this service issued');
+  return Number(m[1]);
+}
+
+export function page<T>(rows: Row[], limit: number, map: (r: Row) => T): Page<T> {
+  const more = rows.length > limit;
+  const items = (more ? rows.slice(0, limit) : rows).map(map);
+  return { items, nextPageToken: more ? encodePageToken(Number(rows[limit - 1]!.seq)) : undefined };
+}
+
+export const RUNTIME_COLUMNS = ['id', 'tenant_id', 'display_name', 'status', 'status_message', 'egress_policy', 'ingress_specs', 'resources', 'pending_resources', 'base_checkpoint_id', 'created_at', 'updated_at'];
+export const runtimeToRow = (r: Runtime): Row => ({
+  id: r.id,
+  tenant_id: r.tenantId,
+  display_name: r.displayName,
+  status: r.status,
+  status_message: r.statusMessage,
+  egress_policy: JSON.stringify(r.egressPolicy),
+  ingress_specs: JSON.stringify(r.ingressSpecs),
+  resources: JSON.stringify(r.resources),
+  pending_resources: r.pendingResources === null ? null : JSON.stringify(r.pendingResources),
+  base_checkpoint_id: r.baseCheckpointId,
+  created_at: r.createdAt,
+  updated_at: r.updatedAt,
+});
+export const runtimeFromRow = (r: Row): Runtime => ({
+  id: str(r.id),
+  tenantId: str(r.tenant_id),
+  displayName: str(r.display_name),
+  status: str(r.status) as Runtime['status'],
+  statusMessage: strOrNull(r.status_message),
+  egressPolicy: json(r.egress_policy),
+  ingressSpecs: json(r.ingress_specs),
+  resources: json(r.resources),
+  pendingResources: jsonOrNull(r.pending_resources),
+  baseCheckpointId: strOrNull(r.base_checkpoint_id),
+  createdAt: str(r.created_at),
+  updatedAt: str(r.updated_at),
+});
+
+export const SECRET_COLUMNS = ['id', 'tenant_id', 'display_name', 'cache_ttl_secs', 'sealed_value', 'created_at'];
+export const secretToRow = (s: Secret): Row => ({
+  id: s.id,
+  tenant_id: s.tenantId,
+  display_name: s.displayName,
+  cache_ttl_secs: s.cacheTtlSecs,
+  sealed_value: s.sealedValue,
+  created_at: s.createdAt,
+});
+export const secretFromRow = (r: Row): Secret => ({
+  id: str(r.id),
+  tenantId: str(r.tenant_id),
+  displayName: str(r.display_name),
+  cacheTtlSecs: Number(r.cache_ttl_secs),
+  sealedValue: str(r.sealed_value),
+  createdAt: str(r.created_at),
+});
+
+export const tokenFromRow = (r: Row): Token => ({
+  id: str(r.id),
+  tenantId: str(r.tenant_id),
+  name: str(r.name),
+  hash: str(r.hash),
+  scopes: json(r.scopes),
+  createdAt: str(r.created_at),
+  revokedAt: strOrNull(r.revoked_at),
+});
+
+export const ruleFromRow = (r: Row): InjectionRule => ({
+  id: str(r.id),
+  tenantId: str(r.tenant_id),
+  runtimeId: str(r.runtime_id),
+  secretId: str(r.secret_id),
+  hostPattern: str(r.host_pattern),
+  pathPattern: str(r.path_pattern),
+  injection: json(r.injection),
+  createdAt: str(r.created_at),
+});
+
+export const checkpointToRow = (c: Checkpoint): Row => ({
+  id: c.id,
+  tenant_id: c.tenantId,
+  display_name: c.displayName,
+  state: c.state,
+  state_message: c.stateMessage,
+  resources: JSON.stringify(c.resources),
+  source_runtime_id: c.sourceRuntimeId,
+  parent_checkpoint_id: c.parentCheckpointId,
+  deleted: c.deleted ? 1 : 0,
+  disk_bytes: c.diskBytes,
+  created_at: c.createdAt,
+});
+export const checkpointFromRow = (r: Row): Checkpoint => ({
+  id: str(r.id),
+  tenantId: strOrNull(r.tenant_id),
+  displayName: str(r.display_name),
+  state: str(r.state) as Checkpoint['state'],
+  stateMessage: strOrNull(r.state_message),
+  resources: json(r.resources),
+  sourceRuntimeId: strOrNull(r.source_runtime_id),
+  parentCheckpointId: strOrNull(r.parent_checkpoint_id),
+  deleted: r.deleted === 1,
+  diskBytes: numOrNull(r.disk_bytes),
+  createdAt: str(r.created_at),
+});
+
+export const auditFromRow = (r: Row): Audit => ({
+  id: str(r.id),
+  tenantId: str(r.tenant_id),
+  runtimeId: str(r.runtime_id),
+  category: 'egress',
+  payload: json(r.payload),
+  createdAt: str(r.created_at),
+});
+
+export const TOKEN_COLUMNS = ['id', 'tenant_id', 'name', 'hash', 'scopes', 'created_at', 'revoked_at'];
+export const tokenToRow = (t: Token): Row => ({
+  id: t.id,
+  tenant_id: t.tenantId,
+  name: t.name,
+  hash: t.hash,
+  scopes: JSON.stringify(t.scopes),
+  created_at: t.createdAt,
+  revoked_at: t.revokedAt,
+});
+
+export const RULE_COLUMNS = ['id', 'tenant_id', 'runtime_id', 'secret_id', 'host_pattern', 'path_pattern', 'injection', 'created_at'];
+export const ruleToRow = (r: InjectionRule): Row => ({
+  id: r.id,
+  tenant_id: r.tenantId,
+  runtime_id: r.runtimeId,
+  secret_id: r.secretId,
+  host_pattern: r.hostPattern,
+  path_pattern: r.pathPattern,
+  injection: JSON.stringify(r.injection),
+  created_at: r.createdAt,
+});
+
+export const CHECKPOINT_COLUMNS = ['id', 'tenant_id', 'display_name', 'state', 'state_message', 'resources', 'source_runtime_id', 'parent_checkpoint_id', 'deleted', 'disk_bytes', 'created_at'];
+
+export const AUDIT_COLUMNS = ['id', 'tenant_id', 'runtime_id', 'category', 'payload', 'created_at'];
+export const auditToRow = (a: Audit): Row => ({
+  id: a.id,
+  tenant_id: a.tenantId,
+  runtime_id: a.runtimeId,
+  category: a.category,
+  payload: JSON.stringify(a.payload),
+  created_at: a.createdAt,
+});
+
+/** Columns of tenant_limits, by the limit they hold. */
+export const LIMIT_COLUMNS: Record<keyof TenantLimits, string> = {
+  runtimes: 'runtimes',
+  vcpus: 'vcpus',
+  memoryMib: 'memory_mib',
+  checkpoints: 'checkpoints',
+  checkpointGib: 'checkpoint_gib',
+};
+export const LIMIT_NAMES = Object.keys(LIMIT_COLUMNS) as Array<keyof TenantLimits>;

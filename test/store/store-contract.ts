@@ -1,0 +1,305 @@
+/**
+ * What every Store adapter must do, run against each of them (sqlite.test.ts, postgres.test.ts):
+ * the behaviour the core relies on, including the errors it maps to API codes.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { VesselError } from '../../src/core/errors.js';
+import type { Store } from '../../src/core/ports.js';
+import type { Audit, Checkpoint, InjectionRule, Runtime, RuntimeStatus, Secret, Token } from '../../src/core/types.js';
+
+export interface StoreUnderTest {
+  /** An empty store of its own; `reopen` opens the same data again, as a restarted service would. */
+  fresh(): Promise<{ store: Store; reopen(): Promise<Store> }>;
+}
+
+const resources = (vcpus: number, memoryMib: number) => ({ limits: { memory_mib: memoryMib }, requests: { memory_mib: memoryMib }, vcpus });
+let clock = Date.parse('2026-01-01T00:00:00Z');
+const at = (): string => new Date((clock += 1000)).toISOString();
+
+export const runtime = (tenantId: string, displayName: string, status: RuntimeStatus = 'running', vcpus = 1, memoryMib = 512): Runtime => ({
+  id: randomUUID(),
+  tenantId,
+  displayName,
+  status,
+  statusMessage: null,
+  egressPolicy: { enabled: true, allowed_hosts: ['example.com'] },
+  ingressSpecs: [{ protocol: 'http', runtime_port: 8000 }],
+  resources: resources(vcpus, memoryMib),
+  pendingResources: null,
+  baseCheckpointId: null,
+  createdAt: at(),
+  updatedAt: at(),
+});
+
+const secret = (tenantId: string, displayName: string): Secret => ({
+  id: randomUUID(),
+  tenantId,
+  displayName,
+  cacheTtlSecs: 60,
+  sealedValue: 'sealed:' + displayName,
+  createdAt: at(),
+});
+
+const rule = (rt: Runtime, s: Secret): InjectionRule => ({
+  id: randomUUID(),
+  tenantId: rt.tenantId,
+  runtimeId: rt.id,
+  secretId: s.id,
+  hostPattern: 'api.example.com',
+  pathPattern: '/v1/*',
+  injection: { headerName: 'Authorization', valueFormat: 'Bearer {value}' },
+  createdAt: at(),
+});
+
+const checkpoint = (tenantId: string | null, displayName: string, extra: Partial<Checkpoint> = {}): Checkpoint => ({
+  id: randomUUID(),
+  tenantId,
+  displayName,
+  state: 'ready',
+  stateMessage: null,
+  resources: resources(1, 512),
+  sourceRuntimeId: null,
+  parentCheckpointId: null,
+  deleted: false,
+  diskBytes: 1000,
+  createdAt: at(),
+  ...extra,
+});
+
+const audit = (rt: Runtime, host: string): Audit => ({
+  id: randomUUID(),
+  tenantId: rt.tenantId,
+  runtimeId: rt.id,
+  category: 'egress',
+  // The store keeps the payload as it is given; `host` marks each audit for the assertions.
+  payload: { egress: { kind: 'tcp_connection', host } as unknown as Audit['payload']['egress'] },
+  createdAt: at(),
+});
+
+const hostOf = (a: Audit): string => (a.payload.egress as unknown as { host: string }).host;
+
+const token = (tenantId: string, name: string): Token => ({
+  id: randomUUID(),
+  tenantId,
+  name,
+  hash: randomUUID(),
+  scopes: ['runtimes:read'],
+  createdAt: at(),
+  revokedAt: null,
+});
+
+async function rejectsWith(work: Promise<unknown>, code: string): Promise<void> {
+  await assert.rejects(work, (err: unknown) => err instanceof VesselError && err.code === code);
+}
+
+/** Every page of a list, following the tokens; fails on a page twice or a token that loops. */
+async function allPages<T>(list: (pageToken: string | undefined) => Promise<{ items: T[]; nextPageToken?: string | undefined }>): Promise<T[]> {
+  const items: T[] = [];
+  let next: string | undefined;
+  const seen = new Set<string>();
+  do {
+    const p = await list(next);
+    items.push(...p.items);
+    next = p.nextPageToken;
+    if (next !== undefined) {
+      assert.ok(!seen.has(next), 'a page token came back twice');
+      seen.add(next);
+    }
+  } while (next !== undefined);
+  return items;
+}
+
+export function storeContract(subject: StoreUnderTest): void {
+  const withStore = (name: string, body: (store: Store, reopen: () => Promise<Store>) => Promise<void>) =>
+    test(name, async () => {
+      const { store, reopen } = await subject.fresh();
+      try {
+        await body(store, reopen);
+      } finally {
+        await store.close();
+      }
+    });
+
+  withStore('runtimes: found by id or name, updated, listed newest first a page at a time, deleted', async (store) => {
+    const rts = Array.from({ length: 5 }, (_, i) => runtime('acme', `rt-${i}`));
+    for (const rt of rts) await store.runtimes.insert(rt);
+    await store.runtimes.insert(runtime('other', 'rt-0'));
+    assert.deepEqual(await store.runtimes.find('acme', rts[1]!.id.toUpperCase()), rts[1]);
+    assert.deepEqual(await store.runtimes.find('acme', 'rt-2'), rts[2]);
+    assert.equal(await store.runtimes.find('other', rts[1]!.id), undefined, 'another tenant does not see it');
+    assert.deepEqual(await store.runtimes.findById(rts[3]!.id), rts[3]);
+
+    const changed: Runtime = { ...rts[0]!, status: 'suspended', statusMessage: 'idle', pendingResources: resources(2, 1024), baseCheckpointId: randomUUID() };
+    await store.runtimes.update(changed);
+    assert.deepEqual(await store.runtimes.find('acme', 'rt-0'), changed);
+
+    const listed = await allPages((pageToken) => store.runtimes.list('acme', { limit: 2, pageToken }));
+    assert.deepEqual(listed.map((r) => r.displayName), ['rt-4', 'rt-3', 'rt-2', 'rt-1', 'rt-0']);
+    assert.equal((await store.runtimes.listAll()).length, 6);
+
+    assert.equal(await store.runtimes.delete('other', rts[4]!.id), false, 'another tenant cannot delete it');
+    assert.equal(await store.runtimes.delete('acme', rts[4]!.id), true);
+    assert.equal(await store.runtimes.delete('acme', rts[4]!.id), false);
+    assert.equal(await store.runtimes.find('acme', 'rt-4'), undefined);
+  });
+
+  withStore('names are unique per tenant: a second insert or a rename onto a taken name is already_exists', async (store) => {
+    await store.runtimes.insert(runtime('acme', 'web'));
+    await rejectsWith(store.runtimes.insert(runtime('acme', 'web')), 'already_exists');
+    await store.runtimes.insert(runtime('other', 'web'));
+    const api = runtime('acme', 'api');
+    await store.runtimes.insert(api);
+    await rejectsWith(store.runtimes.update({ ...api, displayName: 'web' }), 'already_exists');
+    await store.secrets.insert(secret('acme', 'key'));
+    await rejectsWith(store.secrets.insert(secret('acme', 'key')), 'already_exists');
+  });
+
+  withStore('concurrent inserts of one name: exactly one is stored, every other is already_exists', async (store) => {
+    const results = await Promise.allSettled(Array.from({ length: 12 }, () => store.runtimes.insert(runtime('acme', 'race'))));
+    assert.equal(results.filter((r) => r.status === 'fulfilled').length, 1);
+    for (const r of results) if (r.status === 'rejected') assert.ok(r.reason instanceof VesselError && r.reason.code === 'already_exists', String(r.reason));
+    assert.equal((await store.runtimes.list('acme', { limit: 100 })).items.length, 1);
+  });
+
+  withStore('a page token the store did not issue is invalid_argument', async (store) => {
+    await assert.rejects(store.runtimes.list('acme', { limit: 2, pageToken: 'bm9wZQ' }), (e: unknown) => e instanceof VesselError && e.code === 'invalid_argument');
+    await assert.rejects(store.audits.list('acme', { limit: 2, pageToken: 'x' }), (e: unknown) => e instanceof VesselError && e.code === 'invalid_argument');
+  });
+
+  withStore('secrets: found by id and name, deleted, found no more', async (store) => {
+    const s = secret('acme', 'api-key');
+    await store.secrets.insert(s);
+    assert.deepEqual(await store.secrets.find('acme', 'api-key'), s);
+    assert.deepEqual(await store.secrets.find('acme', s.id), s);
+    assert.equal(await store.secrets.delete('acme', s.id), true);
+    assert.equal(await store.secrets.find('acme', 'api-key'), undefined);
+    assert.equal(await store.secrets.find('acme', s.id), undefined);
+  });
+
+  withStore('tokens: put replaces by id, found by hash, revoked once, listed newest first', async (store) => {
+    const first = token('acme', 'ci');
+    const second = token('acme', 'laptop');
+    await store.tokens.insert(first);
+    await store.tokens.insert(second);
+    const admin = token('admin', 'admin');
+    await store.tokens.put(admin);
+    const rotated = { ...admin, hash: randomUUID(), createdAt: at() };
+    await store.tokens.put(rotated);
+    assert.equal(await store.tokens.findByHash(admin.hash), undefined);
+    assert.deepEqual(await store.tokens.findByHash(rotated.hash), rotated);
+    assert.deepEqual((await store.tokens.list()).map((t) => t.name), ['admin', 'laptop', 'ci']);
+    assert.equal(await store.tokens.revoke(first.id, at()), true);
+    assert.equal(await store.tokens.revoke(first.id, at()), false);
+    assert.notEqual((await store.tokens.findByHash(first.hash))?.revokedAt, null);
+  });
+
+  withStore('injection rules: listed per tenant and runtime, counted per secret, deleted one by one and per runtime', async (store) => {
+    const [a, b] = [runtime('acme', 'a'), runtime('acme', 'b')];
+    const s = secret('acme', 'key');
+    await store.runtimes.insert(a);
+    await store.runtimes.insert(b);
+    await store.secrets.insert(s);
+    const rules = [rule(a, s), rule(a, s), rule(b, s)];
+    for (const r of rules) await store.rules.insert(r);
+    assert.deepEqual(await store.rules.find('acme', rules[0]!.id.toUpperCase()), rules[0]);
+    assert.equal(await store.rules.find('other', rules[0]!.id), undefined);
+    assert.deepEqual((await allPages((pageToken) => store.rules.list('acme', { limit: 1, pageToken }))).map((r) => r.id), rules.map((r) => r.id).reverse());
+    assert.deepEqual((await store.rules.list('acme', { limit: 10 }, a.id)).items.map((r) => r.id), [rules[1]!.id, rules[0]!.id]);
+    assert.deepEqual(await store.rules.listForRuntime(a.id), rules.slice(0, 2));
+    assert.equal(await store.rules.countForSecret(s.id), 3);
+    assert.equal(await store.rules.delete('acme', rules[2]!.id), true);
+    assert.equal(await store.rules.deleteForRuntime(a.id), 2);
+    assert.equal(await store.rules.countForSecret(s.id), 0);
+  });
+
+  withStore('checkpoints: a tenant sees its own and, when asked, the system ones; deleted ones are hidden and free their name', async (store) => {
+    const system = checkpoint(null, 'base');
+    const mine = checkpoint('acme', 'base');
+    const other = checkpoint('other', 'snap');
+    for (const c of [system, mine, other]) await store.checkpoints.insert(c);
+    assert.deepEqual(await store.checkpoints.find('acme', 'base', true), mine, "the tenant's own comes before the system one of the same name");
+    assert.deepEqual(await store.checkpoints.find('other', 'base', true), system);
+    assert.equal(await store.checkpoints.find('other', 'base'), undefined);
+    assert.deepEqual(await store.checkpoints.find(null, system.id, true), system);
+    assert.equal(await store.checkpoints.find('acme', other.id, true), undefined);
+    await rejectsWith(store.checkpoints.insert(checkpoint('acme', 'base')), 'already_exists');
+
+    await store.checkpoints.update({ ...mine, deleted: true });
+    assert.deepEqual(await store.checkpoints.find('acme', 'base', true), system);
+    const again = checkpoint('acme', 'base', { state: 'creating', diskBytes: null, parentCheckpointId: mine.id });
+    await store.checkpoints.insert(again);
+    assert.deepEqual(await store.checkpoints.find('acme', again.id), again);
+    assert.deepEqual((await store.checkpoints.list('acme', { limit: 10 }, true)).items.map((c) => c.id), [again.id, system.id]);
+    assert.deepEqual((await store.checkpoints.list('acme', { limit: 10 }, false)).items.map((c) => c.id), [again.id]);
+    assert.equal((await store.checkpoints.listAll()).length, 4, 'listAll includes the deleted ones, whose files may still be needed');
+    await store.checkpoints.purge(mine.id);
+    assert.deepEqual((await store.checkpoints.listAll()).map((c) => c.id), [system.id, other.id, again.id]);
+  });
+
+  withStore('audits: a batch stored in order, filtered, pruned to the retention keeping each live runtime its newest', async (store) => {
+    const [a, b] = [runtime('acme', 'a'), runtime('acme', 'b')];
+    await store.runtimes.insert(a);
+    await store.runtimes.insert(b);
+    const gone = runtime('acme', 'gone');
+    const batch = [...Array.from({ length: 6 }, (_, i) => audit(a, `a${i}`)), audit(gone, 'g0'), ...Array.from({ length: 3 }, (_, i) => audit(b, `b${i}`))];
+    await store.audits.insert(batch);
+    await store.audits.insert([]);
+    await store.audits.insert([audit(runtime('other', 'x'), 'o0')]);
+    const hosts = async (filter: { runtimeId?: string } = {}) =>
+      (await allPages((pageToken) => store.audits.list('acme', { limit: 3, pageToken, ...filter }))).map(hostOf);
+    assert.deepEqual(await hosts(), batch.map(hostOf).reverse());
+    assert.deepEqual(await hosts({ runtimeId: b.id }), ['b2', 'b1', 'b0']);
+    assert.deepEqual((await store.audits.list('acme', { limit: 10, category: 'nothing' })).items, []);
+
+    // Keep the tenant's newest 2 and each runtime's newest 1: a's newest (a5) stays although older than b's.
+    assert.equal(await store.audits.prune(['acme'], { perTenant: 2, perRuntime: 1 }), 7);
+    assert.deepEqual(await hosts(), ['b2', 'b1', 'a5']);
+    assert.equal(await store.audits.prune(['acme'], { perTenant: 2, perRuntime: 1 }), 0);
+    assert.equal((await store.audits.list('other', { limit: 10 })).items.length, 1, "another tenant's audits are not touched");
+  });
+
+  withStore('quotas: usage counts every runtime but only the live ones resources, and checkpoints not deleted', async (store) => {
+    await store.runtimes.insert(runtime('acme', 'on', 'running', 2, 1024));
+    await store.runtimes.insert(runtime('acme', 'new', 'creating', 1, 512));
+    await store.runtimes.insert(runtime('acme', 'off', 'shutdown', 8, 8192));
+    await store.runtimes.insert(runtime('other', 'on', 'running', 4, 4096));
+    await store.checkpoints.insert(checkpoint('acme', 'one', { diskBytes: 5_000_000_000 }));
+    await store.checkpoints.insert(checkpoint('acme', 'pending', { state: 'creating', diskBytes: null }));
+    await store.checkpoints.insert(checkpoint('acme', 'gone', { deleted: true, diskBytes: 7 }));
+    assert.deepEqual(await store.quotas.usage('acme'), { runtimes: 3, vcpus: 3, memoryMib: 1536, checkpoints: 2, checkpointBytes: 5_000_000_000 });
+    assert.deepEqual(await store.quotas.usage('nobody'), { runtimes: 0, vcpus: 0, memoryMib: 0, checkpoints: 0, checkpointBytes: 0 });
+  });
+
+  withStore('quota overrides: merged limit by limit, null puts one back, none left removes them; concurrent changes all land', async (store) => {
+    await store.quotas.setOverrides('acme', { runtimes: 5 });
+    await store.quotas.setOverrides('acme', { vcpus: 8 });
+    assert.deepEqual(await store.quotas.overrides('acme'), { runtimes: 5, vcpus: 8 });
+    await store.quotas.setOverrides('acme', { runtimes: null });
+    assert.deepEqual(await store.quotas.overrides('acme'), { vcpus: 8 });
+    await store.quotas.setOverrides('acme', { vcpus: null });
+    assert.deepEqual(await store.quotas.overrides('acme'), {});
+    await Promise.all([
+      store.quotas.setOverrides('acme', { runtimes: 1 }),
+      store.quotas.setOverrides('acme', { vcpus: 2 }),
+      store.quotas.setOverrides('acme', { memoryMib: 3 }),
+      store.quotas.setOverrides('acme', { checkpoints: 4 }),
+      store.quotas.setOverrides('acme', { checkpointGib: 5 }),
+    ]);
+    assert.deepEqual(await store.quotas.overrides('acme'), { runtimes: 1, vcpus: 2, memoryMib: 3, checkpoints: 4, checkpointGib: 5 });
+  });
+
+  withStore('what was stored is there after the store is reopened', async (store, reopen) => {
+    const rt = runtime('acme', 'kept');
+    await store.runtimes.insert(rt);
+    await store.quotas.setOverrides('acme', { runtimes: 7 });
+    const again = await reopen();
+    try {
+      assert.deepEqual(await again.runtimes.find('acme', 'kept'), rt);
+      assert.deepEqual(await again.quotas.overrides('acme'), { runtimes: 7 });
+    } finally {
+      await again.close();
+    }
+  });
+}
