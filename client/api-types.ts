@@ -18,6 +18,10 @@ export type Process = Schemas['Process'];
 export type FileInfo = Schemas['FileInfo'];
 export type FileStat = Schemas['FileStat'];
 export type FileWritten = Schemas['FileWritten'];
+export type RuntimeStatus = Schemas['Runtime']['status'];
+export type Labels = Schemas['Labels'];
+export type Lifecycle = Schemas['Lifecycle'];
+export type IngressUrl = Schemas['IngressUrl'];
 
 type JsonBody<P extends keyof paths, M extends keyof paths[P]> =
   NonNullable<paths[P][M]> extends { requestBody?: { content: { 'application/json': infer B } } } ? B : never;

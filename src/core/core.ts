@@ -74,7 +74,7 @@ export class Core {
   }
 
   async close(): Promise<void> {
-    this.runtimes.stopIdleSuspension();
+    this.runtimes.stopLifecycleTimers();
     await this.#pool.close();
     this.checkpoints.close();
     await this.#verifying;

@@ -6,10 +6,10 @@
 import { chmodSync } from 'node:fs';
 import { Database, type Statement } from './sqlite-driver.js';
 import { alreadyExists, invalidArgument } from '../core/errors.js';
-import { LIVE_STATUSES } from '../core/lifecycle.js';
+import { LIVE_STATUSES, STOPPED_STATUSES } from '../core/lifecycle.js';
 import { isUuid } from '../core/names.js';
 import type { AuditFilter, AuditRepo, AuditRetention, CheckpointRepo, QuotaRepo, RuleRepo, Store, TenantLimitOverrides, TenantRepo, TokenRepo } from '../core/ports.js';
-import type { Audit, Checkpoint, InjectionRule, Page, PageRequest, Runtime, Secret, TenantLimits, Token } from '../core/types.js';
+import type { Audit, Checkpoint, InjectionRule, Page, PageRequest, Runtime, RuntimeFilter, Secret, TenantLimits, Token } from '../core/types.js';
 import { MIGRATIONS } from './migrations.js';
 
 type Row = Record<string, unknown>;
@@ -175,7 +175,10 @@ class TenantTable<T extends { id: string; tenantId: string; displayName: string 
   }
 }
 
-const RUNTIME_COLUMNS = ['id', 'tenant_id', 'display_name', 'status', 'status_message', 'egress_policy', 'ingress_specs', 'resources', 'pending_resources', 'base_checkpoint_id', 'created_at', 'updated_at'];
+const RUNTIME_COLUMNS = [
+  'id', 'tenant_id', 'display_name', 'status', 'status_message', 'egress_policy', 'ingress_specs', 'resources', 'pending_resources', 'base_checkpoint_id',
+  'labels', 'idle_timeout_secs', 'on_idle', 'auto_delete_secs', 'stopped_at', 'created_at', 'updated_at',
+];
 const runtimeToRow = (r: Runtime): Row => ({
   id: r.id,
   tenant_id: r.tenantId,
@@ -187,6 +190,11 @@ const runtimeToRow = (r: Runtime): Row => ({
   resources: JSON.stringify(r.resources),
   pending_resources: r.pendingResources === null ? null : JSON.stringify(r.pendingResources),
   base_checkpoint_id: r.baseCheckpointId,
+  labels: JSON.stringify(r.labels),
+  idle_timeout_secs: r.lifecycle.idleTimeoutSecs,
+  on_idle: r.lifecycle.onIdle,
+  auto_delete_secs: r.lifecycle.autoDeleteSecs,
+  stopped_at: r.stoppedAt,
   created_at: r.createdAt,
   updated_at: r.updatedAt,
 });
@@ -201,9 +209,54 @@ const runtimeFromRow = (r: Row): Runtime => ({
   resources: json(r.resources),
   pendingResources: jsonOrNull(r.pending_resources),
   baseCheckpointId: strOrNull(r.base_checkpoint_id),
+  labels: json(r.labels),
+  lifecycle: { idleTimeoutSecs: numOrNull(r.idle_timeout_secs), onIdle: str(r.on_idle) as Runtime['lifecycle']['onIdle'], autoDeleteSecs: numOrNull(r.auto_delete_secs) },
+  stoppedAt: strOrNull(r.stopped_at),
   createdAt: str(r.created_at),
   updatedAt: str(r.updated_at),
 });
+
+/**
+ * Runtimes add lists by label and status, filtered in the query so that a page holds `limit`
+ * matches; one statement serves every filter, which arrives as JSON: the statuses (an empty list
+ * keeps all) and the label selectors as [key, value-or-null] pairs, each of which must find a
+ * label of the runtime with that key (and value).
+ */
+class RuntimeTable extends TenantTable<Runtime> {
+  readonly #matching: Statement;
+  readonly #timed: Statement;
+
+  constructor(db: Db) {
+    super(db, 'runtime', 'runtimes', RUNTIME_COLUMNS, runtimeToRow, runtimeFromRow);
+    this.#matching = db.prepare(
+      `SELECT * FROM runtimes r WHERE tenant_id = @tenant AND seq < @after
+         AND (json_array_length(@statuses) = 0 OR status IN (SELECT value FROM json_each(@statuses)))
+         AND NOT EXISTS (
+           SELECT 1 FROM json_each(@selectors) s WHERE NOT EXISTS (
+             SELECT 1 FROM json_each(r.labels) l
+             WHERE l.key = json_extract(s.value, '$[0]') AND (json_extract(s.value, '$[1]') IS NULL OR l.value = json_extract(s.value, '$[1]'))))
+       ORDER BY seq DESC LIMIT @limit`,
+    );
+    this.#timed = db.prepare(
+      `SELECT * FROM runtimes WHERE status = 'running' OR (auto_delete_secs IS NOT NULL AND stopped_at IS NOT NULL AND status IN (SELECT value FROM json_each(?))) ORDER BY seq`,
+    );
+  }
+
+  async listMatching(tenantId: string, filter: RuntimeFilter, p: PageRequest): Promise<Page<Runtime>> {
+    const rows = this.#matching.all({
+      tenant: tenantId,
+      after: decodePageToken(p.pageToken),
+      statuses: JSON.stringify(filter.statuses),
+      selectors: JSON.stringify(filter.labels),
+      limit: p.limit + 1,
+    }) as Row[];
+    return page(rows, p.limit, this.fromRow);
+  }
+
+  async listTimed(): Promise<Runtime[]> {
+    return (this.#timed.all(JSON.stringify(STOPPED_STATUSES)) as Row[]).map(this.fromRow);
+  }
+}
 
 const SECRET_COLUMNS = ['id', 'tenant_id', 'display_name', 'cache_ttl_secs', 'sealed_value', 'created_at'];
 const secretToRow = (s: Secret): Row => ({
@@ -283,7 +336,7 @@ const auditFromRow = (r: Row): Audit => ({
 export class SqliteStore implements Store {
   readonly #db: Db;
   readonly tokens: TokenRepo;
-  readonly runtimes: TenantTable<Runtime>;
+  readonly runtimes: RuntimeTable;
   readonly secrets: TenantTable<Secret>;
   readonly rules: RuleRepo;
   readonly checkpoints: CheckpointRepo;
@@ -292,7 +345,7 @@ export class SqliteStore implements Store {
 
   constructor(file: string) {
     const db = (this.#db = openDatabase(file));
-    this.runtimes = new TenantTable(db, 'runtime', 'runtimes', RUNTIME_COLUMNS, runtimeToRow, runtimeFromRow);
+    this.runtimes = new RuntimeTable(db);
     this.secrets = new TenantTable(db, 'secret', 'secrets', SECRET_COLUMNS, secretToRow, secretFromRow, { immutableRows: true });
     this.tokens = tokenRepo(db);
     this.rules = ruleRepo(db);

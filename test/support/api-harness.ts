@@ -9,6 +9,7 @@ import type { ConsoleOptions } from '../../src/api/console.js';
 import type { RateLimitConfig } from '../../src/api/rate-limit.js';
 import { loadAdminToken } from '../../src/cli/data-dir.js';
 import { Core } from '../../src/core/core.js';
+import type { IngressAddress } from '../../src/core/ingress-urls.js';
 import type { VmDriver } from '../../src/core/ports.js';
 import { SecretBox } from '../../src/core/secret-box.js';
 import type { Scope, TenantLimits } from '../../src/core/types.js';
@@ -45,6 +46,8 @@ export async function apiHarness(
     listenHost?: string;
     /** The web console's settings (src/api/console.ts). */
     console?: ConsoleOptions;
+    /** Where ingress is reached, for ingress_urls (default: no ingress). */
+    ingress?: IngressAddress;
   } = {},
 ): Promise<ApiHarness> {
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'vessel-api-'));
@@ -63,6 +66,7 @@ export async function apiHarness(
     maxFileBytes: 1024 * 1024,
     listenHost: opts.listenHost ?? '127.0.0.1',
     console: opts.console,
+    ingress: opts.ingress,
   });
   await app.ready();
   return {

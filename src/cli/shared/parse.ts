@@ -37,3 +37,18 @@ export function ingressSpec(value: string, previous: IngressSpec[] | undefined):
   if (match === null || port < 1 || port > 65535) throw new InvalidArgumentError(`expected PORT or PORT/http or PORT/https (port 1 to 65535), got '${value}'`);
   return [...(previous ?? []), { protocol: (match[2] ?? 'http') as IngressSpec['protocol'], runtime_port: port }];
 }
+
+const UNIT_SECS = { s: 1, m: 60, h: 3600, d: 86400 } as const;
+
+/** `90`, `90s`, `15m`, `2h` or `7d`, in seconds. */
+export function duration(raw: string): number {
+  const match = /^(\d{1,9})([smhd]?)$/.exec(raw);
+  if (match === null) throw new InvalidArgumentError(`expected a duration such as 90, 90s, 15m, 2h or 7d, got '${raw}'`);
+  return Number(match[1]) * UNIT_SECS[(match[2] || 's') as keyof typeof UNIT_SECS];
+}
+
+/** An idle timeout: a duration, `never` (0) or `default` (null: the service's). */
+export const idleTimeout = (raw: string): number | null => (raw === 'never' ? 0 : raw === 'default' ? null : duration(raw));
+
+/** An auto-delete delay: a duration, or `never` (null). */
+export const autoDelete = (raw: string): number | null => (raw === 'never' ? null : duration(raw));
