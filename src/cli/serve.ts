@@ -73,7 +73,6 @@ export async function serve(config: Config): Promise<void> {
     maxFileBytes: config.maxFileBytes,
     listenHost: config.host,
     ingress,
-    console: { ingress },
   });
   await app.listen({ host: config.host, port: config.port });
 

@@ -106,8 +106,8 @@ describe('runtimes', () => {
     const ls = await user.run(['runtime', 'ls', '--json']);
     assert.deepEqual(json(ls), (await h.call('GET', '/v1/runtimes')).body.data);
     const table = (await user.run(['runtime', 'ls'])).out.split('\n');
-    assert.match(table[0]!, /^NAME\s+STATUS\s+VCPUS\s+MEMORY\s+EGRESS\s+AGE\s+ID$/);
-    assert.match(table[1]!, /^cli-one\s+running\s+2\s+1024 MiB\s+1 host\s+\d+s\s+[0-9a-f-]{36}$/);
+    assert.match(table[0]!, /^NAME\s+STATUS\s+VCPUS\s+MEMORY\s+EGRESS\s+AGE\s+ID\s+LABELS$/);
+    assert.match(table[1]!, /^cli-one\s+running\s+2\s+1024 MiB\s+1 host\s+\d+s\s+[0-9a-f-]{36}\s*$/);
     assert.equal((await user.run(['runtime', 'ls', '--quiet'])).out, 'cli-one\n');
     assert.match((await user.run(['runtime', 'get', 'cli-one'])).out, /^name: +cli-one\nid: +[0-9a-f-]{36}\nstatus: +running\n/);
 
@@ -125,6 +125,40 @@ describe('runtimes', () => {
     const rm = await user.run(['runtime', 'rm', 'cli-one', '--json']);
     assert.deepEqual(json(rm), { deleted: ['cli-one'] });
     assert.equal((await h.call('GET', '/v1/runtimes/cli-one')).status, 404);
+  });
+
+  test('labels and lifecycle: set at create, filtered by ls, shown by get, edited by patch', async () => {
+    const created = await user.run(['runtime', 'create', 'cli-tagged', '--label', 'team=data', '--label', 'tier=gold', '--idle-timeout', '15m', '--on-idle', 'stop', '--auto-delete', '1d', '--json']);
+    assert.equal(created.status, 0, created.err);
+    assert.deepEqual(json(created).labels, { team: 'data', tier: 'gold' });
+    assert.deepEqual(json(created).lifecycle, { idle_timeout_secs: 900, on_idle: 'stop', auto_delete_secs: 86400 });
+    await user.run(['runtime', 'create', 'cli-plain']);
+    await user.run(['runtime', 'stop', 'cli-plain']);
+
+    assert.equal((await user.run(['runtime', 'ls', '-q', '--label', 'team=data'])).out, 'cli-tagged\n');
+    assert.equal((await user.run(['runtime', 'ls', '-q', '--label', 'tier', '--label', 'team=data'])).out, 'cli-tagged\n');
+    assert.equal((await user.run(['runtime', 'ls', '-q', '--label', 'team=ops'])).out, '');
+    assert.equal((await user.run(['runtime', 'ls', '-q', '--status', 'shutdown'])).out, 'cli-plain\n');
+    assert.equal((await user.run(['runtime', 'ls', '-q', '--status', 'shutdown,running', '--label', 'tier'])).out, 'cli-tagged\n');
+    const bad = await user.run(['runtime', 'ls', '--status', 'asleep']);
+    assert.equal(bad.status, 2, bad.err);
+    assert.match(bad.err, /status 'asleep'/);
+
+    const shown = (await user.run(['runtime', 'get', 'cli-tagged'])).out;
+    assert.match(shown, /^labels: +team=data, tier=gold$/m);
+    assert.match(shown, /^lifecycle: +idle 15m: stop; deleted 1d after it stops$/m);
+
+    const patchRun = await user.run(['runtime', 'patch', 'cli-tagged', '--label', 'tier=silver', '--remove-label', 'team', '--idle-timeout', 'never', '--auto-delete', 'never', '--json']);
+    assert.equal(patchRun.status, 0, patchRun.err);
+    const patched = json(patchRun);
+    assert.deepEqual(patched.labels, { tier: 'silver' });
+    assert.deepEqual(patched.lifecycle, { idle_timeout_secs: 0, on_idle: 'stop', auto_delete_secs: null });
+    const back = json(await user.run(['runtime', 'patch', 'cli-tagged', '--idle-timeout', 'default', '--on-idle', 'suspend', '--json']));
+    assert.deepEqual(back.lifecycle, { idle_timeout_secs: null, on_idle: 'suspend', auto_delete_secs: null });
+    const wrong = await user.run(['runtime', 'create', 'x', '--idle-timeout', '5 min']);
+    assert.equal(wrong.status, 2);
+    assert.match(wrong.err, /expected a duration/);
+    for (const name of ['cli-tagged', 'cli-plain']) await h.call('DELETE', `/v1/runtimes/${name}`);
   });
 
   test('exit statuses: usage 2, not_found 3, unauthenticated 4, conflicts 5; errors as envelopes with --json', async () => {

@@ -1,29 +1,29 @@
 /** The flags of a runtime's labels and lifecycle settings, for create and patch, and how `get` shows them. */
 import { Option, type Command } from 'commander';
 import type { RuntimeCreateRequest, RuntimeInfo } from 'vessel/client';
-import { autoDelete, collect, idleTimeout, keyValue } from '../shared/parse.js';
+import { collect, durationOr, keyValue } from '../shared/parse.js';
 
 export interface SettingsFlags {
   label?: Record<string, string>;
-  idleTimeout?: number | null;
+  idleTimeout?: number | 'never' | 'default';
   onIdle?: 'suspend' | 'stop';
-  autoDelete?: number | null;
+  autoDelete?: number | 'never';
 }
 
 export function withSettingsOptions(command: Command, labelHelp: string): Command {
   return command
     .option('--label <key=value>', labelHelp, keyValue)
-    .option('--idle-timeout <duration>', 'after this long without activity (90, 15m, 2h), on-idle applies; never, or default for the service\'s', idleTimeout)
+    .option('--idle-timeout <duration>', 'after this long without activity (90, 15m, 2h), on-idle applies; never, or default for the service\'s', durationOr('never', 'default'))
     .addOption(new Option('--on-idle <action>', 'what idling does: suspend (resume brings it back) or stop').choices(['suspend', 'stop']))
-    .option('--auto-delete <duration>', 'delete it this long after it stops running (0 for at once), or never', autoDelete);
+    .option('--auto-delete <duration>', 'delete it this long after it stops running (0 for at once), or never', durationOr('never'));
 }
 
 /** The lifecycle fields the flags give; undefined when none. */
 export function lifecycleBody(flags: SettingsFlags): RuntimeCreateRequest['lifecycle'] {
   const lifecycle = {
-    ...(flags.idleTimeout === undefined ? {} : { idle_timeout_secs: flags.idleTimeout }),
+    ...(flags.idleTimeout === undefined ? {} : { idle_timeout_secs: flags.idleTimeout === 'never' ? 0 : flags.idleTimeout === 'default' ? null : flags.idleTimeout }),
     ...(flags.onIdle === undefined ? {} : { on_idle: flags.onIdle }),
-    ...(flags.autoDelete === undefined ? {} : { auto_delete_secs: flags.autoDelete }),
+    ...(flags.autoDelete === undefined ? {} : { auto_delete_secs: flags.autoDelete === 'never' ? null : flags.autoDelete }),
   };
   return Object.keys(lifecycle).length === 0 ? undefined : lifecycle;
 }

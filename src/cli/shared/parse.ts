@@ -47,8 +47,11 @@ export function duration(raw: string): number {
   return Number(match[1]) * UNIT_SECS[(match[2] || 's') as keyof typeof UNIT_SECS];
 }
 
-/** An idle timeout: a duration, `never` (0) or `default` (null: the service's). */
-export const idleTimeout = (raw: string): number | null => (raw === 'never' ? 0 : raw === 'default' ? null : duration(raw));
-
-/** An auto-delete delay: a duration, or `never` (null). */
-export const autoDelete = (raw: string): number | null => (raw === 'never' ? null : duration(raw));
+/**
+ * A duration, or one of the words given (`never`, `default`): commander takes a parser's null for
+ * "no value", so the words are kept as they are and mapped by the command.
+ */
+export const durationOr =
+  <W extends string>(...words: W[]) =>
+  (raw: string): number | W =>
+    (words as string[]).includes(raw) ? (raw as W) : duration(raw);
