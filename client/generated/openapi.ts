@@ -824,6 +824,18 @@ export interface components {
              */
             count: number;
         };
+        /** @description What a runtime's lifecycle settings did to it, with no request asking */
+        LifecycleAudit: {
+            /**
+             * @description what the timer did
+             * @enum {string}
+             */
+            action: "suspend" | "stop" | "delete";
+            /** @description which setting, and after how long */
+            reason: string;
+            /** @description the runtime's display name when it acted (a deleted runtime has no other) */
+            runtime_name: string;
+        };
         Audit: {
             /** Format: uuid */
             id: string;
@@ -831,11 +843,15 @@ export interface components {
             created_at: string;
             /** Format: uuid */
             runtime_id: string;
-            /** @enum {string} */
-            category: "egress";
+            /**
+             * @description names the one property of payload that is present
+             * @enum {string}
+             */
+            category: "egress" | "lifecycle";
             /** @description externally tagged by category: exactly one property, the category */
             payload: {
-                egress: {
+                lifecycle?: components["schemas"]["LifecycleAudit"];
+                egress?: {
                     /**
                      * @description names the one property below that is present
                      * @enum {string}
@@ -2963,7 +2979,7 @@ export interface operations {
                 /** @description next_page_token of the previous page */
                 page_token?: components["parameters"]["page_token"];
                 /** @description default: every category */
-                category?: "egress";
+                category?: "egress" | "lifecycle";
                 /** @description the runtime's UUID or display name; a deleted runtime's UUID still filters */
                 runtime?: string;
             };

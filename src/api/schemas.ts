@@ -8,7 +8,7 @@ import { ERROR_CODES } from '../core/errors.js';
 import { DEFAULT_RING_BYTES, MAX_RING_BYTES, MIN_RING_BYTES, SIGNAL_NAMES } from '../core/processes.js';
 import { MAX_SECRET_BYTES } from '../core/secrets.js';
 import { LABEL_KEY_PATTERN, MAX_LABEL_SELECTORS, MAX_LABEL_VALUE_CHARS, MAX_LABELS, MAX_LIFECYCLE_SECS } from '../core/runtime-settings.js';
-import { RUNTIME_STATUSES, CHECKPOINT_STATES, GUEST_FILE_TYPES } from '../core/types.js';
+import { AUDIT_CATEGORIES, RUNTIME_STATUSES, CHECKPOINT_STATES, GUEST_FILE_TYPES } from '../core/types.js';
 
 /** OpenAPI 3.0.3 has no `type: null`; ajv and swagger both understand `nullable`. */
 export const Nullable = <T extends TSchema>(schema: T) => Type.Unsafe<Static<T> | null>({ ...schema, nullable: true });
@@ -231,15 +231,25 @@ export const IcmpDropAudit = Type.Object(
   { $id: 'IcmpDropAudit', additionalProperties: false, description: 'ICMP packets the gateway dropped, counted over an interval; action is always deny' },
 );
 
+export const LifecycleAudit = Type.Object(
+  {
+    action: StringEnum(['suspend', 'stop', 'delete'] as const, { description: 'what the timer did' }),
+    reason: Type.String({ description: 'which setting, and after how long' }),
+    runtime_name: Type.String({ description: "the runtime's display name when it acted (a deleted runtime has no other)" }),
+  },
+  { $id: 'LifecycleAudit', additionalProperties: false, description: "What a runtime's lifecycle settings did to it, with no request asking" },
+);
+
 export const Audit = Type.Object(
   {
     id: Type.String({ format: 'uuid' }),
     created_at: Type.String({ format: 'date-time' }),
     runtime_id: Type.String({ format: 'uuid' }),
-    category: StringEnum(['egress'] as const),
+    category: StringEnum(AUDIT_CATEGORIES, { description: 'names the one property of payload that is present' }),
     payload: Type.Object(
       {
-        egress: Type.Object(
+        lifecycle: Type.Optional(Type.Ref(LifecycleAudit)),
+        egress: Type.Optional(Type.Object(
           {
             kind: StringEnum(['tcp_connection', 'http_request', 'icmp_drop'] as const, { description: 'names the one property below that is present' }),
             tcp_connection: Type.Optional(Type.Ref(TcpConnectionAudit)),
@@ -247,7 +257,7 @@ export const Audit = Type.Object(
             icmp_drop: Type.Optional(Type.Ref(IcmpDropAudit)),
           },
           { additionalProperties: false },
-        ),
+        )),
       },
       { additionalProperties: false, description: 'externally tagged by category: exactly one property, the category' },
     ),
@@ -323,6 +333,7 @@ export const SHARED_SCHEMAS = [
   TcpConnectionAudit,
   HttpRequestAudit,
   IcmpDropAudit,
+  LifecycleAudit,
   Audit,
   FileWritten,
   FileInfo,
@@ -509,7 +520,7 @@ export const CheckpointListQuery = Type.Composite([
 export const AuditQuery = Type.Composite([
   ListQuery,
   Type.Object({
-    category: Type.Optional(StringEnum(['egress'] as const, { description: 'default: every category' })),
+    category: Type.Optional(StringEnum(AUDIT_CATEGORIES, { description: 'default: every category' })),
     runtime: Type.Optional(Type.String({ minLength: 1, maxLength: 128, description: "the runtime's UUID or display name; a deleted runtime's UUID still filters" })),
   }),
 ]);

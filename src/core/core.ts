@@ -54,7 +54,7 @@ export class Core {
         checkpoints.filter((cp) => cp.tenantId === tenantId && !cp.deleted).map((cp) => cp.id),
       );
     });
-    this.runtimes = new RuntimeService(store, driver, this.egress, quotas, log, this.#pool);
+    this.runtimes = new RuntimeService(store, driver, this.egress, quotas, this.audits, log, this.#pool);
     this.processes = new ProcessService(this.runtimes, driver);
     this.rules = new RuleService(store, this.runtimes, this.secrets);
     this.checkpoints = new CheckpointService(store, this.runtimes, driver, quotas, log);

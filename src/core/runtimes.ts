@@ -9,6 +9,7 @@ import { LIVE_STATUSES, RESULT_OF, STOPPED_STATUSES, requireState, type Lifecycl
 import { LIFECYCLE_TICK_MS, dueAction, type TimerAction } from './lifecycle-timers.js';
 import { checkDisplayName } from './names.js';
 import type { HostLimits, Store, VmDriver, VmSpec } from './ports.js';
+import type { AuditService } from './audits.js';
 import type { TenantQuotas } from './quotas.js';
 import { checkLabels, initialLifecycle, mergeLifecycle, type LifecycleInput } from './runtime-settings.js';
 import type { Checkpoint, EgressPolicy, ExecRequest, ExecResult, GuestFileInfo, GuestFileStat, IngressSpec, Page, PageRequest, Resources, Runtime, RuntimeFilter } from './types.js';
@@ -131,6 +132,8 @@ export class RuntimeService {
     private readonly driver: VmDriver,
     private readonly network: RuntimeNetwork,
     private readonly quotas: TenantQuotas,
+    /** Where what the lifecycle timers do is recorded for the tenant to see. */
+    private readonly audits: Pick<AuditService, 'record'>,
     private readonly log: Logger,
     private readonly pool: Pick<WarmPool, 'take' | 'discard'> | null = null,
   ) {
@@ -396,10 +399,13 @@ export class RuntimeService {
     if (due === null) return;
     try {
       await this.#act(rt, due);
-      this.log.info({ runtimeId: rt.id, tenantId: rt.tenantId, runtime: rt.displayName, action: due.action, reason: due.reason }, 'lifecycle timer acted on a runtime');
     } catch (err) {
       this.log.warn({ runtimeId: rt.id, tenantId: rt.tenantId, action: due.action, err }, 'a lifecycle timer could not act on a runtime');
+      return;
     }
+    this.log.info({ runtimeId: rt.id, tenantId: rt.tenantId, runtime: rt.displayName, action: due.action, reason: due.reason }, 'lifecycle timer acted on a runtime');
+    const lifecycle = { action: due.action, reason: due.reason, runtime_name: rt.displayName };
+    await this.audits.record([{ id: randomUUID(), tenantId: rt.tenantId, runtimeId: rt.id, category: 'lifecycle', payload: { lifecycle }, createdAt: new Date().toISOString() }]);
   }
 
   async #act(rt: Runtime, due: TimerAction): Promise<void> {

@@ -160,14 +160,29 @@ export interface EgressAuditDetails {
 export type EgressAuditKind = keyof EgressAuditDetails;
 export type EgressAuditDetail = EgressAuditDetails[EgressAuditKind];
 
-export interface Audit {
+/** What a lifecycle timer did to a runtime on its own (docs/api.md, "Lifecycle settings"). */
+export interface LifecycleAuditDetail {
+  action: 'suspend' | 'stop' | 'delete';
+  reason: string;
+  /** The runtime's display name then: after a delete, nothing else tells the user which it was. */
+  runtime_name: string;
+}
+
+interface AuditFields {
   id: string;
   tenantId: string;
   runtimeId: string;
-  category: 'egress';
-  payload: { egress: { kind: EgressAuditKind } & Partial<EgressAuditDetails> };
   createdAt: string;
 }
+
+/** Externally tagged by category: the payload's one property is the category. */
+export type Audit = AuditFields &
+  (
+    | { category: 'egress'; payload: { egress: { kind: EgressAuditKind } & Partial<EgressAuditDetails> } }
+    | { category: 'lifecycle'; payload: { lifecycle: LifecycleAuditDetail } }
+  );
+
+export const AUDIT_CATEGORIES = ['egress', 'lifecycle'] as const;
 
 export const SCOPES = [
   'runtimes:read',

@@ -324,14 +324,15 @@ const checkpointFromRow = (r: Row): Checkpoint => ({
   createdAt: str(r.created_at),
 });
 
-const auditFromRow = (r: Row): Audit => ({
-  id: str(r.id),
-  tenantId: str(r.tenant_id),
-  runtimeId: str(r.runtime_id),
-  category: 'egress',
-  payload: json(r.payload),
-  createdAt: str(r.created_at),
-});
+const auditFromRow = (r: Row): Audit =>
+  ({
+    id: str(r.id),
+    tenantId: str(r.tenant_id),
+    runtimeId: str(r.runtime_id),
+    category: str(r.category),
+    payload: json(r.payload),
+    createdAt: str(r.created_at),
+  }) as Audit;
 
 export class SqliteStore implements Store {
   readonly #db: Db;

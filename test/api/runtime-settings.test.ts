@@ -206,6 +206,8 @@ test('idle timers: a runtime idle past its timeout is stopped or suspended as se
     const stopped = await status('to-stop');
     assert.equal(stopped.status, 'shutdown');
     assert.match(stopped.status_message, /stopped after 60 s without activity/);
+    const audited = (await h.call('GET', '/v1/audits?category=lifecycle')).body.data.map((a: any) => [a.payload.lifecycle.runtime_name, a.payload.lifecycle.action]);
+    assert.deepEqual(audited, [['to-stop', 'stop'], ['to-suspend', 'suspend']], 'each action is audited, newest first');
     // Started again, it runs until idle again, and its message is gone.
     const started = await h.call('POST', `/v1/runtimes/${stop}/start`);
     assert.equal(started.body.data.status, 'running');
@@ -226,6 +228,10 @@ test('auto-delete: a runtime is deleted that long after it stopped running, not 
     assert.equal((await h.call('GET', '/v1/runtimes/brief')).status, 200, 'not before its time');
     await runtimes.runLifecycleTimers(Date.now() + 31_000);
     assert.equal((await h.call('GET', '/v1/runtimes/brief')).status, 404, 'deleted 30 s after it stopped');
+    const audits = (await h.call('GET', '/v1/audits?category=lifecycle')).body.data;
+    assert.equal(audits.length, 1);
+    assert.equal(audits[0].category, 'lifecycle');
+    assert.deepEqual(audits[0].payload, { lifecycle: { action: 'delete', reason: 'deleted 30 s after it stopped running (lifecycle.auto_delete_secs)', runtime_name: 'brief' } });
     assert.equal((await h.call('GET', '/v1/runtimes/later')).status, 200, 'still running');
 
     // Stopped an hour ago, as the store has it: setting auto_delete now counts from now.

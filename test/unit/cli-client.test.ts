@@ -266,15 +266,18 @@ describe('checkpoints, forks, rules and audits', () => {
     await h.store.audits.insert([
       { id: randomUUID(), tenantId: 'default', runtimeId, category: 'egress', createdAt: at(1), payload: { egress: { kind: 'tcp_connection', tcp_connection: { action: 'deny', host: 'evil.example', ip: null, port: 443, reason: 'host_not_allowed' } } } },
       { id: randomUUID(), tenantId: 'default', runtimeId, category: 'egress', createdAt: at(2), payload: { egress: { kind: 'http_request', http_request: { action: 'allow', host: 'pypi.org', ip: '151.101.0.223', port: 80, method: 'GET', path: '/simple/', status: 200, reason: 'host_allowed' } } } },
+      { id: randomUUID(), tenantId: 'default', runtimeId, category: 'lifecycle', createdAt: at(3), payload: { lifecycle: { action: 'suspend', reason: 'suspended after 60 s without activity', runtime_name: 'cli-audited' } } },
     ] as never);
     const ls = json(await user.run(['audit', 'ls', '--runtime', 'cli-audited', '--json']));
     assert.deepEqual(ls, (await h.call('GET', '/v1/audits?runtime=cli-audited')).body.data);
-    assert.equal(ls.length, 2);
+    assert.equal(ls.length, 3);
     const table = (await user.run(['audit', 'ls', '--runtime', 'cli-audited'])).out.split('\n');
-    assert.match(table[1]!, /cli-audited\s+http_request\s+allow\s+GET pypi.org\/simple\/ -> 200\s+host_allowed$/);
-    assert.match(table[2]!, /cli-audited\s+tcp_connection\s+deny\s+evil.example:443\s+host_not_allowed$/);
+    assert.match(table[1]!, /cli-audited\s+lifecycle\s+suspend\s+cli-audited\s+suspended after 60 s without activity$/);
+    assert.match(table[2]!, /cli-audited\s+http_request\s+allow\s+GET pypi.org\/simple\/ -> 200\s+host_allowed$/);
+    assert.match(table[3]!, /cli-audited\s+tcp_connection\s+deny\s+evil.example:443\s+host_not_allowed$/);
+    assert.equal(json(await user.run(['audit', 'ls', '--runtime', 'cli-audited', '--category', 'lifecycle', '--json'])).length, 1);
     const tail = (await user.run(['audit', 'tail', '-n', '2', '--runtime', 'cli-audited', '--json'])).out.trim().split('\n').map((l) => JSON.parse(l));
-    assert.deepEqual(tail.map((a: { created_at: string }) => a.created_at), [at(1), at(2)]);
+    assert.deepEqual(tail.map((a: { created_at: string }) => a.created_at), [at(2), at(3)]);
     await user.run(['runtime', 'rm', 'cli-audited']);
   });
 });
