@@ -77,4 +77,6 @@ test('auto_delete_secs: a stopped runtime is deleted with its files once stopped
   assert.equal((await svc.call('POST', '/v1/runtimes/short-lived/stop')).status, 200);
   await until('the runtime is gone', async () => ((await svc.call('GET', `/v1/runtimes/${id}`)).status === 404 ? true : undefined));
   assert.equal(existsSync(dir), false, 'its disk went with it');
+  const audit = await until('the delete is audited', async () => (await svc.call('GET', `/v1/audits?category=lifecycle&runtime=${id}`)).body.data[0]);
+  assert.deepEqual(audit.payload.lifecycle, { action: 'delete', reason: 'deleted 2 s after it stopped running (lifecycle.auto_delete_secs)', runtime_name: 'short-lived' });
 });
