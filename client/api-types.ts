@@ -21,6 +21,10 @@ export type FileWritten = Schemas['FileWritten'];
 export type Token = Schemas['Token'];
 export type TokenCreated = Schemas['TokenCreated'];
 export type ConsoleLog = Schemas['ConsoleLog'];
+export type RuntimeStatus = Schemas['Runtime']['status'];
+export type Labels = Schemas['Labels'];
+export type Lifecycle = Schemas['Lifecycle'];
+export type IngressUrl = Schemas['IngressUrl'];
 
 type JsonBody<P extends keyof paths, M extends keyof paths[P]> =
   NonNullable<paths[P][M]> extends { requestBody?: { content: { 'application/json': infer B } } } ? B : never;

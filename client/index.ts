@@ -9,7 +9,7 @@ export { VesselError, type ErrorCode } from './errors.js';
 export { DEFAULT_RETRY_POLICY, type RetryPolicy } from './retry.js';
 export { Paged, type Page, type ListOptions } from './paging.js';
 export { Runtime, type ExecStream, type TerminalOptions } from './runtime.js';
-export type { Runtimes, ForkRequest } from './runtimes.js';
+export type { Runtimes, ForkRequest, RuntimeListOptions } from './runtimes.js';
 export type { Checkpoints } from './checkpoints.js';
 export type { Secrets } from './secrets.js';
 export type { RuntimeRules, AllRules } from './rules.js';

@@ -61,11 +61,20 @@ export class Runtime {
     return this.#info;
   }
 
+  get labels(): RuntimeInfo['labels'] {
+    return this.#info.labels;
+  }
+
+  /** Where each ingress port is reached from outside, as the service computes it. */
+  get ingressUrls(): RuntimeInfo['ingress_urls'] {
+    return this.#info.ingress_urls;
+  }
+
   async refresh(options?: CallOptions): Promise<this> {
     return this.#update(await this.#t.call('idempotent', options, (signal) => this.#t.api.GET('/v1/runtimes/{runtime_id}', { params: { path: this.#path() }, signal })));
   }
 
-  /** Changes the egress policy or memory (docs/api.md, "PATCH"). */
+  /** Changes the egress policy, memory, labels (replaced whole) or lifecycle settings (docs/api.md, "PATCH"). */
   async patch(body: RuntimePatchRequest, options?: CallOptions): Promise<this> {
     // The same patch twice leaves the same runtime.
     return this.#update(await this.#t.call('idempotent', options, (signal) => this.#t.api.PATCH('/v1/runtimes/{runtime_id}', { params: { path: this.#path() }, body, signal })));

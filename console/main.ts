@@ -6,7 +6,7 @@
 import type { Vessel } from 'vessel/client';
 import { TOKEN_REFUSED, announce, guardUnavailableButtons } from './dom.js';
 import { parseRoute, type Route } from './router.js';
-import { ingressSettings, restore, signOut } from './session.js';
+import { restore, signOut } from './session.js';
 import type { View } from './view.js';
 import { runtimePage, type RuntimePage } from './views/runtime.js';
 import { runtimesView } from './views/runtimes.js';
@@ -21,7 +21,6 @@ let vessel: Vessel | null = restore();
 let current: View | null = null;
 /** The runtime page shown, if one is: it keeps itself across its sections. */
 let page: RuntimePage | null = null;
-const ingress = ingressSettings();
 
 function show(view: View, runtime: RuntimePage | null = null): void {
   current?.dispose();
@@ -59,7 +58,7 @@ async function render(route: Route, focus: boolean): Promise<void> {
   }
   if (route.view === 'runtime') {
     if (page?.runtimeName === route.runtime) return page.showSection(route.section);
-    const next = runtimePage(vessel, route.runtime, route.section, await ingress);
+    const next = runtimePage(vessel, route.runtime, route.section);
     show(next, next);
   } else if (route.view === 'secrets') {
     show(secretsView(vessel));

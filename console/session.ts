@@ -36,13 +36,3 @@ export function signOut(): void {
   sessionStorage.removeItem(TOKEN_KEY);
 }
 
-/** Where ingress listens, from the service (src/api/console.ts); null if it does not say. */
-export async function ingressSettings(): Promise<{ domain: string; port: number } | null> {
-  try {
-    const answer = await fetch(new URL('config.json', location.href));
-    if (!answer.ok) return null;
-    return ((await answer.json()) as { data: { ingress: { domain: string; port: number } | null } }).data.ingress;
-  } catch {
-    return null;
-  }
-}

@@ -15,6 +15,4 @@ export interface RuntimeContext {
   onUpdate(listener: (runtime: Runtime) => void): () => void;
   /** Polls the runtime now, after a change a section made. */
   refresh(): Promise<void>;
-  /** Where the service's ingress listens; null when the service did not say. */
-  readonly ingress: { domain: string; port: number } | null;
 }

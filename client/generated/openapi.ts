@@ -31,7 +31,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List runtimes, newest first */
+        /** List runtimes, newest first, optionally only those with given labels or statuses */
         get: operations["listRuntimes"];
         put?: never;
         /** Create a runtime; answers once it is running */
@@ -57,7 +57,7 @@ export interface paths {
         delete: operations["deleteRuntime"];
         options?: never;
         head?: never;
-        /** Patch resources or egress policy */
+        /** Patch resources, egress policy, labels (replaced whole) or lifecycle settings (each field given) */
         patch: operations["patchRuntime"];
         trace?: never;
     };
@@ -623,6 +623,42 @@ export interface components {
              */
             runtime_port: number;
         };
+        /** @description your own tags: at most 64; keys match ^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$ (1 to 63 characters), values have at most 255 characters and no control characters */
+        Labels: {
+            [key: string]: string;
+        };
+        /** @description what the runtime does on its own when left alone */
+        Lifecycle: {
+            /**
+             * Format: int64
+             * @description seconds without exec, file, terminal or egress activity before on_idle applies; null: the service default (VESSEL_IDLE_SUSPEND_SECS); 0: never
+             */
+            idle_timeout_secs: number | null;
+            /**
+             * @description suspend: saved to disk, resume brings back its processes; stop: shut down, start boots it
+             * @enum {string}
+             */
+            on_idle: "suspend" | "stop";
+            /**
+             * Format: int64
+             * @description seconds after the runtime stopped running (shutdown, suspended, crashed, error) before it is deleted; null: never
+             */
+            auto_delete_secs: number | null;
+        };
+        IngressUrl: {
+            /**
+             * Format: int32
+             * @description the port inside the runtime (uint16; 0 is refused)
+             */
+            runtime_port: number;
+            /** @enum {string} */
+            protocol: "http" | "https";
+            /**
+             * Format: uri
+             * @description where the port is reached from outside, through the ingress listener
+             */
+            url: string;
+        };
         Runtime: {
             /** Format: uuid */
             id: string;
@@ -635,6 +671,10 @@ export interface components {
             ingress_specs: components["schemas"]["IngressSpec"][];
             resources: components["schemas"]["Resources"];
             pending_resources?: components["schemas"]["Resources"];
+            labels: components["schemas"]["Labels"];
+            lifecycle: components["schemas"]["Lifecycle"];
+            /** @description one per ingress spec, in their order; empty when the service runs no ingress */
+            ingress_urls: components["schemas"]["IngressUrl"][];
             /** Format: date-time */
             created_at: string;
         };
@@ -944,6 +984,18 @@ export interface components {
              */
             count: number;
         };
+        /** @description What a runtime's lifecycle settings did to it, with no request asking */
+        LifecycleAudit: {
+            /**
+             * @description what the timer did
+             * @enum {string}
+             */
+            action: "suspend" | "stop" | "delete";
+            /** @description which setting, and after how long */
+            reason: string;
+            /** @description the runtime's display name when it acted (a deleted runtime has no other) */
+            runtime_name: string;
+        };
         Audit: {
             /** Format: uuid */
             id: string;
@@ -951,11 +1003,15 @@ export interface components {
             created_at: string;
             /** Format: uuid */
             runtime_id: string;
-            /** @enum {string} */
-            category: "egress";
+            /**
+             * @description names the one property of payload that is present
+             * @enum {string}
+             */
+            category: "egress" | "lifecycle";
             /** @description externally tagged by category: exactly one property, the category */
             payload: {
-                egress: {
+                lifecycle?: components["schemas"]["LifecycleAudit"];
+                egress?: {
                     /**
                      * @description names the one property below that is present
                      * @enum {string}
@@ -1324,6 +1380,10 @@ export interface operations {
                 limit?: components["parameters"]["limit"];
                 /** @description next_page_token of the previous page */
                 page_token?: components["parameters"]["page_token"];
+                /** @description key=value: runtimes with that label; key: runtimes that have the key. Repeat for more; all must hold */
+                label?: string[];
+                /** @description runtimes in any of these statuses; repeat or give a comma list (running,paused) */
+                status?: string[];
             };
             header?: never;
             path?: never;
@@ -1331,7 +1391,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description a page of runtimes */
+            /** @description a page of the runtimes that pass every filter */
             200: {
                 headers: {
                     "x-request-id": components["headers"]["x-request-id"];
@@ -1402,6 +1462,25 @@ export interface operations {
                     ingress_specs?: components["schemas"]["IngressSpec"][];
                     /** @description ID or name of a ready checkpoint to fork from */
                     checkpoint?: string;
+                    labels?: components["schemas"]["Labels"];
+                    /** @description fields given replace those in force; a create starts from idle_timeout_secs null, on_idle suspend, auto_delete_secs null */
+                    lifecycle?: {
+                        /**
+                         * Format: int64
+                         * @description seconds without exec, file, terminal or egress activity before on_idle applies; null: the service default (VESSEL_IDLE_SUSPEND_SECS); 0: never
+                         */
+                        idle_timeout_secs?: number | null;
+                        /**
+                         * @description suspend: saved to disk, resume brings back its processes; stop: shut down, start boots it
+                         * @enum {string}
+                         */
+                        on_idle?: "suspend" | "stop";
+                        /**
+                         * Format: int64
+                         * @description seconds after the runtime stopped running (shutdown, suspended, crashed, error) before it is deleted; null: never
+                         */
+                        auto_delete_secs?: number | null;
+                    };
                 };
             };
         };
@@ -1538,6 +1617,25 @@ export interface operations {
                              */
                             memory_mib?: number;
                         };
+                    };
+                    labels?: components["schemas"]["Labels"];
+                    /** @description fields given replace those in force; a create starts from idle_timeout_secs null, on_idle suspend, auto_delete_secs null */
+                    lifecycle?: {
+                        /**
+                         * Format: int64
+                         * @description seconds without exec, file, terminal or egress activity before on_idle applies; null: the service default (VESSEL_IDLE_SUSPEND_SECS); 0: never
+                         */
+                        idle_timeout_secs?: number | null;
+                        /**
+                         * @description suspend: saved to disk, resume brings back its processes; stop: shut down, start boots it
+                         * @enum {string}
+                         */
+                        on_idle?: "suspend" | "stop";
+                        /**
+                         * Format: int64
+                         * @description seconds after the runtime stopped running (shutdown, suspended, crashed, error) before it is deleted; null: never
+                         */
+                        auto_delete_secs?: number | null;
                     };
                 };
             };
@@ -3093,7 +3191,7 @@ export interface operations {
                 /** @description next_page_token of the previous page */
                 page_token?: components["parameters"]["page_token"];
                 /** @description default: every category */
-                category?: "egress";
+                category?: "egress" | "lifecycle";
                 /** @description the runtime's UUID or display name; a deleted runtime's UUID still filters */
                 runtime?: string;
             };

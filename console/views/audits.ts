@@ -11,7 +11,8 @@ import type { RuntimeContext, View } from '../view.js';
 /** The newest audits fetched per look: a screen's worth many times over, and one request. */
 const FETCHED = 500;
 
-type Kind = Audit['payload']['egress']['kind'];
+type EgressPayload = NonNullable<Audit['payload']['egress']>;
+type Kind = EgressPayload['kind'];
 
 /** What one audit says, whatever its kind (docs/network.md, "Audits"). */
 export interface Decision {
@@ -23,9 +24,11 @@ export interface Decision {
   reason: string;
 }
 
+/** Of an egress audit: the view asks for category egress only. */
 export function decisionOf(audit: Audit): Decision {
-  const { kind } = audit.payload.egress;
-  const fields = (audit.payload.egress[kind] ?? { action: '' }) as Record<string, unknown>;
+  const egress = audit.payload.egress as EgressPayload;
+  const { kind } = egress;
+  const fields = (egress[kind] ?? { action: '' }) as Record<string, unknown>;
   const text = (name: string): string => (fields[name] === undefined || fields[name] === null ? '' : String(fields[name]));
   const request = kind === 'http_request' ? [text('method'), text('path'), text('status')].filter((part) => part !== '').join(' ') : kind === 'icmp_drop' ? `${text('count')} packets` : '';
   return { kind, action: text('action'), host: text('host') || text('ip'), port: text('port'), request, reason: text('reason') };

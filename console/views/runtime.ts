@@ -43,7 +43,7 @@ export interface RuntimePage extends View {
   showSection(section: RuntimeSection): void;
 }
 
-export function runtimePage(vessel: Vessel, name: string, initial: RuntimeSection, ingress: RuntimeContext['ingress']): RuntimePage {
+export function runtimePage(vessel: Vessel, name: string, initial: RuntimeSection): RuntimePage {
   const errors = new ErrorBox();
   const badge = h('span', { class: 'badge-slot' });
   const facts = h('p', { class: 'facts' });
@@ -99,7 +99,6 @@ export function runtimePage(vessel: Vessel, name: string, initial: RuntimeSectio
   const context = (rt: Runtime): RuntimeContext => ({
     vessel,
     runtime: rt,
-    ingress,
     onUpdate(listener) {
       listeners.add(listener);
       return () => listeners.delete(listener);

@@ -65,7 +65,7 @@ function createForm(vessel: Vessel): HTMLElement {
 
 function row(info: RuntimeInfo): HTMLTableRowElement {
   const link = h('a', { href: href({ view: 'runtime', runtime: info.display_name, section: 'terminal' }) }, info.display_name);
-  return h('tr', { 'data-id': info.id }, h('th', { scope: 'row' }, link), h('td', { 'data-cell': 'status' }), h('td', { 'data-cell': 'vcpus' }), h('td', { 'data-cell': 'memory' }), h('td', {}, time(info.created_at)));
+  return h('tr', { 'data-id': info.id }, h('th', { scope: 'row' }, link), h('td', { 'data-cell': 'status' }), h('td', { 'data-cell': 'vcpus' }), h('td', { 'data-cell': 'memory' }), h('td', { 'data-cell': 'labels' }), h('td', {}, time(info.created_at)));
 }
 
 function update(tr: HTMLTableRowElement, info: RuntimeInfo): void {
@@ -73,11 +73,13 @@ function update(tr: HTMLTableRowElement, info: RuntimeInfo): void {
   cell('status').replaceChildren(statusBadge(info.status, info.status_message));
   cell('vcpus').textContent = String(info.resources.vcpus);
   cell('memory').textContent = formatBytes(info.resources.limits.memory_mib * 1024 * 1024);
+  // Text only: labels are the user's own strings, never markup.
+  cell('labels').textContent = Object.entries(info.labels).map(([key, value]) => `${key}=${value}`).join(', ');
 }
 
 export function runtimesView(vessel: Vessel): View {
   const errors = new ErrorBox();
-  const list = table('Runtimes, with their status as of the last few seconds', ['Name', 'Status', 'vCPUs', 'Memory', 'Created']);
+  const list = table('Runtimes, with their status as of the last few seconds', ['Name', 'Status', 'vCPUs', 'Memory', 'Labels', 'Created']);
   const empty = h('p', { class: 'empty', hidden: true }, 'No runtimes yet: create one above.');
   const rows = new Map<string, HTMLTableRowElement>();
 

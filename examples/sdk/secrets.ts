@@ -12,7 +12,7 @@ console.log(`rule ${rule.id} injects ${rule.credential_display_name} for ${rule.
 
 // Lists come a page at a time; for await walks every item of every page.
 for await (const r of rt.rules.list()) console.log('rule', r.host_pattern, r.path_pattern);
-for await (const audit of vessel.audits.list({ runtime: rt.id, limit: 10 })) console.log(audit.created_at, audit.payload.egress.kind);
+for await (const audit of vessel.audits.list({ runtime: rt.id, limit: 10 })) console.log(audit.created_at, audit.category, audit.payload.egress?.kind);
 
 await rt.rules.delete(rule.id);
 await vessel.secrets.delete(secret.id);

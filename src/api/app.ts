@@ -12,6 +12,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv, type Options as AjvOptions } from 'ajv';
 import addFormats from 'ajv-formats';
 import type { Core } from '../core/core.js';
+import type { IngressAddress } from '../core/ingress-urls.js';
 import { VesselError } from '../core/errors.js';
 import { hasScope } from '../core/tokens.js';
 import type { Principal, Scope } from '../core/types.js';
@@ -59,6 +60,8 @@ export interface ApiOptions {
   listenHost: string;
   /** The web console at /console/ (src/api/console.ts). */
   console?: ConsoleOptions | undefined;
+  /** Where the service's ingress listener is reached, for the runtimes' ingress_urls; absent when it runs none. */
+  ingress?: IngressAddress | undefined;
 }
 
 export const API_VERSION = '0.0.4';
@@ -107,7 +110,8 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
 
   // Bodies are typed exactly; query strings and paths are text and may be coerced.
   const bodyAjv = makeAjv({ coerceTypes: false, removeAdditional: false });
-  const textAjv = makeAjv({ coerceTypes: true, removeAdditional: false });
+  // 'array': a query parameter given once is a list of one (`?label=a` as well as `?label=a&label=b`).
+  const textAjv = makeAjv({ coerceTypes: 'array', removeAdditional: false });
   // A raw body (a tar archive) is a stream for the handler: its schema is there for OpenAPI only.
   const raw = () => true;
   app.setValidatorCompiler(({ schema, httpPart, contentType }) => {
@@ -248,7 +252,7 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   });
 
   const core = options.core;
-  await app.register(runtimeRoutes, { core });
+  await app.register(runtimeRoutes, { core, ingress: options.ingress ?? null });
   await app.register(websocket, { options: { maxPayload: TERMINAL_MAX_MESSAGE, handleProtocols: selectProtocol } });
   app.websocketServer.on('headers', (headers, raw) => {
     const id = upgradeIds.get(raw);

@@ -1,7 +1,6 @@
 /**
  * The web console at /console/: the static files that scripts/build-console.ts writes into
- * dist/console/, and one small public document the page needs from the service. The files need
- * no token (they are the same for everyone); every API call the page makes carries the user's.
+ * dist/console/. The files need no token (they are the same for everyone); every API call the page makes carries the user's.
  *
  * Served by @fastify/static, Fastify's own plugin: ETags, ranges, HEAD, pre-compressed variants
  * and safe path handling, none of which is worth writing again. `wildcard: false` gives each file
@@ -39,9 +38,7 @@ export const CONSOLE_CSP = [
   "frame-ancestors 'none'",
 ].join('; ');
 
-/** What the page needs to know of the service beyond the API: where ingress listens. */
 export interface ConsoleOptions {
-  ingress?: { domain: string; port: number } | undefined;
   /** Where the built files are (tests); default dist/console/. */
   root?: string | undefined;
 }
@@ -60,7 +57,6 @@ export async function consoleRoutes(app: FastifyInstance, options: ConsoleOption
   app.addHook('onSend', async (_request, reply) => secureHeaders(reply));
   // The relative URLs in index.html resolve against /console/, not /.
   app.get('/console', { schema: { hide: true } }, (_request, reply) => reply.redirect('/console/', 301));
-  app.get('/console/config.json', { schema: { hide: true } }, async () => ({ data: { ingress: options.ingress ?? null } }));
   if (!existsSync(`${root}/index.html`)) {
     const notBuilt = new VesselError('unavailable', 'the console is not built: run `npm run build:console`');
     app.get('/console/', { schema: { hide: true } }, (_request, reply) => sendError(reply, notBuilt));

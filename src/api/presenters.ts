@@ -1,9 +1,11 @@
 /** Domain records to the response shapes of the spec. */
+import { ingressUrls, type IngressAddress } from '../core/ingress-urls.js';
 import type { RuleView } from '../core/rules.js';
 import { exitCodeOf } from '../core/processes.js';
 import type { Audit, Checkpoint, Page, ProcessState, Runtime, Secret, Token } from '../core/types.js';
 
-export const runtimeView = (r: Runtime) => ({
+/** `ingress`: where the service's ingress listener is reached, or null when it runs none. */
+export const runtimeView = (r: Runtime, ingress: IngressAddress | null) => ({
   id: r.id,
   display_name: r.displayName,
   status: r.status,
@@ -12,6 +14,9 @@ export const runtimeView = (r: Runtime) => ({
   ingress_specs: r.ingressSpecs,
   resources: r.resources,
   ...(r.pendingResources === null ? {} : { pending_resources: r.pendingResources }),
+  labels: r.labels,
+  lifecycle: { idle_timeout_secs: r.lifecycle.idleTimeoutSecs, on_idle: r.lifecycle.onIdle, auto_delete_secs: r.lifecycle.autoDeleteSecs },
+  ingress_urls: ingressUrls(r, ingress),
   created_at: r.createdAt,
 });
 

@@ -7,7 +7,8 @@ import { Type, type IntegerOptions, type Static, type TSchema } from '@sinclair/
 import { ERROR_CODES } from '../core/errors.js';
 import { DEFAULT_RING_BYTES, MAX_RING_BYTES, MIN_RING_BYTES, SIGNAL_NAMES } from '../core/processes.js';
 import { MAX_SECRET_BYTES } from '../core/secrets.js';
-import { RUNTIME_STATUSES, CHECKPOINT_STATES, GUEST_FILE_TYPES, SCOPES } from '../core/types.js';
+import { LABEL_KEY_PATTERN, MAX_LABEL_SELECTORS, MAX_LABEL_VALUE_CHARS, MAX_LABELS, MAX_LIFECYCLE_SECS } from '../core/runtime-settings.js';
+import { AUDIT_CATEGORIES, RUNTIME_STATUSES, CHECKPOINT_STATES, GUEST_FILE_TYPES, SCOPES } from '../core/types.js';
 import { DEFAULT_CONSOLE_LOG_BYTES, MAX_CONSOLE_LOG_BYTES } from '../core/console-log.js';
 
 /** OpenAPI 3.0.3 has no `type: null`; ajv and swagger both understand `nullable`. */
@@ -64,6 +65,40 @@ export const IngressSpec = Type.Object(
   { $id: 'IngressSpec', additionalProperties: false },
 );
 
+export const Labels = Type.Record(Type.String(), Type.String({ maxLength: MAX_LABEL_VALUE_CHARS }), {
+  $id: 'Labels',
+  maxProperties: MAX_LABELS,
+  description: `your own tags: at most ${MAX_LABELS}; keys match ${LABEL_KEY_PATTERN} (1 to 63 characters), values have at most ${MAX_LABEL_VALUE_CHARS} characters and no control characters`,
+});
+
+const LifecycleSecs = (description: string) => Nullable(Int64({ minimum: 0, maximum: MAX_LIFECYCLE_SECS, description }));
+const LifecycleFields = {
+  idle_timeout_secs: LifecycleSecs('seconds without exec, file, terminal or egress activity before on_idle applies; null: the service default (VESSEL_IDLE_SUSPEND_SECS); 0: never'),
+  on_idle: StringEnum(['suspend', 'stop'] as const, { description: 'suspend: saved to disk, resume brings back its processes; stop: shut down, start boots it' }),
+  auto_delete_secs: LifecycleSecs('seconds after the runtime stopped running (shutdown, suspended, crashed, error) before it is deleted; null: never'),
+};
+
+export const Lifecycle = Type.Object(LifecycleFields, { $id: 'Lifecycle', additionalProperties: false, description: 'what the runtime does on its own when left alone' });
+
+/** In a create or PATCH: each field given replaces the one in force, the others stay. */
+const LifecycleInput = Type.Object(
+  {
+    idle_timeout_secs: Type.Optional(LifecycleFields.idle_timeout_secs),
+    on_idle: Type.Optional(LifecycleFields.on_idle),
+    auto_delete_secs: Type.Optional(LifecycleFields.auto_delete_secs),
+  },
+  { additionalProperties: false, description: 'fields given replace those in force; a create starts from idle_timeout_secs null, on_idle suspend, auto_delete_secs null' },
+);
+
+export const IngressUrl = Type.Object(
+  {
+    runtime_port: IngressSpec.properties.runtime_port,
+    protocol: IngressSpec.properties.protocol,
+    url: Type.String({ format: 'uri', description: 'where the port is reached from outside, through the ingress listener' }),
+  },
+  { $id: 'IngressUrl', additionalProperties: false },
+);
+
 export const Runtime = Type.Object(
   {
     id: Type.String({ format: 'uuid' }),
@@ -74,6 +109,9 @@ export const Runtime = Type.Object(
     ingress_specs: Type.Array(Type.Ref(IngressSpec)),
     resources: Type.Ref(Resources),
     pending_resources: Type.Optional(Type.Ref(Resources)),
+    labels: Type.Ref(Labels),
+    lifecycle: Type.Ref(Lifecycle),
+    ingress_urls: Type.Array(Type.Ref(IngressUrl), { description: 'one per ingress spec, in their order; empty when the service runs no ingress' }),
     created_at: Type.String({ format: 'date-time' }),
   },
   { $id: 'Runtime' },
@@ -195,15 +233,25 @@ export const IcmpDropAudit = Type.Object(
   { $id: 'IcmpDropAudit', additionalProperties: false, description: 'ICMP packets the gateway dropped, counted over an interval; action is always deny' },
 );
 
+export const LifecycleAudit = Type.Object(
+  {
+    action: StringEnum(['suspend', 'stop', 'delete'] as const, { description: 'what the timer did' }),
+    reason: Type.String({ description: 'which setting, and after how long' }),
+    runtime_name: Type.String({ description: "the runtime's display name when it acted (a deleted runtime has no other)" }),
+  },
+  { $id: 'LifecycleAudit', additionalProperties: false, description: "What a runtime's lifecycle settings did to it, with no request asking" },
+);
+
 export const Audit = Type.Object(
   {
     id: Type.String({ format: 'uuid' }),
     created_at: Type.String({ format: 'date-time' }),
     runtime_id: Type.String({ format: 'uuid' }),
-    category: StringEnum(['egress'] as const),
+    category: StringEnum(AUDIT_CATEGORIES, { description: 'names the one property of payload that is present' }),
     payload: Type.Object(
       {
-        egress: Type.Object(
+        lifecycle: Type.Optional(Type.Ref(LifecycleAudit)),
+        egress: Type.Optional(Type.Object(
           {
             kind: StringEnum(['tcp_connection', 'http_request', 'icmp_drop'] as const, { description: 'names the one property below that is present' }),
             tcp_connection: Type.Optional(Type.Ref(TcpConnectionAudit)),
@@ -211,7 +259,7 @@ export const Audit = Type.Object(
             icmp_drop: Type.Optional(Type.Ref(IcmpDropAudit)),
           },
           { additionalProperties: false },
-        ),
+        )),
       },
       { additionalProperties: false, description: 'externally tagged by category: exactly one property, the category' },
     ),
@@ -348,6 +396,9 @@ export const SHARED_SCHEMAS = [
   Resources,
   EgressPolicy,
   IngressSpec,
+  Labels,
+  Lifecycle,
+  IngressUrl,
   Runtime,
   Secret,
   InjectionConfig,
@@ -363,6 +414,7 @@ export const SHARED_SCHEMAS = [
   TcpConnectionAudit,
   HttpRequestAudit,
   IcmpDropAudit,
+  LifecycleAudit,
   Audit,
   FileWritten,
   FileInfo,
@@ -391,6 +443,8 @@ export const RuntimeCreateBody = Type.Object(
     egress_policy: Type.Optional(Type.Ref(EgressPolicy)),
     ingress_specs: Type.Optional(Type.Array(Type.Ref(IngressSpec), { maxItems: 64, default: [], description: 'ports unique' })),
     checkpoint: Type.Optional(Type.String({ minLength: 1, maxLength: 128, description: 'ID or name of a ready checkpoint to fork from' })),
+    labels: Type.Optional(Type.Ref(Labels)),
+    lifecycle: Type.Optional(LifecycleInput),
   },
   { additionalProperties: false },
 );
@@ -407,6 +461,8 @@ export const RuntimePatchBody = Type.Object(
         { additionalProperties: false },
       ),
     ),
+    labels: Type.Optional(Type.Ref(Labels)),
+    lifecycle: Type.Optional(LifecycleInput),
   },
   { additionalProperties: false },
 );
@@ -525,6 +581,21 @@ export const ListQuery = Type.Object({
   page_token: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$', description: 'next_page_token of the previous page' })),
 });
 
+export const RuntimeListQuery = Type.Composite([
+  ListQuery,
+  Type.Object({
+    label: Type.Optional(
+      Type.Array(Type.String({ minLength: 1, maxLength: 320 }), {
+        maxItems: MAX_LABEL_SELECTORS,
+        description: 'key=value: runtimes with that label; key: runtimes that have the key. Repeat for more; all must hold',
+      }),
+    ),
+    status: Type.Optional(
+      Type.Array(Type.String({ minLength: 1, maxLength: 128 }), { maxItems: 8, description: 'runtimes in any of these statuses; repeat or give a comma list (running,paused)' }),
+    ),
+  }),
+]);
+
 export const CheckpointListQuery = Type.Composite([
   ListQuery,
   Type.Object({ include_system: Type.Optional(Type.Boolean({ default: false, description: "also the service's own templates" })) }),
@@ -533,7 +604,7 @@ export const CheckpointListQuery = Type.Composite([
 export const AuditQuery = Type.Composite([
   ListQuery,
   Type.Object({
-    category: Type.Optional(StringEnum(['egress'] as const, { description: 'default: every category' })),
+    category: Type.Optional(StringEnum(AUDIT_CATEGORIES, { description: 'default: every category' })),
     runtime: Type.Optional(Type.String({ minLength: 1, maxLength: 128, description: "the runtime's UUID or display name; a deleted runtime's UUID still filters" })),
   }),
 ]);

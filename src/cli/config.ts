@@ -19,7 +19,7 @@ export interface Config {
   maxFileBytes: number;
   memoryOvercommit: number;
   logLevel: string;
-  /** Suspend runtimes idle this long (no exec, file or egress activity); 0 = never. */
+  /** The idle timeout of runtimes whose lifecycle sets none (no exec, file or egress activity that long suspends them); 0 = never. */
   idleSuspendSecs: number;
   /** Spare VMs kept forked and ready for creates without a checkpoint; 0 = none. */
   warmPoolSize: number;

@@ -63,8 +63,9 @@ export async function serve(config: Config): Promise<void> {
 
   const reconciled = await core.reconcile();
   log.info(reconciled, 'reconciled runtimes with live VMs');
-  core.runtimes.startIdleSuspension(config.idleSuspendSecs);
+  core.runtimes.startLifecycleTimers(config.idleSuspendSecs);
 
+  const ingress = { domain: config.egress.ingress.domain, port: config.egress.ingress.port };
   const app = await buildApi({
     core,
     logger: log,
@@ -72,7 +73,7 @@ export async function serve(config: Config): Promise<void> {
     unauthenticatedRateLimit: config.unauthenticatedRateLimit,
     maxFileBytes: config.maxFileBytes,
     listenHost: config.host,
-    console: { ingress: { domain: config.egress.ingress.domain, port: config.egress.ingress.port } },
+    ingress,
   });
   await app.listen({ host: config.host, port: config.port });
 

@@ -57,7 +57,7 @@ export class Core {
         checkpoints.filter((cp) => cp.tenantId === tenantId && !cp.deleted).map((cp) => cp.id),
       );
     });
-    this.runtimes = new RuntimeService(store, driver, this.egress, quotas, log, this.#pool);
+    this.runtimes = new RuntimeService(store, driver, this.egress, quotas, this.audits, log, this.#pool);
     this.processes = new ProcessService(this.runtimes, driver);
     this.consoleLogs = new ConsoleLogService(this.runtimes, driver);
     this.rules = new RuleService(store, this.runtimes, this.secrets);
@@ -78,7 +78,7 @@ export class Core {
   }
 
   async close(): Promise<void> {
-    this.runtimes.stopIdleSuspension();
+    this.runtimes.stopLifecycleTimers();
     await this.#pool.close();
     this.checkpoints.close();
     await this.#verifying;

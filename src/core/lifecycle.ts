@@ -37,3 +37,5 @@ export function requireState(op: GatedOp, status: RuntimeStatus, runtimeName: st
 
 /** Statuses in which a QEMU process is expected to exist. */
 export const LIVE_STATUSES: readonly RuntimeStatus[] = ['running', 'paused', 'creating'];
+/** Statuses without a VM that a runtime reaches by no longer running: its auto-delete clock runs in them. */
+export const STOPPED_STATUSES: readonly RuntimeStatus[] = ['shutdown', 'suspended', 'crashed', 'error'];

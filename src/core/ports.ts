@@ -26,6 +26,7 @@ import type {
   Secret,
   TenantLimits,
   TenantUsage,
+  RuntimeFilter,
   Token,
 } from './types.js';
 
@@ -36,6 +37,10 @@ export interface Store {
     /** Every runtime of every tenant: for reconciliation at start-up. */
     listAll(): Promise<Runtime[]>;
     findById(id: string): Promise<Runtime | undefined>;
+    /** A page of the tenant's runtimes that pass the filter, newest first: filtered before paging, so pages are full. */
+    listMatching(tenantId: string, filter: RuntimeFilter, page: PageRequest): Promise<Page<Runtime>>;
+    /** The runtimes a lifecycle timer may act on: those running, and those stopped with auto_delete_secs set. */
+    listTimed(): Promise<Runtime[]>;
   };
   readonly secrets: TenantRepo<Secret>;
   readonly rules: RuleRepo;

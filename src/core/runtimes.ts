@@ -5,11 +5,14 @@ import type { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, invalidArgument, notFound, unavailable } from './errors.js';
 import { normalizeHostPattern } from './host-pattern.js';
 import { KeyedMutex } from './keyed-mutex.js';
-import { LIVE_STATUSES, RESULT_OF, requireState, type LifecycleOp } from './lifecycle.js';
+import { LIVE_STATUSES, RESULT_OF, STOPPED_STATUSES, requireState, type LifecycleOp } from './lifecycle.js';
+import { LIFECYCLE_TICK_MS, dueAction, type TimerAction } from './lifecycle-timers.js';
 import { checkDisplayName } from './names.js';
 import type { HostLimits, Store, VmDriver, VmSpec } from './ports.js';
+import type { AuditService } from './audits.js';
 import type { TenantQuotas } from './quotas.js';
-import type { Checkpoint, EgressPolicy, ExecRequest, ExecResult, GuestFileInfo, GuestFileStat, IngressSpec, Page, PageRequest, Resources, Runtime } from './types.js';
+import { checkLabels, initialLifecycle, mergeLifecycle, type LifecycleInput } from './runtime-settings.js';
+import type { Checkpoint, EgressPolicy, ExecRequest, ExecResult, GuestFileInfo, GuestFileStat, IngressSpec, Page, PageRequest, Resources, Runtime, RuntimeFilter } from './types.js';
 import type { WarmPool } from './warm-pool.js';
 
 export const DEFAULT_MEMORY_MIB = 512;
@@ -22,11 +25,17 @@ export interface RuntimeCreateInput {
   egress_policy?: EgressPolicy;
   ingress_specs?: IngressSpec[];
   checkpoint?: string;
+  labels?: Record<string, string>;
+  lifecycle?: LifecycleInput;
 }
 
 export interface RuntimePatchInput {
   egress_policy?: EgressPolicy;
   resources?: { limits?: { memory_mib: number }; requests?: { memory_mib?: number } };
+  /** Replaces every label; `{}` removes them all. */
+  labels?: Record<string, string>;
+  /** Each field given replaces the one in force; the others stay. */
+  lifecycle?: LifecycleInput;
 }
 
 /** The checkpoint service, as creates see it. */
@@ -111,7 +120,11 @@ export class RuntimeService {
   readonly #activity = new Map<string, number>();
   /** Work in progress per runtime: while any runs, the runtime is not idle. */
   readonly #inFlight = new Map<string, number>();
-  #idleTimer: NodeJS.Timeout | null = null;
+  #lifecycleTimer: NodeJS.Timeout | null = null;
+  /** VESSEL_IDLE_SUSPEND_SECS: the idle timeout of runtimes that set none; 0 is never. */
+  #defaultIdleSecs = 0;
+  /** A sweep of the timers is under way: the next tick skips rather than pile up behind a slow one. */
+  #sweeping = false;
   #observer: RuntimeObserver | null = null;
 
   constructor(
@@ -119,6 +132,8 @@ export class RuntimeService {
     private readonly driver: VmDriver,
     private readonly network: RuntimeNetwork,
     private readonly quotas: TenantQuotas,
+    /** Where what the lifecycle timers do is recorded for the tenant to see. */
+    private readonly audits: Pick<AuditService, 'record'>,
     private readonly log: Logger,
     private readonly pool: Pick<WarmPool, 'take' | 'discard'> | null = null,
   ) {
@@ -142,7 +157,8 @@ export class RuntimeService {
     return rt;
   }
 
-  list = (tenantId: string, page: PageRequest): Promise<Page<Runtime>> => this.store.runtimes.list(tenantId, page);
+  list = (tenantId: string, page: PageRequest, filter: RuntimeFilter = { labels: [], statuses: [] }): Promise<Page<Runtime>> =>
+    this.store.runtimes.listMatching(tenantId, filter, page);
 
   async create(tenantId: string, input: RuntimeCreateInput): Promise<Runtime> {
     this.#requireDriver();
@@ -151,6 +167,8 @@ export class RuntimeService {
     const name = checkDisplayName(input.display_name);
     const egressPolicy = normalizeEgressPolicy(input.egress_policy ?? { enabled: true, allowed_hosts: [] });
     const ingressSpecs = checkIngress(input.ingress_specs ?? []);
+    const labels = checkLabels(input.labels ?? {});
+    const lifecycle = initialLifecycle(input.lifecycle);
     const fork = input.checkpoint === undefined ? null : await this.#forkOf(tenantId, input.checkpoint, input.resources);
     const resources = fork?.resources ?? this.#resourcesFromInput(input.resources);
     const claim = await this.quotas.claimVm(tenantId, { runtimeName: name, resources, newRuntime: true, replacing: null });
@@ -171,6 +189,9 @@ export class RuntimeService {
         resources,
         pendingResources: null,
         baseCheckpointId,
+        labels,
+        lifecycle,
+        stoppedAt: null,
         createdAt: now,
         updatedAt: now,
       };
@@ -211,6 +232,12 @@ export class RuntimeService {
       const rt = await this.get(tenantId, found.id);
       const changes: Partial<Runtime> = {};
       if (input.egress_policy !== undefined) changes.egressPolicy = normalizeEgressPolicy(input.egress_policy);
+      if (input.labels !== undefined) changes.labels = checkLabels(input.labels);
+      if (input.lifecycle !== undefined) {
+        changes.lifecycle = mergeLifecycle(rt.lifecycle, input.lifecycle);
+        // A runtime stopped long ago is not deleted the moment auto-delete is set: its clock starts now.
+        if (input.lifecycle.auto_delete_secs !== undefined && rt.stoppedAt !== null) changes.stoppedAt = new Date().toISOString();
+      }
       if (input.resources !== undefined) {
         const target = checkResources(
           {
@@ -262,6 +289,8 @@ export class RuntimeService {
         case 'resume':
           if (rt.status === 'suspended') return this.#boot(rt);
           await this.driver.resume(rt.id);
+          // Time spent paused is not idle time: the idle timer starts again.
+          this.touch(rt.id);
           break;
         case 'stop':
           await this.driver.stop(rt.id, STOP_DEADLINE_MS);
@@ -316,51 +345,84 @@ export class RuntimeService {
     };
   }
 
-  #idle(runtimeId: string, idleSecs: number): boolean {
-    return !this.#inFlight.has(runtimeId) && Date.now() - (this.#activity.get(runtimeId) ?? 0) >= idleSecs * 1000;
-  }
-
-  /** Marks activity (exec, files, egress) so an idle timer does not suspend a busy runtime. */
+  /** Marks activity (exec, files, egress) so an idle timer does not stop a busy runtime. */
   touch(runtimeId: string): void {
     this.#activity.set(runtimeId, Date.now());
   }
 
   /**
-   * Suspends running runtimes idle for `idleSecs`: their VM is saved to disk and its process
-   * ends, so they hold no memory. resume or start brings them back as they were.
+   * Runs every runtime's lifecycle timers (lifecycle-timers.ts) each LIFECYCLE_TICK_MS.
+   * `defaultIdleSecs` is the idle timeout of runtimes that set none (0: never).
    */
-  startIdleSuspension(idleSecs: number): void {
-    if (idleSecs <= 0 || this.#idleTimer !== null) return;
-    const tick = async () => {
-      const now = Date.now();
-      for (const rt of await this.store.runtimes.listAll()) {
-        if (rt.status !== 'running') continue;
-        const last = this.#activity.get(rt.id);
-        if (last === undefined) {
-          this.#activity.set(rt.id, now);
-          continue;
-        }
-        if (!this.#idle(rt.id, idleSecs)) continue;
-        await this.#lock.run(rt.id, async () => {
-          const current = await this.store.runtimes.findById(rt.id);
-          if (current?.status !== 'running' || !this.#idle(rt.id, idleSecs)) return;
-          try {
-            await this.driver.suspend(rt.id);
-            await this.#save(current, { status: 'suspended', statusMessage: null });
-            this.log.info({ runtimeId: rt.id }, 'idle runtime suspended');
-          } catch (err) {
-            this.log.warn({ runtimeId: rt.id, err }, 'could not suspend an idle runtime');
-          }
-        });
-      }
-    };
-    this.#idleTimer = setInterval(() => void tick().catch((err) => this.log.error({ err }, 'idle check failed')), Math.min(5000, Math.max(500, (idleSecs * 1000) / 4)));
-    this.#idleTimer.unref();
+  startLifecycleTimers(defaultIdleSecs: number): void {
+    this.#defaultIdleSecs = defaultIdleSecs;
+    if (this.#lifecycleTimer !== null) return;
+    this.#lifecycleTimer = setInterval(() => void this.runLifecycleTimers().catch((err) => this.log.error({ err }, 'lifecycle timers failed')), LIFECYCLE_TICK_MS);
+    this.#lifecycleTimer.unref();
   }
 
-  stopIdleSuspension(): void {
-    if (this.#idleTimer !== null) clearInterval(this.#idleTimer);
-    this.#idleTimer = null;
+  stopLifecycleTimers(): void {
+    if (this.#lifecycleTimer !== null) clearInterval(this.#lifecycleTimer);
+    this.#lifecycleTimer = null;
+  }
+
+  /**
+   * One sweep at `now`: the due actions are taken, each under its runtime's lock after deciding
+   * again on the record as it is then (a PATCH, a start or new work may have come first). A
+   * running runtime first seen (after a restart) counts as active from now: activity is kept in
+   * memory, and a VM the service could not reach meanwhile may well have been used.
+   */
+  async runLifecycleTimers(now = Date.now()): Promise<void> {
+    if (this.#sweeping) return;
+    this.#sweeping = true;
+    try {
+      const due: Runtime[] = [];
+      for (const rt of await this.store.runtimes.listTimed()) {
+        if (rt.status === 'running' && !this.#activity.has(rt.id)) this.#activity.set(rt.id, now);
+        else if (dueAction(rt, this.#activityOf(rt.id), now, this.#defaultIdleSecs) !== null) due.push(rt);
+      }
+      await Promise.all(due.map((rt) => this.#lock.run(rt.id, () => this.#expire(rt.id, now))));
+    } finally {
+      this.#sweeping = false;
+    }
+  }
+
+  #activityOf(runtimeId: string) {
+    return { busy: this.#inFlight.has(runtimeId), lastAt: this.#activity.get(runtimeId) ?? 0 };
+  }
+
+  /** With the runtime's lock held: takes the action its timers call for now, if any still does. */
+  async #expire(runtimeId: string, now: number): Promise<void> {
+    const rt = await this.store.runtimes.findById(runtimeId);
+    if (rt === undefined) return;
+    const due = dueAction(rt, this.#activityOf(rt.id), now, this.#defaultIdleSecs);
+    if (due === null) return;
+    try {
+      await this.#act(rt, due);
+    } catch (err) {
+      this.log.warn({ runtimeId: rt.id, tenantId: rt.tenantId, action: due.action, err }, 'a lifecycle timer could not act on a runtime');
+      return;
+    }
+    this.log.info({ runtimeId: rt.id, tenantId: rt.tenantId, runtime: rt.displayName, action: due.action, reason: due.reason }, 'lifecycle timer acted on a runtime');
+    const lifecycle = { action: due.action, reason: due.reason, runtime_name: rt.displayName };
+    await this.audits.record([{ id: randomUUID(), tenantId: rt.tenantId, runtimeId: rt.id, category: 'lifecycle', payload: { lifecycle }, createdAt: new Date().toISOString() }]);
+  }
+
+  async #act(rt: Runtime, due: TimerAction): Promise<void> {
+    switch (due.action) {
+      case 'suspend':
+        await this.driver.suspend(rt.id);
+        await this.#save(rt, { status: 'suspended', statusMessage: due.reason });
+        return;
+      case 'stop':
+        await this.driver.stop(rt.id, STOP_DEADLINE_MS);
+        await this.#save(rt, { status: 'shutdown', statusMessage: due.reason });
+        return;
+      case 'delete':
+        await this.#save(rt, { status: 'deleting' });
+        await this.#finishDelete(rt);
+        return;
+    }
   }
 
   readFile(tenantId: string, ref: string, path: string): Promise<Readable> {
@@ -540,7 +602,14 @@ export class RuntimeService {
   }
 
   async #save(rt: Runtime, changes: Partial<Runtime>): Promise<Runtime> {
-    Object.assign(rt, changes, { updatedAt: new Date().toISOString() });
+    const now = new Date().toISOString();
+    if (changes.status !== undefined && changes.status !== rt.status) {
+      // The auto-delete clock starts when the runtime stops running, and stops when it runs again.
+      const stopped = STOPPED_STATUSES.includes(changes.status);
+      if (!stopped) changes.stoppedAt = null;
+      else if (!STOPPED_STATUSES.includes(rt.status)) changes.stoppedAt = now;
+    }
+    Object.assign(rt, changes, { updatedAt: now });
     await this.store.runtimes.update(rt);
     return rt;
   }

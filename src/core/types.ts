@@ -19,6 +19,17 @@ export interface IngressSpec {
   runtime_port: number;
 }
 
+/** What a runtime does on its own when left alone (docs/api.md, "Lifecycle settings"). */
+export interface LifecycleSettings {
+  /** Seconds without activity before on_idle applies; null: the service default (VESSEL_IDLE_SUSPEND_SECS); 0: never. */
+  idleTimeoutSecs: number | null;
+  onIdle: 'suspend' | 'stop';
+  /** Seconds after it stopped running before the runtime is deleted; null: never. */
+  autoDeleteSecs: number | null;
+}
+
+export const DEFAULT_LIFECYCLE: Readonly<LifecycleSettings> = { idleTimeoutSecs: null, onIdle: 'suspend', autoDeleteSecs: null };
+
 export interface Runtime {
   id: string;
   tenantId: string;
@@ -34,8 +45,24 @@ export interface Runtime {
   pendingResources: Resources | null;
   /** The checkpoint whose disk layer this runtime's overlay sits on, if any. */
   baseCheckpointId: string | null;
+  /** The user's own key/value tags (runtime-settings.ts bounds them). */
+  labels: Record<string, string>;
+  lifecycle: LifecycleSettings;
+  /**
+   * Where the auto-delete clock starts: when the runtime last stopped running (shutdown,
+   * suspended, crashed, error), or a later PATCH of auto_delete_secs; null while it runs.
+   */
+  stoppedAt: string | null;
   createdAt: string;
   updatedAt: string;
+}
+
+/** What a runtime list keeps (docs/api.md, "Listing runtimes"): every condition holds. */
+export interface RuntimeFilter {
+  /** Each label key must be present, with this value unless it is null. */
+  labels: Array<[key: string, value: string | null]>;
+  /** Any of these statuses; empty: every status. */
+  statuses: RuntimeStatus[];
 }
 
 export interface Secret {
@@ -133,14 +160,29 @@ export interface EgressAuditDetails {
 export type EgressAuditKind = keyof EgressAuditDetails;
 export type EgressAuditDetail = EgressAuditDetails[EgressAuditKind];
 
-export interface Audit {
+/** What a lifecycle timer did to a runtime on its own (docs/api.md, "Lifecycle settings"). */
+export interface LifecycleAuditDetail {
+  action: 'suspend' | 'stop' | 'delete';
+  reason: string;
+  /** The runtime's display name then: after a delete, nothing else tells the user which it was. */
+  runtime_name: string;
+}
+
+interface AuditFields {
   id: string;
   tenantId: string;
   runtimeId: string;
-  category: 'egress';
-  payload: { egress: { kind: EgressAuditKind } & Partial<EgressAuditDetails> };
   createdAt: string;
 }
+
+/** Externally tagged by category: the payload's one property is the category. */
+export type Audit = AuditFields &
+  (
+    | { category: 'egress'; payload: { egress: { kind: EgressAuditKind } & Partial<EgressAuditDetails> } }
+    | { category: 'lifecycle'; payload: { lifecycle: LifecycleAuditDetail } }
+  );
+
+export const AUDIT_CATEGORIES = ['egress', 'lifecycle'] as const;
 
 export const SCOPES = [
   'runtimes:read',

@@ -97,4 +97,19 @@ export const MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
       );
     `,
   },
+  {
+    // Labels and lifecycle settings per runtime (docs/api.md, "Labels" and "Lifecycle settings").
+    // stopped_at starts the auto-delete clock; a runtime already stopped before this version
+    // counts from its last update, the closest thing to when it stopped that the store knows.
+    version: 3,
+    sql: `
+      ALTER TABLE runtimes ADD COLUMN labels TEXT NOT NULL DEFAULT '{}';
+      ALTER TABLE runtimes ADD COLUMN idle_timeout_secs INTEGER;
+      ALTER TABLE runtimes ADD COLUMN on_idle TEXT NOT NULL DEFAULT 'suspend';
+      ALTER TABLE runtimes ADD COLUMN auto_delete_secs INTEGER;
+      ALTER TABLE runtimes ADD COLUMN stopped_at TEXT;
+      UPDATE runtimes SET stopped_at = updated_at WHERE status IN ('shutdown', 'suspended', 'crashed', 'error');
+      CREATE INDEX runtimes_tenant ON runtimes (tenant_id, seq);
+    `,
+  },
 ];

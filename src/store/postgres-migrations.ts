@@ -104,11 +104,19 @@ export const PG_MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
     `,
   },
   {
-    // Tokens are listed a page at a time, newest first; SQLite pages on its rowid.
+    // Labels and lifecycle settings of runtimes (SQLite's version 3); and tokens are listed a page
+    // at a time, newest first, which SQLite does on its rowid.
     version: 3,
     sql: `
       ALTER TABLE tokens ADD COLUMN seq BIGINT GENERATED ALWAYS AS IDENTITY;
       CREATE INDEX tokens_tenant ON tokens (tenant_id, seq);
+      ALTER TABLE runtimes ADD COLUMN labels TEXT NOT NULL DEFAULT '{}';
+      ALTER TABLE runtimes ADD COLUMN idle_timeout_secs INTEGER;
+      ALTER TABLE runtimes ADD COLUMN on_idle TEXT NOT NULL DEFAULT 'suspend';
+      ALTER TABLE runtimes ADD COLUMN auto_delete_secs INTEGER;
+      ALTER TABLE runtimes ADD COLUMN stopped_at TEXT;
+      UPDATE runtimes SET stopped_at = updated_at WHERE status IN ('shutdown', 'suspended', 'crashed', 'error');
+      CREATE INDEX runtimes_tenant ON runtimes (tenant_id, seq);
     `,
   },
 ];

@@ -7,10 +7,10 @@
 import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { alreadyExists, failedPrecondition, notFound } from '../core/errors.js';
-import { LIVE_STATUSES } from '../core/lifecycle.js';
+import { LIVE_STATUSES, STOPPED_STATUSES } from '../core/lifecycle.js';
 import { isUuid } from '../core/names.js';
 import type { AuditRepo, CheckpointRepo, QuotaRepo, RuleRepo, Store, TenantRepo, TokenRepo } from '../core/ports.js';
-import type { Page, PageRequest, Runtime, Secret, TenantLimits } from '../core/types.js';
+import type { Page, PageRequest, Runtime, RuntimeFilter, Secret, TenantLimits } from '../core/types.js';
 import { PG_MIGRATIONS } from './postgres-migrations.js';
 import {
   AUDIT_COLUMNS,
@@ -134,7 +134,7 @@ class PgTenantTable<T extends { id: string; tenantId: string; displayName: strin
   readonly #delete: Sql;
 
   constructor(
-    private readonly db: pg.Pool,
+    protected readonly db: pg.Pool,
     private readonly kind: string,
     table: string,
     private readonly columns: string[],
@@ -201,11 +201,44 @@ export interface PostgresStoreOptions {
   onIdleError?: (err: Error) => void;
 }
 
+/**
+ * Runtimes add lists by label and status, filtered in the query so that a page holds `limit`
+ * matches (as on SQLite): the statuses (empty keeps all), and label selectors as [key, value or
+ * null] pairs, each of which the runtime's labels must hold.
+ */
+class PgRuntimeTable extends PgTenantTable<Runtime> {
+  readonly #matching = new Sql(
+    `SELECT * FROM runtimes r WHERE tenant_id = $1 AND seq < $2
+       AND (cardinality($3::text[]) = 0 OR status = ANY($3::text[]))
+       AND NOT EXISTS (
+         SELECT 1 FROM jsonb_array_elements($4::jsonb) s(sel) WHERE NOT (
+           CASE WHEN jsonb_typeof(sel->1) = 'null' THEN r.labels::jsonb ? (sel->>0)
+                ELSE r.labels::jsonb @> jsonb_build_object(sel->>0, sel->>1) END))
+     ORDER BY seq DESC LIMIT $5`,
+  );
+  readonly #timed = new Sql(
+    `SELECT * FROM runtimes WHERE status = 'running' OR (auto_delete_secs IS NOT NULL AND stopped_at IS NOT NULL AND status = ANY($1::text[])) ORDER BY seq`,
+  );
+
+  constructor(db: pg.Pool) {
+    super(db, 'runtime', 'runtimes', RUNTIME_COLUMNS, runtimeToRow, runtimeFromRow);
+  }
+
+  async listMatching(tenantId: string, filter: RuntimeFilter, p: PageRequest): Promise<Page<Runtime>> {
+    const rows = await this.#matching.rows(this.db, [tenantId, decodePageToken(p.pageToken), filter.statuses, JSON.stringify(filter.labels), p.limit + 1]);
+    return page(rows, p.limit, this.fromRow);
+  }
+
+  async listTimed(): Promise<Runtime[]> {
+    return (await this.#timed.rows(this.db, [STOPPED_STATUSES])).map(this.fromRow);
+  }
+}
+
 export class PostgresStore implements Store {
   readonly #pool: pg.Pool;
   #closed = false;
   readonly tokens: TokenRepo;
-  readonly runtimes: PgTenantTable<Runtime>;
+  readonly runtimes: PgRuntimeTable;
   readonly secrets: PgTenantTable<Secret>;
   readonly rules: RuleRepo;
   readonly checkpoints: CheckpointRepo;
@@ -214,7 +247,7 @@ export class PostgresStore implements Store {
 
   private constructor(pool: pg.Pool) {
     this.#pool = pool;
-    this.runtimes = new PgTenantTable(pool, 'runtime', 'runtimes', RUNTIME_COLUMNS, runtimeToRow, runtimeFromRow);
+    this.runtimes = new PgRuntimeTable(pool);
     this.secrets = new PgTenantTable(pool, 'secret', 'secrets', SECRET_COLUMNS, secretToRow, secretFromRow);
     this.tokens = tokenRepo(pool);
     this.rules = ruleRepo(pool);

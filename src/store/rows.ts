@@ -33,7 +33,10 @@ export function page<T>(rows: Row[], limit: number, map: (r: Row) => T): Page<T>
   return { items, nextPageToken: more ? encodePageToken(Number(rows[limit - 1]!.seq)) : undefined };
 }
 
-export const RUNTIME_COLUMNS = ['id', 'tenant_id', 'display_name', 'status', 'status_message', 'egress_policy', 'ingress_specs', 'resources', 'pending_resources', 'base_checkpoint_id', 'created_at', 'updated_at'];
+export const RUNTIME_COLUMNS = [
+  'id', 'tenant_id', 'display_name', 'status', 'status_message', 'egress_policy', 'ingress_specs', 'resources', 'pending_resources', 'base_checkpoint_id',
+  'labels', 'idle_timeout_secs', 'on_idle', 'auto_delete_secs', 'stopped_at', 'created_at', 'updated_at',
+];
 export const runtimeToRow = (r: Runtime): Row => ({
   id: r.id,
   tenant_id: r.tenantId,
@@ -45,6 +48,11 @@ export const runtimeToRow = (r: Runtime): Row => ({
   resources: JSON.stringify(r.resources),
   pending_resources: r.pendingResources === null ? null : JSON.stringify(r.pendingResources),
   base_checkpoint_id: r.baseCheckpointId,
+  labels: JSON.stringify(r.labels),
+  idle_timeout_secs: r.lifecycle.idleTimeoutSecs,
+  on_idle: r.lifecycle.onIdle,
+  auto_delete_secs: r.lifecycle.autoDeleteSecs,
+  stopped_at: r.stoppedAt,
   created_at: r.createdAt,
   updated_at: r.updatedAt,
 });
@@ -59,6 +67,9 @@ export const runtimeFromRow = (r: Row): Runtime => ({
   resources: json(r.resources),
   pendingResources: jsonOrNull(r.pending_resources),
   baseCheckpointId: strOrNull(r.base_checkpoint_id),
+  labels: json(r.labels),
+  lifecycle: { idleTimeoutSecs: numOrNull(r.idle_timeout_secs), onIdle: str(r.on_idle) as Runtime['lifecycle']['onIdle'], autoDeleteSecs: numOrNull(r.auto_delete_secs) },
+  stoppedAt: strOrNull(r.stopped_at),
   createdAt: str(r.created_at),
   updatedAt: str(r.updated_at),
 });
@@ -129,14 +140,16 @@ export const checkpointFromRow = (r: Row): Checkpoint => ({
   createdAt: str(r.created_at),
 });
 
-export const auditFromRow = (r: Row): Audit => ({
-  id: str(r.id),
-  tenantId: str(r.tenant_id),
-  runtimeId: str(r.runtime_id),
-  category: 'egress',
-  payload: json(r.payload),
-  createdAt: str(r.created_at),
-});
+/** The category tags the payload (its one property), as the store was given both. */
+export const auditFromRow = (r: Row): Audit =>
+  ({
+    id: str(r.id),
+    tenantId: str(r.tenant_id),
+    runtimeId: str(r.runtime_id),
+    category: str(r.category),
+    payload: json(r.payload),
+    createdAt: str(r.created_at),
+  }) as Audit;
 
 export const TOKEN_COLUMNS = ['id', 'tenant_id', 'name', 'hash', 'scopes', 'created_at', 'revoked_at'];
 export const tokenToRow = (t: Token): Row => ({

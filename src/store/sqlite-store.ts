@@ -6,10 +6,10 @@
 import { chmodSync } from 'node:fs';
 import { Database, type Statement } from './sqlite-driver.js';
 import { alreadyExists } from '../core/errors.js';
-import { LIVE_STATUSES } from '../core/lifecycle.js';
+import { LIVE_STATUSES, STOPPED_STATUSES } from '../core/lifecycle.js';
 import { isUuid } from '../core/names.js';
 import type { AuditFilter, AuditRepo, AuditRetention, CheckpointRepo, QuotaRepo, RuleRepo, Store, TenantLimitOverrides, TenantRepo, TokenFilter, TokenRepo } from '../core/ports.js';
-import type { Audit, Page, PageRequest, Runtime, Secret, TenantLimits } from '../core/types.js';
+import type { Audit, Page, PageRequest, Runtime, RuntimeFilter, Secret, TenantLimits } from '../core/types.js';
 import { MIGRATIONS } from './migrations.js';
 import {
   CHECKPOINT_COLUMNS,
@@ -173,10 +173,52 @@ class TenantTable<T extends { id: string; tenantId: string; displayName: string 
   }
 }
 
+/**
+ * Runtimes add lists by label and status, filtered in the query so that a page holds `limit`
+ * matches; one statement serves every filter, which arrives as JSON: the statuses (an empty list
+ * keeps all) and the label selectors as [key, value-or-null] pairs, each of which must find a
+ * label of the runtime with that key (and value).
+ */
+class RuntimeTable extends TenantTable<Runtime> {
+  readonly #matching: Statement;
+  readonly #timed: Statement;
+
+  constructor(db: Db) {
+    super(db, 'runtime', 'runtimes', RUNTIME_COLUMNS, runtimeToRow, runtimeFromRow);
+    this.#matching = db.prepare(
+      `SELECT * FROM runtimes r WHERE tenant_id = @tenant AND seq < @after
+         AND (json_array_length(@statuses) = 0 OR status IN (SELECT value FROM json_each(@statuses)))
+         AND NOT EXISTS (
+           SELECT 1 FROM json_each(@selectors) s WHERE NOT EXISTS (
+             SELECT 1 FROM json_each(r.labels) l
+             WHERE l.key = json_extract(s.value, '$[0]') AND (json_extract(s.value, '$[1]') IS NULL OR l.value = json_extract(s.value, '$[1]'))))
+       ORDER BY seq DESC LIMIT @limit`,
+    );
+    this.#timed = db.prepare(
+      `SELECT * FROM runtimes WHERE status = 'running' OR (auto_delete_secs IS NOT NULL AND stopped_at IS NOT NULL AND status IN (SELECT value FROM json_each(?))) ORDER BY seq`,
+    );
+  }
+
+  async listMatching(tenantId: string, filter: RuntimeFilter, p: PageRequest): Promise<Page<Runtime>> {
+    const rows = this.#matching.all({
+      tenant: tenantId,
+      after: decodePageToken(p.pageToken),
+      statuses: JSON.stringify(filter.statuses),
+      selectors: JSON.stringify(filter.labels),
+      limit: p.limit + 1,
+    }) as Row[];
+    return page(rows, p.limit, this.fromRow);
+  }
+
+  async listTimed(): Promise<Runtime[]> {
+    return (this.#timed.all(JSON.stringify(STOPPED_STATUSES)) as Row[]).map(this.fromRow);
+  }
+}
+
 export class SqliteStore implements Store {
   readonly #db: Db;
   readonly tokens: TokenRepo;
-  readonly runtimes: TenantTable<Runtime>;
+  readonly runtimes: RuntimeTable;
   readonly secrets: TenantTable<Secret>;
   readonly rules: RuleRepo;
   readonly checkpoints: CheckpointRepo;
@@ -185,7 +227,7 @@ export class SqliteStore implements Store {
 
   constructor(file: string) {
     const db = (this.#db = openDatabase(file));
-    this.runtimes = new TenantTable(db, 'runtime', 'runtimes', RUNTIME_COLUMNS, runtimeToRow, runtimeFromRow);
+    this.runtimes = new RuntimeTable(db);
     this.secrets = new TenantTable(db, 'secret', 'secrets', SECRET_COLUMNS, secretToRow, secretFromRow, { immutableRows: true });
     this.tokens = tokenRepo(db);
     this.rules = ruleRepo(db);

@@ -14,14 +14,13 @@ import { CONSOLE_CSP } from '../../src/api/console.js';
 import { buildConsole } from '../../scripts/build-console.js';
 import { apiHarness, type ApiHarness } from '../support/api-harness.js';
 
-const INGRESS = { domain: 'vessel.example', port: 8081 };
 let built: string;
 let h: ApiHarness;
 
 before(async () => {
   built = mkdtempSync(join(tmpdir(), 'vessel-console-'));
   await buildConsole(built);
-  h = await apiHarness({ console: { root: built, ingress: INGRESS } });
+  h = await apiHarness({ console: { root: built } });
 });
 
 after(async () => {
@@ -89,12 +88,6 @@ test('nothing else is reachable: unknown files and escapes are 404 envelopes, ot
   assert.equal(JSON.parse(post.body).error.code, 'invalid_argument');
 });
 
-test('config.json says where ingress listens, without a token', async () => {
-  const r = await get('/console/config.json');
-  assert.equal(r.statusCode, 200);
-  assert.deepEqual(JSON.parse(r.body), { data: { ingress: INGRESS } });
-});
-
 test('the console is not in the OpenAPI document, and the API still wants its token', async () => {
   const doc = JSON.parse((await get('/openapi.json')).body) as { paths: Record<string, unknown> };
   assert.deepEqual(Object.keys(doc.paths).filter((p) => p.startsWith('/console')), []);
@@ -110,7 +103,6 @@ test('a service whose console was not built says so at /console/, in the envelop
     assert.equal(r.statusCode, 503);
     assert.equal(JSON.parse(r.body).error.code, 'unavailable');
     assert.match(JSON.parse(r.body).error.message, /npm run build:console/);
-    assert.deepEqual(JSON.parse((await bare.app.inject({ method: 'GET', url: '/console/config.json' })).body), { data: { ingress: null } });
   } finally {
     await bare.close();
     rmSync(empty, { recursive: true, force: true });

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { VesselError } from '../../src/core/errors.js';
 import type { Store } from '../../src/core/ports.js';
-import type { Audit, Checkpoint, InjectionRule, Runtime, RuntimeStatus, Secret, Token } from '../../src/core/types.js';
+import type { Audit, Checkpoint, InjectionRule, Runtime, RuntimeFilter, RuntimeStatus, Secret, Token } from '../../src/core/types.js';
 
 export interface StoreUnderTest {
   /** An empty store of its own; `reopen` opens the same data again, as a restarted service would. */
@@ -29,6 +29,9 @@ export const runtime = (tenantId: string, displayName: string, status: RuntimeSt
   resources: resources(vcpus, memoryMib),
   pendingResources: null,
   baseCheckpointId: null,
+  labels: {},
+  lifecycle: { idleTimeoutSecs: null, onIdle: 'suspend', autoDeleteSecs: null },
+  stoppedAt: null,
   createdAt: at(),
   updatedAt: at(),
 });
@@ -68,17 +71,18 @@ const checkpoint = (tenantId: string | null, displayName: string, extra: Partial
   ...extra,
 });
 
+type EgressAudit = Extract<Audit, { category: 'egress' }>;
 const audit = (rt: Runtime, host: string): Audit => ({
   id: randomUUID(),
   tenantId: rt.tenantId,
   runtimeId: rt.id,
   category: 'egress',
   // The store keeps the payload as it is given; `host` marks each audit for the assertions.
-  payload: { egress: { kind: 'tcp_connection', host } as unknown as Audit['payload']['egress'] },
+  payload: { egress: { kind: 'tcp_connection', host } as unknown as EgressAudit['payload']['egress'] },
   createdAt: at(),
 });
 
-const hostOf = (a: Audit): string => (a.payload.egress as unknown as { host: string }).host;
+const hostOf = (a: Audit): string => ((a as EgressAudit).payload.egress as unknown as { host: string }).host;
 
 const token = (tenantId: string, name: string): Token => ({
   id: randomUUID(),
@@ -145,6 +149,54 @@ export function storeContract(subject: StoreUnderTest): void {
     assert.equal(await store.runtimes.find('acme', 'rt-4'), undefined);
   });
 
+  withStore('runtimes by label and status: filtered in the query, so each page but the last is full; labels and lifecycle kept', async (store) => {
+    const labelled = (name: string, labels: Record<string, string>, status: RuntimeStatus = 'running'): Runtime => ({ ...runtime('acme', name, status), labels });
+    const rts = [
+      labelled('a', { env: 'prod', team: 'core' }),
+      labelled('b', { env: 'dev' }),
+      labelled('c', { env: 'prod' }, 'shutdown'),
+      labelled('d', { team: 'core' }),
+      labelled('e', { env: 'prod', team: 'web' }),
+      { ...labelled('f', { 'env.x': 'prod' }), lifecycle: { idleTimeoutSecs: 30, onIdle: 'stop' as const, autoDeleteSecs: 600 } },
+    ];
+    for (const rt of rts) await store.runtimes.insert(rt);
+    await store.runtimes.insert({ ...runtime('other', 'z'), labels: { env: 'prod' } });
+    const names = async (filter: RuntimeFilter) => (await allPages((pageToken) => store.runtimes.listMatching('acme', filter, { limit: 1, pageToken }))).map((r) => r.displayName);
+    assert.deepEqual(await names({ labels: [['env', 'prod']], statuses: [] }), ['e', 'c', 'a']);
+    assert.deepEqual(await names({ labels: [['env', 'prod']], statuses: ['running'] }), ['e', 'a']);
+    assert.deepEqual(await names({ labels: [['team', null]], statuses: [] }), ['e', 'd', 'a']);
+    assert.deepEqual(await names({ labels: [['env', 'prod'], ['team', 'core']], statuses: [] }), ['a']);
+    assert.deepEqual(await names({ labels: [], statuses: ['shutdown', 'paused'] }), ['c']);
+    assert.deepEqual(await names({ labels: [['env', 'pro']], statuses: [] }), [], 'values match whole');
+    assert.deepEqual(await names({ labels: [], statuses: [] }), ['f', 'e', 'd', 'c', 'b', 'a']);
+    const first = await store.runtimes.listMatching('acme', { labels: [['env', 'prod']], statuses: [] }, { limit: 2 });
+    assert.equal(first.items.length, 2, 'a page holds `limit` matches');
+    assert.deepEqual(await store.runtimes.find('acme', 'f'), rts[5]);
+  });
+
+  withStore('runtimes with timers: every running one, and stopped ones with auto-delete and a stop time', async (store) => {
+    const off = { idleTimeoutSecs: null, onIdle: 'suspend' as const, autoDeleteSecs: null };
+    const autoDelete = { ...off, autoDeleteSecs: 60 };
+    const rts: Runtime[] = [
+      { ...runtime('acme', 'running'), lifecycle: off },
+      { ...runtime('acme', 'stopped-plain', 'shutdown'), stoppedAt: at() },
+      { ...runtime('acme', 'stopped-timed', 'shutdown'), lifecycle: autoDelete, stoppedAt: at() },
+      { ...runtime('acme', 'crashed-timed', 'crashed'), lifecycle: autoDelete, stoppedAt: at() },
+      { ...runtime('acme', 'paused-timed', 'paused'), lifecycle: autoDelete, stoppedAt: null },
+    ];
+    for (const rt of rts) await store.runtimes.insert(rt);
+    assert.deepEqual((await store.runtimes.listTimed()).map((r) => r.displayName), ['running', 'stopped-timed', 'crashed-timed']);
+  });
+
+  withStore('audits keep their category: a lifecycle audit reads back as one, and filters by it', async (store) => {
+    const rt = runtime('acme', 'timed');
+    await store.runtimes.insert(rt);
+    const lifecycle: Audit = { id: randomUUID(), tenantId: 'acme', runtimeId: rt.id, category: 'lifecycle', payload: { lifecycle: { action: 'stop', reason: 'idle', runtime_name: 'timed' } }, createdAt: at() };
+    await store.audits.insert([audit(rt, 'a.example'), lifecycle]);
+    assert.deepEqual((await store.audits.list('acme', { limit: 10, category: 'lifecycle' })).items, [lifecycle]);
+    assert.deepEqual((await store.audits.list('acme', { limit: 10 })).items.map((a) => a.category), ['lifecycle', 'egress']);
+  });
+
   withStore('names are unique per tenant: a second insert or a rename onto a taken name is already_exists', async (store) => {
     await store.runtimes.insert(runtime('acme', 'web'));
     await rejectsWith(store.runtimes.insert(runtime('acme', 'web')), 'already_exists');
@@ -193,6 +245,12 @@ export function storeContract(subject: StoreUnderTest): void {
     assert.equal(await store.tokens.revoke(first.id, at()), true);
     assert.equal(await store.tokens.revoke(first.id, at()), false);
     assert.notEqual((await store.tokens.findByHash(first.hash))?.revokedAt, null);
+    assert.equal((await store.tokens.findById(second.id))?.name, 'laptop');
+    assert.equal(await store.tokens.findById(randomUUID()), undefined);
+    const paged = async (tenantId?: string) =>
+      (await allPages((pageToken) => store.tokens.page({ limit: 1, ...(pageToken === undefined ? {} : { pageToken }), ...(tenantId === undefined ? {} : { tenantId }) }))).map((t) => t.name);
+    assert.deepEqual(await paged(), ['admin', 'laptop', 'ci'], 'every tenant, newest first, the revoked one too');
+    assert.deepEqual(await paged('acme'), ['laptop', 'ci']);
   });
 
   withStore('injection rules: listed per tenant and runtime, counted per secret, deleted one by one and per runtime', async (store) => {

@@ -12,6 +12,7 @@ import type { ConsoleOptions } from '../../src/api/console.js';
 import type { RateLimitConfig } from '../../src/api/rate-limit.js';
 import { loadAdminToken } from '../../src/cli/data-dir.js';
 import { Core } from '../../src/core/core.js';
+import type { IngressAddress } from '../../src/core/ingress-urls.js';
 import type { Store, VmDriver } from '../../src/core/ports.js';
 import { SecretBox } from '../../src/core/secret-box.js';
 import type { Scope, TenantLimits } from '../../src/core/types.js';
@@ -54,6 +55,8 @@ export async function apiHarness(
     store?: Store;
     /** The admin token, as VESSEL_ADMIN_TOKEN gives it; processes sharing one store must agree on it. */
     adminToken?: string;
+    /** Where ingress is reached, for ingress_urls (default: no ingress). */
+    ingress?: IngressAddress;
   } = {},
 ): Promise<ApiHarness> {
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'vessel-api-'));
@@ -72,6 +75,7 @@ export async function apiHarness(
     maxFileBytes: 1024 * 1024,
     listenHost: opts.listenHost ?? '127.0.0.1',
     console: opts.console,
+    ingress: opts.ingress,
   });
   await app.ready();
   return {

@@ -113,8 +113,8 @@ describe('runtimes', () => {
     const ls = await user.run(['runtime', 'ls', '--json']);
     assert.deepEqual(json(ls), (await h.call('GET', '/v1/runtimes')).body.data);
     const table = (await user.run(['runtime', 'ls'])).out.split('\n');
-    assert.match(table[0]!, /^NAME\s+STATUS\s+VCPUS\s+MEMORY\s+EGRESS\s+AGE\s+ID$/);
-    assert.match(table[1]!, /^cli-one\s+running\s+2\s+1024 MiB\s+1 host\s+\d+s\s+[0-9a-f-]{36}$/);
+    assert.match(table[0]!, /^NAME\s+STATUS\s+VCPUS\s+MEMORY\s+EGRESS\s+AGE\s+ID\s+LABELS$/);
+    assert.match(table[1]!, /^cli-one\s+running\s+2\s+1024 MiB\s+1 host\s+\d+s\s+[0-9a-f-]{36}\s*$/);
     assert.equal((await user.run(['runtime', 'ls', '--quiet'])).out, 'cli-one\n');
     assert.match((await user.run(['runtime', 'get', 'cli-one'])).out, /^name: +cli-one\nid: +[0-9a-f-]{36}\nstatus: +running\n/);
 
@@ -132,6 +132,40 @@ describe('runtimes', () => {
     const rm = await user.run(['runtime', 'rm', 'cli-one', '--json']);
     assert.deepEqual(json(rm), { deleted: ['cli-one'] });
     assert.equal((await h.call('GET', '/v1/runtimes/cli-one')).status, 404);
+  });
+
+  test('labels and lifecycle: set at create, filtered by ls, shown by get, edited by patch', async () => {
+    const created = await user.run(['runtime', 'create', 'cli-tagged', '--label', 'team=data', '--label', 'tier=gold', '--idle-timeout', '15m', '--on-idle', 'stop', '--auto-delete', '1d', '--json']);
+    assert.equal(created.status, 0, created.err);
+    assert.deepEqual(json(created).labels, { team: 'data', tier: 'gold' });
+    assert.deepEqual(json(created).lifecycle, { idle_timeout_secs: 900, on_idle: 'stop', auto_delete_secs: 86400 });
+    await user.run(['runtime', 'create', 'cli-plain']);
+    await user.run(['runtime', 'stop', 'cli-plain']);
+
+    assert.equal((await user.run(['runtime', 'ls', '-q', '--label', 'team=data'])).out, 'cli-tagged\n');
+    assert.equal((await user.run(['runtime', 'ls', '-q', '--label', 'tier', '--label', 'team=data'])).out, 'cli-tagged\n');
+    assert.equal((await user.run(['runtime', 'ls', '-q', '--label', 'team=ops'])).out, '');
+    assert.equal((await user.run(['runtime', 'ls', '-q', '--status', 'shutdown'])).out, 'cli-plain\n');
+    assert.equal((await user.run(['runtime', 'ls', '-q', '--status', 'shutdown,running', '--label', 'tier'])).out, 'cli-tagged\n');
+    const bad = await user.run(['runtime', 'ls', '--status', 'asleep']);
+    assert.equal(bad.status, 2, bad.err);
+    assert.match(bad.err, /status 'asleep'/);
+
+    const shown = (await user.run(['runtime', 'get', 'cli-tagged'])).out;
+    assert.match(shown, /^labels: +team=data, tier=gold$/m);
+    assert.match(shown, /^lifecycle: +idle 15m: stop; deleted 1d after it stops$/m);
+
+    const patchRun = await user.run(['runtime', 'patch', 'cli-tagged', '--label', 'tier=silver', '--remove-label', 'team', '--idle-timeout', 'never', '--auto-delete', 'never', '--json']);
+    assert.equal(patchRun.status, 0, patchRun.err);
+    const patched = json(patchRun);
+    assert.deepEqual(patched.labels, { tier: 'silver' });
+    assert.deepEqual(patched.lifecycle, { idle_timeout_secs: 0, on_idle: 'stop', auto_delete_secs: null });
+    const back = json(await user.run(['runtime', 'patch', 'cli-tagged', '--idle-timeout', 'default', '--on-idle', 'suspend', '--json']));
+    assert.deepEqual(back.lifecycle, { idle_timeout_secs: null, on_idle: 'suspend', auto_delete_secs: null });
+    const wrong = await user.run(['runtime', 'create', 'x', '--idle-timeout', '5 min']);
+    assert.equal(wrong.status, 2);
+    assert.match(wrong.err, /expected a duration/);
+    for (const name of ['cli-tagged', 'cli-plain']) await h.call('DELETE', `/v1/runtimes/${name}`);
   });
 
   test('exit statuses: usage 2, not_found 3, unauthenticated 4, conflicts 5; errors as envelopes with --json', async () => {
@@ -239,15 +273,18 @@ describe('checkpoints, forks, rules and audits', () => {
     await h.store.audits.insert([
       { id: randomUUID(), tenantId: 'default', runtimeId, category: 'egress', createdAt: at(1), payload: { egress: { kind: 'tcp_connection', tcp_connection: { action: 'deny', host: 'evil.example', ip: null, port: 443, reason: 'host_not_allowed' } } } },
       { id: randomUUID(), tenantId: 'default', runtimeId, category: 'egress', createdAt: at(2), payload: { egress: { kind: 'http_request', http_request: { action: 'allow', host: 'pypi.org', ip: '151.101.0.223', port: 80, method: 'GET', path: '/simple/', status: 200, reason: 'host_allowed' } } } },
+      { id: randomUUID(), tenantId: 'default', runtimeId, category: 'lifecycle', createdAt: at(3), payload: { lifecycle: { action: 'suspend', reason: 'suspended after 60 s without activity', runtime_name: 'cli-audited' } } },
     ] as never);
     const ls = json(await user.run(['audit', 'ls', '--runtime', 'cli-audited', '--json']));
     assert.deepEqual(ls, (await h.call('GET', '/v1/audits?runtime=cli-audited')).body.data);
-    assert.equal(ls.length, 2);
+    assert.equal(ls.length, 3);
     const table = (await user.run(['audit', 'ls', '--runtime', 'cli-audited'])).out.split('\n');
-    assert.match(table[1]!, /cli-audited\s+http_request\s+allow\s+GET pypi.org\/simple\/ -> 200\s+host_allowed$/);
-    assert.match(table[2]!, /cli-audited\s+tcp_connection\s+deny\s+evil.example:443\s+host_not_allowed$/);
+    assert.match(table[1]!, /cli-audited\s+lifecycle\s+suspend\s+cli-audited\s+suspended after 60 s without activity$/);
+    assert.match(table[2]!, /cli-audited\s+http_request\s+allow\s+GET pypi.org\/simple\/ -> 200\s+host_allowed$/);
+    assert.match(table[3]!, /cli-audited\s+tcp_connection\s+deny\s+evil.example:443\s+host_not_allowed$/);
+    assert.equal(json(await user.run(['audit', 'ls', '--runtime', 'cli-audited', '--category', 'lifecycle', '--json'])).length, 1);
     const tail = (await user.run(['audit', 'tail', '-n', '2', '--runtime', 'cli-audited', '--json'])).out.trim().split('\n').map((l) => JSON.parse(l));
-    assert.deepEqual(tail.map((a: { created_at: string }) => a.created_at), [at(1), at(2)]);
+    assert.deepEqual(tail.map((a: { created_at: string }) => a.created_at), [at(2), at(3)]);
     await user.run(['runtime', 'rm', 'cli-audited']);
   });
 });

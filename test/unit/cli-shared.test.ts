@@ -101,7 +101,7 @@ test('bash completion: commands, aliases, options, runtime names, files after --
   };
   assert.ok(complete('vessel', '').includes('runtime') && complete('vessel', '').includes('completion'));
   assert.deepEqual(complete('vessel', 'runtime', 'cr'), ['create']);
-  assert.deepEqual(complete('vessel', 'runtime', 'list', '--'), ['--help', '--json', '--limit', '--quiet']);
+  assert.deepEqual(complete('vessel', 'runtime', 'list', '--'), ['--help', '--json', '--label', '--limit', '--quiet', '--status']);
   assert.deepEqual(complete('vessel', 'runtime', 'create', '--vc'), ['--vcpus']);
   assert.deepEqual(complete('vessel', 'exec', '--cwd', '/tmp', 'd'), ['demo', 'dev']);
   assert.deepEqual(complete('vessel', 'checkpoint', 'create', '--name', 'x', 'de'), ['demo', 'dev']);

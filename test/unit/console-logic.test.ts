@@ -16,7 +16,6 @@ interface Logic {
   parseRoute(hash: string): unknown;
   href(route: unknown): string;
   parseIngress(text: string): unknown;
-  ingressUrl(spec: { protocol: string; runtime_port: number }, id: string, ingress: { domain: string; port: number }): string;
   joinPath(dir: string, name: string): string;
   parentOf(path: string): string;
   decisionOf(audit: unknown): unknown;
@@ -33,7 +32,6 @@ before(async () => {
       contents: [
         "export { parseRoute, href } from './router.js';",
         "export { parseIngress } from './views/runtimes.js';",
-        "export { ingressUrl } from './views/ingress.js';",
         "export { joinPath, parentOf } from './views/files.js';",
         "export { decisionOf } from './views/audits.js';",
       ].join('\n'),
@@ -73,13 +71,6 @@ test('ingress ports: http unless said, separated by commas or spaces; anything e
     { runtime_port: 3000, protocol: 'http' },
   ]);
   for (const bad of ['0', '65536', '80/ftp', 'http', '-1']) assert.throws(() => logic.parseIngress(bad), new RegExp(`'${bad.replace('/', '\\/')}' is not a port`));
-});
-
-test('ingress URLs: <port>-<id>.<domain>, the port shown unless it is the scheme default', () => {
-  const id = '4b1c2e9a-0000-4000-8000-000000000000';
-  assert.equal(logic.ingressUrl({ protocol: 'http', runtime_port: 8000 }, id, { domain: 'localhost', port: 8081 }), `http://8000-${id}.localhost:8081/`);
-  assert.equal(logic.ingressUrl({ protocol: 'https', runtime_port: 8443 }, id, { domain: 'vessel.example', port: 443 }), `https://8443-${id}.vessel.example/`);
-  assert.equal(logic.ingressUrl({ protocol: 'https', runtime_port: 8443 }, id, { domain: 'vessel.example', port: 80 }), `https://8443-${id}.vessel.example:80/`);
 });
 
 test('paths: joined and climbed as absolute POSIX paths', () => {

@@ -47,6 +47,27 @@ describe('runtimes', () => {
     for (const r of await vessel.runtimes.list().toArray()) if (r.name.startsWith('page-')) await r.delete();
   });
 
+  test('list filters by labels and status; create and patch take labels and lifecycle', async () => {
+    const tagged = await vessel.runtimes.create({ display_name: 'sdk-tagged', labels: { team: 'data', gpu: 'yes' }, lifecycle: { auto_delete_secs: 3600 } });
+    assert.deepEqual(tagged.labels, { gpu: 'yes', team: 'data' });
+    assert.deepEqual(tagged.info.lifecycle, { idle_timeout_secs: null, on_idle: 'suspend', auto_delete_secs: 3600 });
+    assert.deepEqual(tagged.ingressUrls, []);
+    const other = await vessel.runtimes.create({ display_name: 'sdk-other', labels: { team: 'ops' } });
+    await other.stop();
+    const names = async (options: Parameters<typeof vessel.runtimes.list>[0]) => (await vessel.runtimes.list(options).toArray()).map((r) => r.name);
+    assert.deepEqual(await names({ labels: { team: 'data' } }), ['sdk-tagged']);
+    assert.deepEqual(await names({ labels: { team: true } }), ['sdk-other', 'sdk-tagged']);
+    assert.deepEqual(await names({ labels: { team: true, gpu: 'yes' } }), ['sdk-tagged']);
+    assert.deepEqual(await names({ status: 'shutdown' }), ['sdk-other']);
+    assert.deepEqual(await names({ status: ['shutdown', 'paused'], labels: { team: 'ops' }, limit: 1 }), ['sdk-other']);
+    await assert.rejects(vessel.runtimes.list({ labels: { 'bad key': 'x' } }).toArray(), (e: VesselError) => e.code === 'invalid_argument');
+    await tagged.patch({ labels: {}, lifecycle: { on_idle: 'stop' } });
+    assert.deepEqual(tagged.labels, {});
+    assert.deepEqual(tagged.info.lifecycle, { idle_timeout_secs: null, on_idle: 'stop', auto_delete_secs: 3600 });
+    await tagged.delete();
+    await other.delete();
+  });
+
   test('lifecycle and patch update the handle', async () => {
     const other = await vessel.runtimes.create({ display_name: 'sdk-life' });
     assert.equal((await other.pause()).status, 'paused');

@@ -38,3 +38,38 @@ test('a version 1 store gains checkpoint sizes and tenant limits; old checkpoint
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('a version 2 store gains labels and lifecycle settings; a runtime stopped before counts from its last update', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'vessel-upgrade-'));
+  try {
+    const file = join(dir, 'vessel.db');
+    const old = new Database(file);
+    old.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)');
+    for (const m of MIGRATIONS.filter((m) => m.version <= 2)) {
+      old.exec(m.sql);
+      old.prepare("INSERT INTO schema_migrations VALUES (?, '2025-01-01T00:00:00Z')").run(m.version);
+    }
+    const insert = old.prepare(
+      `INSERT INTO runtimes (id, tenant_id, display_name, status, egress_policy, ingress_specs, resources, created_at, updated_at)
+       VALUES (?, 'acme', ?, ?, '{"enabled":true,"allowed_hosts":[]}', '[]', '{"limits":{"memory_mib":512},"requests":{"memory_mib":512},"vcpus":1}', '2025-01-01T00:00:00Z', '2025-02-01T00:00:00Z')`,
+    );
+    insert.run('6f1c3f36-8a0e-4bde-9d8e-0d3f5c2b1a02', 'stopped', 'shutdown');
+    insert.run('6f1c3f36-8a0e-4bde-9d8e-0d3f5c2b1a03', 'live', 'running');
+    old.close();
+
+    const store = new SqliteStore(file);
+    try {
+      const stopped = await store.runtimes.find('acme', 'stopped');
+      assert.deepEqual(stopped?.labels, {});
+      assert.deepEqual(stopped?.lifecycle, { idleTimeoutSecs: null, onIdle: 'suspend', autoDeleteSecs: null });
+      assert.equal(stopped?.stoppedAt, '2025-02-01T00:00:00Z');
+      assert.equal((await store.runtimes.find('acme', 'live'))?.stoppedAt, null);
+      const page = await store.runtimes.listMatching('acme', { labels: [], statuses: ['running'] }, { limit: 10 });
+      assert.deepEqual(page.items.map((r) => r.displayName), ['live']);
+    } finally {
+      store.close();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -193,7 +193,7 @@ test('secrets, rules and audits', TIMEOUT, async () => {
   let audit;
   while (audit === undefined) {
     for await (const a of vessel.audits.list({ runtime: rt.id, category: 'egress' })) {
-      const http = a.payload.egress.http_request;
+      const http = a.payload.egress?.http_request;
       if (http !== undefined && http.path === '/sdk-denied') audit = http;
     }
   }

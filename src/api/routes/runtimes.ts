@@ -1,13 +1,16 @@
 import { Type } from '@sinclair/typebox';
+import type { IngressAddress } from '../../core/ingress-urls.js';
 import type { LifecycleOp } from '../../core/lifecycle.js';
+import { parseRuntimeFilter } from '../../core/runtime-settings.js';
+import type { Runtime as RuntimeRecord } from '../../core/types.js';
 import { runtimeView, listView } from '../presenters.js';
 import {
   DataOf,
   Empty,
   ListOf,
-  ListQuery,
   Runtime,
   RuntimeCreateBody,
+  RuntimeListQuery,
   RuntimeParams,
   RuntimePatchBody,
 } from '../schemas.js';
@@ -16,13 +19,21 @@ import { pageOf, type RoutePlugin } from './common.js';
 const RuntimeData = DataOf(Type.Ref(Runtime), 'the runtime');
 const tags = ['runtimes'];
 
-export const runtimeRoutes: RoutePlugin = async (app, { core }) => {
+/** `ingress`: where the service's ingress listener is reached, for the runtimes' ingress_urls; null when it runs none. */
+export const runtimeRoutes: RoutePlugin<{ ingress: IngressAddress | null }> = async (app, { core, ingress }) => {
   const runtimes = core.runtimes;
+  const view = (rt: RuntimeRecord) => runtimeView(rt, ingress);
 
   app.get('/v1/runtimes', {
     config: { scope: 'runtimes:read' },
-    schema: { operationId: 'listRuntimes', tags, summary: 'List runtimes, newest first', querystring: ListQuery, response: { 200: ListOf(Type.Ref(Runtime), 'a page of runtimes') } },
-  }, async (req) => listView(await runtimes.list(req.principal.tenantId, pageOf(req.query)), runtimeView));
+    schema: {
+      operationId: 'listRuntimes',
+      tags,
+      summary: 'List runtimes, newest first, optionally only those with given labels or statuses',
+      querystring: RuntimeListQuery,
+      response: { 200: ListOf(Type.Ref(Runtime), 'a page of the runtimes that pass every filter') },
+    },
+  }, async (req) => listView(await runtimes.list(req.principal.tenantId, pageOf(req.query), parseRuntimeFilter(req.query)), view));
 
   app.post('/v1/runtimes', {
     config: { scope: 'runtimes:write' },
@@ -35,13 +46,13 @@ export const runtimeRoutes: RoutePlugin = async (app, { core }) => {
     },
   }, async (req, reply) => {
     const rt = await runtimes.create(req.principal.tenantId, req.body);
-    return reply.code(201).send({ data: runtimeView(rt) });
+    return reply.code(201).send({ data: view(rt) });
   });
 
   app.get('/v1/runtimes/:runtime_id', {
     config: { scope: 'runtimes:read' },
     schema: { operationId: 'getRuntime', tags, summary: 'Get a runtime', params: RuntimeParams, response: { 200: RuntimeData } },
-  }, async (req) => ({ data: runtimeView(await runtimes.get(req.principal.tenantId, req.params.runtime_id)) }));
+  }, async (req) => ({ data: view(await runtimes.get(req.principal.tenantId, req.params.runtime_id)) }));
 
   app.delete('/v1/runtimes/:runtime_id', {
     config: { scope: 'runtimes:write' },
@@ -56,12 +67,12 @@ export const runtimeRoutes: RoutePlugin = async (app, { core }) => {
     schema: {
       operationId: 'patchRuntime',
       tags,
-      summary: 'Patch resources or egress policy',
+      summary: 'Patch resources, egress policy, labels (replaced whole) or lifecycle settings (each field given)',
       params: RuntimeParams,
       body: RuntimePatchBody,
       response: { 200: DataOf(Type.Ref(Runtime), 'the runtime; limits that apply at the next start are in pending_resources') },
     },
-  }, async (req) => ({ data: runtimeView(await runtimes.patch(req.principal.tenantId, req.params.runtime_id, req.body)) }));
+  }, async (req) => ({ data: view(await runtimes.patch(req.principal.tenantId, req.params.runtime_id, req.body)) }));
 
   const lifecycle: Array<[LifecycleOp, string, string]> = [
     ['start', 'startRuntime', 'Boot a shut-down, crashed or suspended runtime'],
@@ -74,6 +85,6 @@ export const runtimeRoutes: RoutePlugin = async (app, { core }) => {
     app.post(`/v1/runtimes/:runtime_id/${op}`, {
       config: { scope: 'runtimes:write' },
       schema: { operationId, tags, summary, params: RuntimeParams, response: { 200: InNewState } },
-    }, async (req) => ({ data: runtimeView(await runtimes.lifecycle(req.principal.tenantId, req.params.runtime_id, op)) }));
+    }, async (req) => ({ data: view(await runtimes.lifecycle(req.principal.tenantId, req.params.runtime_id, op)) }));
   }
 };

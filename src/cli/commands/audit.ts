@@ -3,7 +3,7 @@
  * egress gateway did about it. The API has no audit stream, so -f asks for the newest audits
  * again every --interval seconds and prints those it has not printed yet.
  */
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import { VesselError, type Audit, type AuditListOptions, type Vessel } from 'vessel/client';
 import { clientAction, withJson } from '../shared/client.js';
 import { formatTable, printJson, printJsonLine } from '../shared/output.js';
@@ -25,11 +25,18 @@ interface Details {
   count?: number;
 }
 
-const details = (a: Audit): Details => (a.payload.egress[a.payload.egress.kind] ?? {}) as Details;
+/** What an audit says: an egress audit's kind-specific fields, or what a lifecycle timer did. */
+function details(a: Audit): Details {
+  const { egress, lifecycle } = a.payload;
+  if (egress !== undefined) return (egress[egress.kind] ?? {}) as Details;
+  return { action: lifecycle?.action, reason: lifecycle?.reason };
+}
 
 function destination(a: Audit): string {
   const d = details(a);
-  switch (a.payload.egress.kind) {
+  switch (a.payload.egress?.kind) {
+    case undefined:
+      return a.payload.lifecycle?.runtime_name ?? '';
     case 'http_request':
       return `${d.method ?? ''} ${d.host ?? d.ip ?? ''}${d.path ?? ''}${d.status === undefined ? '' : ` -> ${d.status}`}`.trim();
     case 'icmp_drop':
@@ -54,10 +61,10 @@ const HEADERS = ['TIME', 'RUNTIME', 'KIND', 'ACTION', 'DESTINATION', 'REASON'] a
 
 const row = (a: Audit, names: Map<string, string>): string[] => {
   const d = details(a);
-  return [a.created_at, names.get(a.runtime_id) ?? a.runtime_id, a.payload.egress.kind, d.action ?? '', destination(a), d.reason ?? ''];
+  return [a.created_at, names.get(a.runtime_id) ?? a.runtime_id, a.payload.egress?.kind ?? a.category, d.action ?? '', destination(a), d.reason ?? ''];
 };
 
-type Filter = { runtime?: string; category?: 'egress' };
+type Filter = { runtime?: string; category?: 'egress' | 'lifecycle' };
 
 function filterOptions(flags: Filter, limit: number): AuditListOptions {
   return { ...(flags.runtime === undefined ? {} : { runtime: flags.runtime }), ...(flags.category === undefined ? {} : { category: flags.category }), limit };
@@ -72,13 +79,13 @@ async function newest(vessel: Vessel, flags: Filter, limit: number): Promise<Aud
 function withFilters(command: Command): Command {
   return command
     .option('--runtime <runtime>', 'only this runtime (id or name; a deleted one by its id)')
-    .option('--category <category>', 'only this category (egress, the only one today)');
+    .addOption(new Option('--category <category>', 'only this category: egress (what runtimes reached), lifecycle (what lifecycle timers did)').choices(['egress', 'lifecycle']));
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export function registerAuditCommands(program: Command): void {
-  const audit = program.command('audit').description("audits: what runtimes tried to reach, allowed or denied");
+  const audit = program.command('audit').description('audits: what runtimes tried to reach, allowed or denied, and what lifecycle timers did to them');
 
   withJson(withFilters(audit.command('ls').alias('list').description('list audits, newest first').option('--limit <n>', 'at most this many (1 to 1000, default 100)', positiveNumber))).action(
     clientAction(async (ctx, flags: Filter & { limit?: number }) => {

@@ -1,10 +1,11 @@
 /** `vessel runtime create|ls|get|rm|start|stop|pause|resume|patch`. */
 import { Option, type Command } from 'commander';
-import type { Runtime, RuntimeCreateRequest, RuntimeInfo, RuntimePatchRequest } from 'vessel/client';
+import type { Runtime, RuntimeCreateRequest, RuntimeInfo, RuntimePatchRequest, RuntimeStatus } from 'vessel/client';
 import { clientAction, pageSize, removeEach, take, withJson, type Context } from '../shared/client.js';
 import { UsageError } from '../shared/exit-codes.js';
 import { age, plural, printFields, printJson, printTable } from '../shared/output.js';
 import { collect, ingressSpec, positiveNumber, type IngressSpec } from '../shared/parse.js';
+import { describeLabels, describeLifecycle, lifecycleBody, patchedLabels, removeLabelOption, settingsBody, withSettingsOptions, type SettingsFlags } from './runtime-settings.js';
 
 /** The options a runtime is made with, whether created or forked (a fork keeps its checkpoint's memory and vCPUs). */
 export interface NetworkFlags {
@@ -47,6 +48,9 @@ export function printRuntime(ctx: Context, info: RuntimeInfo): void {
     'at next start': info.pending_resources === undefined ? undefined : `${plural(info.pending_resources.vcpus, 'vCPU')}, ${memory(info.pending_resources)}`,
     egress: egress(info.egress_policy),
     ingress: info.ingress_specs.length === 0 ? undefined : info.ingress_specs.map((s) => `${s.runtime_port}/${s.protocol}`).join(', '),
+    urls: info.ingress_urls.length === 0 ? undefined : info.ingress_urls.map((u) => u.url).join(' '),
+    labels: describeLabels(info.labels),
+    lifecycle: describeLifecycle(info.lifecycle),
     created: `${info.created_at} (${age(info.created_at)} ago)`,
   });
 }
@@ -65,7 +69,7 @@ const memoryBody = (flags: MemoryFlags) => ({
   ...(flags.memoryRequest === undefined ? {} : { requests: { memory_mib: flags.memoryRequest } }),
 });
 
-type CreateFlags = NetworkFlags & MemoryFlags & { vcpus?: number; checkpoint?: string };
+type CreateFlags = NetworkFlags & MemoryFlags & SettingsFlags & { vcpus?: number; checkpoint?: string };
 
 function createBody(name: string, flags: CreateFlags): RuntimeCreateRequest {
   const resources = { ...(flags.vcpus === undefined ? {} : { vcpus: flags.vcpus }), ...memoryBody(flags) };
@@ -74,10 +78,11 @@ function createBody(name: string, flags: CreateFlags): RuntimeCreateRequest {
     ...(Object.keys(resources).length === 0 ? {} : { resources }),
     ...networkBody(flags),
     ...(flags.checkpoint === undefined ? {} : { checkpoint: flags.checkpoint }),
+    ...settingsBody(flags),
   };
 }
 
-type PatchFlags = MemoryFlags & { allowHost?: string[]; addHost?: string[]; removeHost?: string[]; egress?: 'filtered' | 'open' };
+type PatchFlags = MemoryFlags & SettingsFlags & { allowHost?: string[]; addHost?: string[]; removeHost?: string[]; egress?: 'filtered' | 'open'; removeLabel?: string[] };
 
 /** The PATCH body. An egress change is a whole policy, so the current one is read when only a part changes. */
 async function patchBody(rt: Runtime, flags: PatchFlags): Promise<RuntimePatchRequest> {
@@ -89,8 +94,20 @@ async function patchBody(rt: Runtime, flags: PatchFlags): Promise<RuntimePatchRe
     body.egress_policy = { enabled: flags.egress === undefined ? current.enabled : flags.egress === 'filtered', allowed_hosts: [...new Set(hosts)] };
   }
   if (flags.memory !== undefined || flags.memoryRequest !== undefined) body.resources = memoryBody(flags);
-  if (Object.keys(body).length === 0) throw new UsageError('nothing to change: give --memory, --memory-request, --allow-host, --add-host, --remove-host or --egress');
+  const labels = patchedLabels(rt.info.labels, flags.label, flags.removeLabel);
+  if (labels !== undefined) body.labels = labels;
+  const lifecycle = lifecycleBody(flags);
+  if (lifecycle !== undefined) body.lifecycle = lifecycle;
+  if (Object.keys(body).length === 0) {
+    throw new UsageError('nothing to change: give --memory, --memory-request, --allow-host, --add-host, --remove-host, --egress, --label, --remove-label, --idle-timeout, --on-idle or --auto-delete');
+  }
   return body;
+}
+
+/** `--label key=value` or `--label key` for the list filter: the SDK's labels (true: the key alone). */
+function labelSelectors(selectors: string[] | undefined): Record<string, string | true> | undefined {
+  if (selectors === undefined) return undefined;
+  return Object.fromEntries(selectors.map((s) => (s.includes('=') ? [s.slice(0, s.indexOf('=')), s.slice(s.indexOf('=') + 1)] : [s, true])));
 }
 
 const LIFECYCLE = {
@@ -104,7 +121,12 @@ export function registerRuntimeCommands(program: Command): void {
   const runtime = program.command('runtime').description('runtimes: create, list, inspect, change, delete and move them through their lifecycle');
 
   const create = runtime.command('create').description('create a runtime; answers once its VM runs').argument('<name>', 'its display name').option('--vcpus <n>', 'virtual CPUs (default 1)', positiveNumber);
-  withJson(withNetworkOptions(withMemoryOptions(create, true).option('--checkpoint <checkpoint>', 'fork it from this checkpoint (id or name); vessel fork does the same'))).action(
+  withJson(
+    withSettingsOptions(
+      withNetworkOptions(withMemoryOptions(create, true).option('--checkpoint <checkpoint>', 'fork it from this checkpoint (id or name); vessel fork does the same')),
+      'a label of your own (repeat for more)',
+    ),
+  ).action(
     clientAction(async (ctx, name: string, flags: CreateFlags) => {
       printRuntime(ctx, (await ctx.vessel.runtimes.create(createBody(name, flags))).info);
     }),
@@ -116,15 +138,27 @@ export function registerRuntimeCommands(program: Command): void {
       .alias('list')
       .description('list runtimes, newest first')
       .option('--limit <n>', 'at most this many', positiveNumber)
+      .option('--label <key[=value]>', 'only runtimes with this label, or this key at all (repeat: all must hold)', collect)
+      .option('--status <status>', 'only runtimes in this status (repeat, or a comma list: any of them)', collect)
       .option('-q, --quiet', 'names only, one a line'),
   ).action(
-    clientAction(async (ctx, flags: { limit?: number; quiet?: boolean }) => {
-      const all = (await take(ctx.vessel.runtimes.list(pageSize(flags.limit)), flags.limit)).map((rt) => rt.info);
+    clientAction(async (ctx, flags: { limit?: number; quiet?: boolean; label?: string[]; status?: string[] }) => {
+      const filter = { labels: labelSelectors(flags.label), status: flags.status?.flatMap((s) => s.split(',')) as RuntimeStatus[] | undefined };
+      const all = (await take(ctx.vessel.runtimes.list({ ...pageSize(flags.limit), ...filter }), flags.limit)).map((rt) => rt.info);
       if (ctx.json) return printJson(all);
       if (flags.quiet === true) return void process.stdout.write(all.map((r) => `${r.display_name}\n`).join(''));
       printTable(
-        ['NAME', 'STATUS', 'VCPUS', 'MEMORY', 'EGRESS', 'AGE', 'ID'],
-        all.map((r) => [r.display_name, r.status, String(r.resources.vcpus), `${r.resources.limits.memory_mib} MiB`, r.egress_policy.enabled ? plural(r.egress_policy.allowed_hosts.length, 'host') : 'open', age(r.created_at), r.id]),
+        ['NAME', 'STATUS', 'VCPUS', 'MEMORY', 'EGRESS', 'AGE', 'ID', 'LABELS'],
+        all.map((r) => [
+          r.display_name,
+          r.status,
+          String(r.resources.vcpus),
+          `${r.resources.limits.memory_mib} MiB`,
+          r.egress_policy.enabled ? plural(r.egress_policy.allowed_hosts.length, 'host') : 'open',
+          age(r.created_at),
+          r.id,
+          describeLabels(r.labels) ?? '',
+        ]),
       );
     }),
   );
@@ -147,9 +181,9 @@ export function registerRuntimeCommands(program: Command): void {
     );
   }
 
-  const patch = runtime.command('patch').description("change a runtime's egress policy or memory").argument('<runtime>', 'id or name');
+  const patch = runtime.command('patch').description("change a runtime's egress policy, memory, labels or lifecycle settings").argument('<runtime>', 'id or name');
   withJson(
-    withMemoryOptions(patch, false)
+    removeLabelOption(withSettingsOptions(withMemoryOptions(patch, false), 'set a label, keeping the others (repeat for more)'))
       .addOption(new Option('--allow-host <pattern>', 'replace the allowed hosts (repeat for more)').argParser(collect).conflicts(['addHost', 'removeHost']))
       .option('--add-host <pattern>', 'allow one more host (repeat for more)', collect)
       .option('--remove-host <pattern>', 'no longer allow a host (repeat for more)', collect)

@@ -37,3 +37,21 @@ export function ingressSpec(value: string, previous: IngressSpec[] | undefined):
   if (match === null || port < 1 || port > 65535) throw new InvalidArgumentError(`expected PORT or PORT/http or PORT/https (port 1 to 65535), got '${value}'`);
   return [...(previous ?? []), { protocol: (match[2] ?? 'http') as IngressSpec['protocol'], runtime_port: port }];
 }
+
+const UNIT_SECS = { s: 1, m: 60, h: 3600, d: 86400 } as const;
+
+/** `90`, `90s`, `15m`, `2h` or `7d`, in seconds. */
+export function duration(raw: string): number {
+  const match = /^(\d{1,9})([smhd]?)$/.exec(raw);
+  if (match === null) throw new InvalidArgumentError(`expected a duration such as 90, 90s, 15m, 2h or 7d, got '${raw}'`);
+  return Number(match[1]) * UNIT_SECS[(match[2] || 's') as keyof typeof UNIT_SECS];
+}
+
+/**
+ * A duration, or one of the words given (`never`, `default`): commander takes a parser's null for
+ * "no value", so the words are kept as they are and mapped by the command.
+ */
+export const durationOr =
+  <W extends string>(...words: W[]) =>
+  (raw: string): number | W =>
+    (words as string[]).includes(raw) ? (raw as W) : duration(raw);
