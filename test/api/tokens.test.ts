@@ -30,6 +30,7 @@ describe('create', () => {
   test('an admin makes a token for any tenant; the value works at once and is shown once', async () => {
     const r = await create({ tenant: 'acme', scopes: ['runtimes:read', 'exec', 'exec'], name: 'ci' });
     assert.equal(r.status, 201, JSON.stringify(r.body));
+    assert.equal(r.headers['cache-control'], 'no-store');
     const t = r.body.data;
     assert.match(t.token, TOKEN_VALUE);
     assert.deepEqual(Object.keys(t).sort(), ['created_at', 'id', 'name', 'revoked_at', 'scopes', 'tenant', 'token']);

@@ -25,7 +25,8 @@ export const tokenRoutes: RoutePlugin = async (app, { core }) => {
   }, async (req, reply) => {
     const { token, record } = await tokens.create(req.body.tenant, req.body.scopes, req.body.name);
     req.log.info({ tokenId: record.id, tenant: record.tenantId, scopes: record.scopes, by: req.principal.tokenId }, 'token created');
-    return reply.code(201).send({ data: { ...tokenView(record), token } });
+    // The one answer that carries a credential: no cache or proxy between may keep it.
+    return reply.code(201).header('cache-control', 'no-store').send({ data: { ...tokenView(record), token } });
   });
 
   app.get('/v1/tokens', {
