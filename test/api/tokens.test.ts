@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto';
 import pino from 'pino';
 import type { FastifyBaseLogger } from 'fastify';
 import { apiHarness, type ApiHarness } from '../support/api-harness.js';
-import { serviceLogOptions } from '../../src/api/log-options.js';
+import { maskTokens, serviceLogOptions } from '../../src/api/log-options.js';
 import { ADMIN_TOKEN_ID } from '../../src/core/tokens.js';
 import { SCOPES, type Scope } from '../../src/core/types.js';
 
@@ -158,12 +158,15 @@ describe('list and get', () => {
     }
   });
 
-  test('get: an unknown id, or not an id at all, is not_found', async () => {
-    for (const id of [randomUUID(), 'not-a-uuid', 'acme']) {
+  test('get: an unknown id, or not an id at all, is not_found; a token value pasted as the id is not echoed', async () => {
+    const value = (await create({ tenant: 'acme', scopes: ['exec'] })).body.data.token as string;
+    for (const id of [randomUUID(), 'not-a-uuid', 'acme', value]) {
       const r = await h.call('GET', `/v1/tokens/${id}`);
       assert.equal(r.status, 404, id);
       assert.equal(r.body.error.code, 'not_found');
+      assert.ok(!JSON.stringify(r.body).includes(value));
     }
+    assert.equal(maskTokens(`/v1/tokens/${value}?x=1`), '/v1/tokens/vsl_[redacted]?x=1');
   });
 });
 
