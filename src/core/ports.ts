@@ -24,8 +24,11 @@ import type {
   Resources,
   Runtime,
   Secret,
+  NodeLoad,
+  NodeRegistration,
   TenantLimits,
   TenantUsage,
+  VmNode,
   RuntimeFilter,
   Token,
 } from './types.js';
@@ -47,7 +50,25 @@ export interface Store {
   readonly checkpoints: CheckpointRepo;
   readonly audits: AuditRepo;
   readonly quotas: QuotaRepo;
+  readonly nodes: NodeRepo;
   close(): Promise<void>;
+}
+
+/** The VM hosts of a fleet and their leases (docs/scaling.md). A single host registers none. */
+export interface NodeRepo {
+  /**
+   * Registers the node, or renews its lease: address and capacity as given, the lease ending
+   * `leaseSecs` from now by the database's clock (hosts' clocks may disagree; the database's is
+   * the one every API node compares against). Keeps `draining` and `registeredAt`.
+   */
+  renew(node: NodeRegistration, leaseSecs: number): Promise<VmNode>;
+  /** Every node ever registered, by name; `alive` as of the database's clock now. */
+  list(): Promise<VmNode[]>;
+  find(name: string): Promise<VmNode | undefined>;
+  /** False when no node has that name. */
+  setDraining(name: string, draining: boolean): Promise<boolean>;
+  /** Per node name: what its runtimes hold (NodeLoad). Nodes without runtimes are absent. */
+  load(): Promise<Map<string, NodeLoad>>;
 }
 
 /** Records owned by a tenant, unique by display name within it. insert() throws already_exists. */

@@ -2,6 +2,13 @@
 
 export const RUNTIME_STATUSES = ['running', 'paused', 'shutdown', 'creating', 'deleting', 'error', 'crashed', 'suspended'] as const;
 export type RuntimeStatus = (typeof RUNTIME_STATUSES)[number];
+/**
+ * What a runtime's status may read as: the stored ones, and `unavailable` for one whose VM host
+ * has lost its lease (docs/scaling.md). Never stored: the host's runtimes keep their real status
+ * for when it comes back.
+ */
+export const SHOWN_RUNTIME_STATUSES = [...RUNTIME_STATUSES, 'unavailable'] as const;
+export type ShownRuntimeStatus = (typeof SHOWN_RUNTIME_STATUSES)[number];
 
 export interface Resources {
   limits: { memory_mib: number };
@@ -45,6 +52,8 @@ export interface Runtime {
   pendingResources: Resources | null;
   /** The checkpoint whose disk layer this runtime's overlay sits on, if any. */
   baseCheckpointId: string | null;
+  /** The VM host that runs it (docs/scaling.md); null on a single host (`--role all`). */
+  node: string | null;
   /** The user's own key/value tags (runtime-settings.ts bounds them). */
   labels: Record<string, string>;
   lifecycle: LifecycleSettings;
@@ -113,7 +122,46 @@ export interface Checkpoint {
   deleted: boolean;
   /** Disk space its files take, known once it is ready; null before, and for checkpoints captured before it was measured. */
   diskBytes: number | null;
+  /** The VM host that holds its files; null on a single host (`--role all`). */
+  node: string | null;
   createdAt: string;
+}
+
+/** What a VM host can hold (docs/scaling.md, "Placement"). */
+export interface NodeCapacity {
+  memoryMib: number;
+  vcpus: number;
+  runtimes: number;
+  /** Free space in its data directory when it last renewed its lease. */
+  diskBytes: number;
+}
+
+/** What the runtimes placed on a node hold: vCPUs and memory limits of those with a VM, and every runtime. */
+export interface NodeLoad {
+  memoryMib: number;
+  vcpus: number;
+  runtimes: number;
+}
+
+/** What a VM host says of itself each time it renews its lease. */
+export interface NodeRegistration {
+  name: string;
+  /** Where API nodes reach its hop listener: `http://host:port`. */
+  internalUrl: string;
+  /** Where its runtime ingress listener is reached, `host:port`; null when it runs none. */
+  ingressAddress: string | null;
+  capacity: NodeCapacity;
+}
+
+/** A VM host of a fleet, as the store knows it. */
+export interface VmNode extends NodeRegistration {
+  /** No new placements while set (`vessel node drain`). */
+  draining: boolean;
+  /** Whether its lease is in force now, by the database's clock. */
+  alive: boolean;
+  leaseExpiresAt: string;
+  /** When it first registered. */
+  registeredAt: string;
 }
 
 /** What one tenant may hold at once, whatever the host could give it (docs/api.md, "Quotas"). */
