@@ -1,11 +1,12 @@
 /** Domain records to the response shapes of the spec. */
 import { ingressUrls, type IngressAddress } from '../core/ingress-urls.js';
 import type { RuleView } from '../core/rules.js';
+import type { ShownRuntime } from '../core/shown-runtimes.js';
 import { exitCodeOf } from '../core/processes.js';
-import type { Audit, Checkpoint, Page, ProcessState, Runtime, Secret, Token } from '../core/types.js';
+import type { Audit, Checkpoint, Page, ProcessState, Secret, Token } from '../core/types.js';
 
 /** `ingress`: where the service's ingress listener is reached, or null when it runs none. */
-export const runtimeView = (r: Runtime, ingress: IngressAddress | null) => ({
+export const runtimeView = (r: ShownRuntime, ingress: IngressAddress | null) => ({
   id: r.id,
   display_name: r.displayName,
   status: r.status,

@@ -8,7 +8,7 @@ import { ERROR_CODES } from '../core/errors.js';
 import { DEFAULT_RING_BYTES, MAX_RING_BYTES, MIN_RING_BYTES, SIGNAL_NAMES } from '../core/processes.js';
 import { MAX_SECRET_BYTES } from '../core/secrets.js';
 import { LABEL_KEY_PATTERN, MAX_LABEL_SELECTORS, MAX_LABEL_VALUE_CHARS, MAX_LABELS, MAX_LIFECYCLE_SECS } from '../core/runtime-settings.js';
-import { AUDIT_CATEGORIES, RUNTIME_STATUSES, CHECKPOINT_STATES, GUEST_FILE_TYPES, SCOPES } from '../core/types.js';
+import { AUDIT_CATEGORIES, SHOWN_RUNTIME_STATUSES, CHECKPOINT_STATES, GUEST_FILE_TYPES, SCOPES } from '../core/types.js';
 import { DEFAULT_CONSOLE_LOG_BYTES, MAX_CONSOLE_LOG_BYTES } from '../core/console-log.js';
 
 /** OpenAPI 3.0.3 has no `type: null`; ajv and swagger both understand `nullable`. */
@@ -103,8 +103,10 @@ export const Runtime = Type.Object(
   {
     id: Type.String({ format: 'uuid' }),
     display_name: Type.String(),
-    status: StringEnum(RUNTIME_STATUSES),
-    status_message: Type.Optional(Type.String({ description: 'why the runtime is in error or crashed' })),
+    status: StringEnum(SHOWN_RUNTIME_STATUSES, {
+      description: "`unavailable`: the VM host that runs it (in a fleet of hosts) has lost its lease; status_message says which and since when. Never stored: the runtime reads its real status again once the host is back",
+    }),
+    status_message: Type.Optional(Type.String({ description: 'why the runtime is in error, crashed or unavailable' })),
     egress_policy: Type.Ref(EgressPolicy),
     ingress_specs: Type.Array(Type.Ref(IngressSpec)),
     resources: Type.Ref(Resources),

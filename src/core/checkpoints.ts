@@ -46,6 +46,8 @@ export class CheckpointService {
     private readonly driver: VmDriver,
     private readonly quotas: TenantQuotas,
     private readonly log: Logger,
+    /** The VM host this process is; null on a single host. It keeps only its own checkpoints' files. */
+    private readonly node: string | null = null,
   ) {}
 
   async create(tenantId: string, runtimeRef: string, input: CheckpointCreateInput): Promise<Checkpoint> {
@@ -65,6 +67,7 @@ export class CheckpointService {
       parentCheckpointId: runtime.baseCheckpointId,
       deleted: false,
       diskBytes: null,
+      node: this.node,
       createdAt: new Date().toISOString(),
     };
     await this.quotas.admitCheckpoint(tenantId, () => this.store.checkpoints.insert(cp));
@@ -105,7 +108,8 @@ export class CheckpointService {
    */
   async systemFor(resources: Resources): Promise<Checkpoint> {
     const shape: Resources = { limits: resources.limits, requests: resources.requests, vcpus: resources.vcpus };
-    const name = systemCheckpointName(this.driver.imageId(), shape);
+    // Each VM host makes its own templates (its own files), so each has its own name for them.
+    const name = `${systemCheckpointName(this.driver.imageId(), shape)}${this.node === null ? '' : `-on-${this.node}`}`;
     return this.#templates.run(name, async () => {
       const existing = await this.store.checkpoints.find(null, name, true);
       if (existing?.state === 'ready') {
@@ -126,6 +130,7 @@ export class CheckpointService {
         parentCheckpointId: null,
         deleted: false,
         diskBytes: null,
+        node: this.node,
         createdAt: new Date().toISOString(),
       };
       await this.store.checkpoints.insert(cp);
@@ -151,7 +156,7 @@ export class CheckpointService {
   async reconcile(): Promise<void> {
     await this.driver.sweep();
     const image = this.driver.imageId();
-    for (const cp of await this.store.checkpoints.listAll()) {
+    for (const cp of await this.#own()) {
       if (cp.deleted || (cp.tenantId === null && !cp.displayName.startsWith(`system-${image}-`))) {
         await this.#remove(cp);
       } else if (cp.state === 'creating') {
@@ -168,7 +173,7 @@ export class CheckpointService {
   async verifyAll(): Promise<void> {
     const t0 = Date.now();
     let checked = 0;
-    for (const cp of await this.store.checkpoints.listAll()) {
+    for (const cp of await this.#own()) {
       if (this.#closed) return;
       if (cp.state !== 'ready' || cp.deleted) continue;
       await this.ensureIntact(cp).catch(() => undefined);
@@ -200,6 +205,11 @@ export class CheckpointService {
     const current = await this.#current(cp);
     if (!current.deleted) await this.store.checkpoints.update({ ...current, state: 'failed', stateMessage: `its files are damaged: ${problem}` });
     throw failedPrecondition(`checkpoint '${cp.displayName}' cannot be forked: ${problem}`);
+  }
+
+  /** The checkpoints whose files this host holds. */
+  async #own(): Promise<Checkpoint[]> {
+    return (await this.store.checkpoints.listAll()).filter((cp) => cp.node === this.node);
   }
 
   /** The record as stored now (another request may have changed it meanwhile). */

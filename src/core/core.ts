@@ -10,6 +10,7 @@ import { RuleService } from './rules.js';
 import { RuntimeService, type Logger } from './runtimes.js';
 import type { SecretBox } from './secret-box.js';
 import { SecretService } from './secrets.js';
+import { ShownRuntimes } from './shown-runtimes.js';
 import { TokenService } from './tokens.js';
 import type { TenantLimits } from './types.js';
 import { WarmPool } from './warm-pool.js';
@@ -24,6 +25,8 @@ export interface CorePorts {
   tenantLimits: TenantLimits;
   /** Spare VMs kept ready for creates without a checkpoint (0 or absent: none). */
   warmPoolSize?: number;
+  /** The VM host this process is in a fleet (`--role node`); absent on a single host. */
+  node?: string | null;
 }
 
 export class Core {
@@ -39,16 +42,19 @@ export class Core {
   readonly consoleLogs: ConsoleLogService;
   /** What the gateway calls back: secret values, audits, activity. */
   readonly egress: EgressService;
+  /** Runtimes as shown: `unavailable` where their VM host lost its lease. */
+  readonly shown: ShownRuntimes;
   readonly #pool: WarmPool;
   /** The background check of every checkpoint's files after a start. */
   #verifying: Promise<void> = Promise.resolve();
 
   constructor(private readonly ports: CorePorts) {
     const { store, driver, gateway, secretBox, log } = ports;
+    const node = ports.node ?? null;
     this.tokens = new TokenService(store);
     this.secrets = new SecretService(store, secretBox);
     this.audits = new AuditService(store);
-    this.egress = new EgressService(store, gateway, this.secrets, this.audits, (id) => this.runtimes.touch(id), log);
+    this.egress = new EgressService(store, gateway, this.secrets, this.audits, (id) => this.runtimes.touch(id), log, node);
     this.#pool = new WarmPool(driver, gateway, ports.warmPoolSize ?? 0, log);
     const quotas = new TenantQuotas(store, ports.tenantLimits, async (tenantId) => {
       const [runtimes, checkpoints] = await Promise.all([store.runtimes.listAll(), store.checkpoints.listAll()]);
@@ -57,15 +63,16 @@ export class Core {
         checkpoints.filter((cp) => cp.tenantId === tenantId && !cp.deleted).map((cp) => cp.id),
       );
     });
-    this.runtimes = new RuntimeService(store, driver, this.egress, quotas, this.audits, log, this.#pool);
+    this.runtimes = new RuntimeService(store, driver, this.egress, quotas, this.audits, log, this.#pool, node);
     this.processes = new ProcessService(this.runtimes, driver);
     this.consoleLogs = new ConsoleLogService(this.runtimes, driver);
     this.rules = new RuleService(store, this.runtimes, this.secrets);
-    this.checkpoints = new CheckpointService(store, this.runtimes, driver, quotas, log);
+    this.checkpoints = new CheckpointService(store, this.runtimes, driver, quotas, log, node);
     // A PATCHed policy or a rule change applies to the gateway's next connection.
     this.runtimes.observe({ policyChanged: (rt) => void this.egress.refresh(rt.id) });
     this.rules.onChange((runtimeId) => void this.egress.refresh(runtimeId));
     this.runtimes.useCheckpoints(this.checkpoints);
+    this.shown = new ShownRuntimes(store.nodes);
   }
 
   /** Brings the store in line with reality after a (possibly unclean) restart. */

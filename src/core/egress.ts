@@ -51,6 +51,8 @@ export class EgressService implements GatewayHooks {
     private readonly audits: AuditService,
     private readonly onActivity: (runtimeId: string) => void,
     private readonly log: Logger,
+    /** The VM host this process is; null on a single host. Its gateway serves only its own runtimes. */
+    private readonly node: string | null = null,
   ) {}
 
   async subject(rt: Runtime): Promise<EgressSubject> {
@@ -67,11 +69,11 @@ export class EgressService implements GatewayHooks {
   /** Policy or rules changed: the gateway applies them to the next connection. */
   async refresh(runtimeId: string): Promise<void> {
     const rt = await this.store.runtimes.findById(runtimeId);
-    if (rt !== undefined) this.gateway.update(await this.subject(rt));
+    if (rt !== undefined && rt.node === this.node) this.gateway.update(await this.subject(rt));
   }
 
   async restore(): Promise<void> {
-    const runtimes = (await this.store.runtimes.listAll()).filter((rt) => rt.status !== 'deleting');
+    const runtimes = (await this.store.runtimes.listAll()).filter((rt) => rt.status !== 'deleting' && rt.node === this.node);
     await this.gateway.restore(await Promise.all(runtimes.map((rt) => this.subject(rt))));
   }
 
@@ -97,7 +99,7 @@ export class EgressService implements GatewayHooks {
    */
   async ingressTarget(runtimeId: string, port: number): Promise<{ runtimeId: string; protocol: 'http' | 'https' } | null> {
     const rt = await this.store.runtimes.findById(runtimeId);
-    if (rt === undefined || rt.status !== 'running') return null;
+    if (rt === undefined || rt.status !== 'running' || rt.node !== this.node) return null;
     const spec = rt.ingressSpecs.find((s) => s.runtime_port === port);
     return spec === undefined ? null : { runtimeId: rt.id, protocol: spec.protocol };
   }

@@ -19,5 +19,5 @@ export function ingressUrl(spec: IngressSpec, runtimeId: string, address: Ingres
 }
 
 /** One per ingress spec, in their order; none when the service runs no ingress. */
-export const ingressUrls = (rt: Runtime, address: IngressAddress | null) =>
+export const ingressUrls = (rt: Pick<Runtime, 'id' | 'ingressSpecs'>, address: IngressAddress | null) =>
   address === null ? [] : rt.ingressSpecs.map((spec) => ({ runtime_port: spec.runtime_port, protocol: spec.protocol, url: ingressUrl(spec, rt.id, address) }));

@@ -136,6 +136,8 @@ export class RuntimeService {
     private readonly audits: Pick<AuditService, 'record'>,
     private readonly log: Logger,
     private readonly pool: Pick<WarmPool, 'take' | 'discard'> | null = null,
+    /** The VM host this process is (docs/scaling.md); null on a single host. It runs only its own runtimes. */
+    private readonly node: string | null = null,
   ) {
     driver.onUnexpectedExit((id) => void this.#markCrashed(id));
   }
@@ -189,6 +191,7 @@ export class RuntimeService {
         resources,
         pendingResources: null,
         baseCheckpointId,
+        node: this.node,
         labels,
         lifecycle,
         stoppedAt: null,
@@ -378,6 +381,7 @@ export class RuntimeService {
     try {
       const due: Runtime[] = [];
       for (const rt of await this.store.runtimes.listTimed()) {
+        if (rt.node !== this.node) continue;
         if (rt.status === 'running' && !this.#activity.has(rt.id)) this.#activity.set(rt.id, now);
         else if (dueAction(rt, this.#activityOf(rt.id), now, this.#defaultIdleSecs) !== null) due.push(rt);
       }
@@ -478,7 +482,7 @@ export class RuntimeService {
   async reconcile(): Promise<{ adopted: number; crashed: number; orphans: number }> {
     let adopted = 0;
     let crashed = 0;
-    const all = await this.store.runtimes.listAll();
+    const all = (await this.store.runtimes.listAll()).filter((rt) => rt.node === this.node);
     for (const rt of all) {
       if (rt.status === 'deleting') {
         await this.#finishDelete(rt);
@@ -560,6 +564,8 @@ export class RuntimeService {
   async #forkOf(tenantId: string, ref: string, input: RuntimeCreateInput['resources']): Promise<{ checkpoint: Checkpoint; resources: Resources }> {
     const cp = await this.store.checkpoints.find(tenantId, ref, true);
     if (cp === undefined) throw notFound('checkpoint', ref);
+    // API nodes place a fork where its checkpoint's files are; a call that reached another host went around them.
+    if (cp.node !== this.node) throw failedPrecondition(`checkpoint '${cp.displayName}' has its files on VM host '${cp.node ?? 'the single host'}', not here`);
     if (cp.state !== 'ready') throw failedPrecondition(`checkpoint '${cp.displayName}' is ${cp.state}, not ready${cp.stateMessage === null ? '' : `: ${cp.stateMessage}`}`);
     if (input?.limits !== undefined && input.limits.memory_mib !== cp.resources.limits.memory_mib) {
       throw invalidArgument(`a fork has its checkpoint's memory limit (${cp.resources.limits.memory_mib} MiB)`);

@@ -2,7 +2,7 @@ import { Type } from '@sinclair/typebox';
 import type { IngressAddress } from '../../core/ingress-urls.js';
 import type { LifecycleOp } from '../../core/lifecycle.js';
 import { parseRuntimeFilter } from '../../core/runtime-settings.js';
-import type { Runtime as RuntimeRecord } from '../../core/types.js';
+import type { ShownRuntime } from '../../core/shown-runtimes.js';
 import { runtimeView, listView } from '../presenters.js';
 import {
   DataOf,
@@ -22,7 +22,7 @@ const tags = ['runtimes'];
 /** `ingress`: where the service's ingress listener is reached, for the runtimes' ingress_urls; null when it runs none. */
 export const runtimeRoutes: RoutePlugin<{ ingress: IngressAddress | null }> = async (app, { core, ingress }) => {
   const runtimes = core.runtimes;
-  const view = (rt: RuntimeRecord) => runtimeView(rt, ingress);
+  const view = (rt: ShownRuntime) => runtimeView(rt, ingress);
 
   app.get('/v1/runtimes', {
     config: { scope: 'runtimes:read' },
@@ -33,7 +33,10 @@ export const runtimeRoutes: RoutePlugin<{ ingress: IngressAddress | null }> = as
       querystring: RuntimeListQuery,
       response: { 200: ListOf(Type.Ref(Runtime), 'a page of the runtimes that pass every filter') },
     },
-  }, async (req) => listView(await runtimes.list(req.principal.tenantId, pageOf(req.query), parseRuntimeFilter(req.query)), view));
+  }, async (req) => {
+    const page = await runtimes.list(req.principal.tenantId, pageOf(req.query), parseRuntimeFilter(req.query));
+    return listView({ ...page, items: await core.shown.all(page.items) }, view);
+  });
 
   app.post('/v1/runtimes', {
     config: { scope: 'runtimes:write' },
@@ -52,7 +55,7 @@ export const runtimeRoutes: RoutePlugin<{ ingress: IngressAddress | null }> = as
   app.get('/v1/runtimes/:runtime_id', {
     config: { scope: 'runtimes:read' },
     schema: { operationId: 'getRuntime', tags, summary: 'Get a runtime', params: RuntimeParams, response: { 200: RuntimeData } },
-  }, async (req) => ({ data: view(await runtimes.get(req.principal.tenantId, req.params.runtime_id)) }));
+  }, async (req) => ({ data: view(await core.shown.one(await runtimes.get(req.principal.tenantId, req.params.runtime_id))) }));
 
   app.delete('/v1/runtimes/:runtime_id', {
     config: { scope: 'runtimes:write' },

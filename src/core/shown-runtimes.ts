@@ -1,0 +1,51 @@
+/**
+ * A runtime as a user is shown it. In a fleet (docs/scaling.md), one whose VM host has lost its
+ * lease reads `unavailable`, with the host and its last lease in the message, and never its
+ * stored status: the VM may be gone, and `running` would be a lie. The stored status stays for
+ * when the host comes back and re-adopts it.
+ */
+import type { NodeRepo } from './ports.js';
+import type { Runtime, ShownRuntimeStatus, VmNode } from './types.js';
+
+export type ShownRuntime = Omit<Runtime, 'status'> & { status: ShownRuntimeStatus };
+
+/** Leases are seconds long: one look at the nodes a second is fresh enough, and bounds the queries a busy list makes. */
+const NODES_TTL_MS = 1000;
+
+export class ShownRuntimes {
+  #nodes: { at: number; byName: Promise<Map<string, VmNode>> } | null = null;
+
+  constructor(private readonly nodes: NodeRepo) {}
+
+  async one(rt: Runtime): Promise<ShownRuntime> {
+    // A single host's runtimes have no node: nothing to ask the store.
+    if (rt.node === null) return rt;
+    return shown(rt, (await this.#byName()).get(rt.node));
+  }
+
+  async all(rts: Runtime[]): Promise<ShownRuntime[]> {
+    if (rts.every((rt) => rt.node === null)) return rts;
+    const byName = await this.#byName();
+    return rts.map((rt) => (rt.node === null ? rt : shown(rt, byName.get(rt.node))));
+  }
+
+  #byName(): Promise<Map<string, VmNode>> {
+    const now = Date.now();
+    if (this.#nodes === null || now - this.#nodes.at > NODES_TTL_MS) {
+      const byName = this.nodes.list().then((list) => new Map(list.map((n) => [n.name, n])));
+      // A failed look is not kept: the next call asks again.
+      byName.catch(() => (this.#nodes = null));
+      this.#nodes = { at: now, byName };
+    }
+    return this.#nodes.byName;
+  }
+}
+
+function shown(rt: Runtime, node: VmNode | undefined): ShownRuntime {
+  if (node?.alive === true) return rt;
+  const statusMessage =
+    node === undefined
+      ? `its VM host '${rt.node}' is not registered`
+      : `its VM host '${node.name}' has not renewed its lease since it ran out at ${node.leaseExpiresAt}; the runtime was ${rt.status} then`;
+  return { ...rt, status: 'unavailable', statusMessage };
+}
