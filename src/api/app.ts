@@ -35,6 +35,8 @@ import { TERMINAL_MAX_MESSAGE, terminalRoutes } from './routes/terminal.js';
 import { runtimeRoutes } from './routes/runtimes.js';
 import { secretRoutes, ruleRoutes, auditRoutes } from './routes/secrets.js';
 import { bearerFromProtocols, selectProtocol } from './websocket-auth.js';
+import { verifyHop } from '../cluster/hop.js';
+import { routeKind, type Forwarder } from '../cluster/forwarder.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -62,6 +64,13 @@ export interface ApiOptions {
   console?: ConsoleOptions | undefined;
   /** Where the service's ingress listener is reached, for the runtimes' ingress_urls; absent when it runs none. */
   ingress?: IngressAddress | undefined;
+  /**
+   * A VM host of a fleet (`--role node`): calls come from API nodes over the hop, signed with this
+   * per-cluster secret (src/cluster/hop.ts), and a bearer token is accepted for /metrics alone.
+   */
+  hopSecret?: string | undefined;
+  /** An API node of a fleet (`--role api`): what needs a VM is sent on to its host. */
+  forwarder?: Forwarder | undefined;
 }
 
 export const API_VERSION = '0.0.4';
@@ -145,7 +154,16 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
    * logins cannot be turned into load: a token not in the cache is charged before it is looked
    * up (over the limit, the store is never asked), and refunded if it turns out valid.
    */
-  const guard = (scope: Scope, websocketRoute: boolean): onRequestHookHandler => (request, reply, done) => {
+  const guard = (scope: Scope, websocketRoute: boolean, bearerOnHost: boolean): onRequestHookHandler => (request, reply, done) => {
+    const hopSecret = options.hopSecret;
+    if (hopSecret !== undefined && !bearerOnHost) {
+      // A VM host serves API nodes only: the hop says who the caller is, and no token is taken.
+      const vouched = verifyHop(hopSecret, request.headers, { method: request.method, url: request.url, requestId: request.id });
+      if (typeof vouched === 'string') return void sendError(reply, new VesselError('unauthenticated', `this is a VM host: call an API node (${vouched})`));
+      if (!hasScope(vouched, scope)) return void sendError(reply, new VesselError('permission_denied', `this token lacks the '${scope}' scope`));
+      request.principal = vouched;
+      return done();
+    }
     // The client's address is worked out only for requests without a cached token: the hot path
     // of a known token does not pay for it.
     const refuse = (message: string): void => {
@@ -189,7 +207,9 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
     const re = new RegExp('^' + route.url.replace(/:[^/]+/g, '[^/]+') + '/?$');
     for (const m of [route.method].flat()) routePatterns.push({ method: m, re });
     const scope = route.config?.scope;
-    if (scope !== undefined) route.onRequest = [guard(scope, 'wsHandler' in route), ...[route.onRequest ?? []].flat()];
+    if (scope !== undefined) route.onRequest = [guard(scope, 'wsHandler' in route, route.url === '/metrics'), ...[route.onRequest ?? []].flat()];
+    const forwarded = options.forwarder === undefined ? null : routeKind(route.url, [route.method].flat()[0]!);
+    if (forwarded !== null) route.onRequest = [...[route.onRequest ?? []].flat(), options.forwarder!.hook(forwarded)];
     route.onResponse = [...[route.onResponse ?? []].flat(), observe(route.url)];
   });
 

@@ -1,4 +1,5 @@
 /** Configuration from the environment (DESIGN.md lists every variable), read once at start. */
+import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 import type { TenantLimits } from '../core/types.js';
 import { parseCidrList } from '../net/blocked-ranges.js';
@@ -39,6 +40,28 @@ export interface Config {
     maxConnectionsPerTenant: number;
     ingress: { host: string; port: number; domain: string };
   };
+  /** A fleet of API nodes and VM hosts on one PostgreSQL (docs/scaling.md); unused by `--role all`. */
+  fleet: {
+    /** What this VM host registers as, and `vessel node drain` names. */
+    nodeName: string;
+    /** Authenticates the API node → VM host hop; at least 32 characters. */
+    internalSecret: string | undefined;
+    /** Where a VM host serves the hop (and /healthz, /metrics). */
+    internalPort: number;
+    /** The address API nodes reach this host at (its internal and ingress listeners). */
+    advertiseHost: string;
+    /** How long a VM host's lease lasts unless renewed; it renews three times within it. */
+    leaseSecs: number;
+  };
+}
+
+/** A node's name is a DNS label or a dotted host name: it appears in URLs, logs and messages. */
+const NODE_NAME = /^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$/;
+
+function nodeName(env: NodeJS.ProcessEnv): string {
+  const name = (env.VESSEL_NODE_NAME || hostname()).toLowerCase();
+  if (!NODE_NAME.test(name)) throw new Error(`VESSEL_NODE_NAME must be a host name (letters, digits, '-' and '.', at most 63), got '${name.slice(0, 80)}'`);
+  return name;
 }
 
 /** Only a PostgreSQL URL: a typo must not silently fall back to a fresh SQLite file. */
@@ -118,6 +141,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
         port: int(env, 'VESSEL_INGRESS_PORT', 8081),
         domain: env.VESSEL_INGRESS_DOMAIN ?? 'localhost',
       },
+    },
+    fleet: {
+      nodeName: nodeName(env),
+      internalSecret: env.VESSEL_INTERNAL_SECRET || undefined,
+      internalPort: int(env, 'VESSEL_INTERNAL_PORT', 8082),
+      advertiseHost: env.VESSEL_ADVERTISE_HOST || (['0.0.0.0', '::'].includes(env.VESSEL_HOST ?? '') ? hostname() : (env.VESSEL_HOST ?? '127.0.0.1')),
+      leaseSecs: int(env, 'VESSEL_NODE_LEASE_SECS', 15),
     },
   };
 }

@@ -17,9 +17,29 @@ import { ensureHostPackages } from '../vm/host-packages.js';
 import { loadConfig, type Config } from './config.js';
 import { ensureDataDir } from './data-dir.js';
 import { progressDisplay } from './progress.js';
-import { imagesDir, serve } from './serve.js';
+import { imagesDir, serve, type Role } from './serve.js';
 
-export const serveFromEnv = (): Promise<void> => serve(loadConfig());
+export const serveFromEnv = (role: Role): Promise<void> => serve(loadConfig(), role);
+
+export const listNodes = (): Promise<void> =>
+  withStore(async (store) => {
+    const [nodes, load] = await Promise.all([store.nodes.list(), store.nodes.load()]);
+    for (const n of nodes) {
+      const used = load.get(n.name) ?? { memoryMib: 0, vcpus: 0, runtimes: 0 };
+      const line = { name: n.name, alive: n.alive, draining: n.draining, lease_expires_at: n.leaseExpiresAt, internal_url: n.internalUrl, ingress_address: n.ingressAddress, capacity: snakeCase(n.capacity), load: snakeCase(used) };
+      process.stdout.write(`${JSON.stringify(line)}\n`);
+    }
+  });
+
+export const drainNode = (name: string, draining: boolean): Promise<void> =>
+  withStore(async (store) => {
+    if (!(await store.nodes.setDraining(name, draining))) {
+      process.stderr.write(`no VM host is registered as '${name}'\n`);
+      process.exitCode = 1;
+      return;
+    }
+    process.stdout.write(`${JSON.stringify({ name, draining })}\n`);
+  });
 
 /**
  * The CLI works on the service's store directly, also while the service runs: the data

@@ -16,7 +16,14 @@ import { chooseAccel } from '../vm/accel.js';
 import { VmCgroups } from '../vm/cgroups.js';
 import { buildImage } from '../vm/guest-image.js';
 import { ensureHostPackages, qemuVersion as qemuVersionOf } from '../vm/host-packages.js';
-import { QemuDriver } from '../vm/qemu-driver.js';
+import { QemuDriver, hostMemoryLimitMib } from '../vm/qemu-driver.js';
+import { JSON_BODY_LIMIT } from '../api/app.js';
+import { Forwarder } from '../cluster/forwarder.js';
+import { MIN_SECRET_CHARS } from '../cluster/hop.js';
+import { IngressEntry } from '../cluster/ingress-entry.js';
+import { NodeLease, freeDiskBytes } from '../cluster/node-lease.js';
+import { noGateway, noVmDriver } from '../cluster/no-vm-host.js';
+import { MAX_SLOT } from '../net/addressing.js';
 import type { Config } from './config.js';
 import { ensureDataDir, loadAdminToken, loadMasterKey, lockDataDir } from './data-dir.js';
 import { progressDisplay } from './progress.js';
@@ -33,17 +40,92 @@ export async function prepareHost(config: Config, log: pino.Logger) {
   return { image, accel: accel.accel, qemuVersion };
 }
 
-export async function serve(config: Config): Promise<void> {
+/** `all`: today's single host; `api` and `node`: the two halves of a fleet (docs/scaling.md). */
+export const ROLES = ['all', 'api', 'node'] as const;
+export type Role = (typeof ROLES)[number];
+
+export async function serve(config: Config, role: Role = 'all'): Promise<void> {
   const log = pino(serviceLogOptions(config.logLevel));
   // A stray rejection in background work must not take every tenant's API down with it.
   process.on('unhandledRejection', (err) => log.error({ err }, 'unhandled rejection'));
+  const fleetSecret = role === 'all' ? undefined : fleetSettings(config, role);
   ensureDataDir(config.dataDir);
-  const unlock = lockDataDir(config.dataDir);
+  // An API node keeps nothing in its data directory that another process could share by mistake.
+  const unlock = role === 'api' ? () => undefined : lockDataDir(config.dataDir);
   // Before anything slow: a key or token file that others can read is refused at once.
   const secretBox = new SecretBox(loadMasterKey(config.dataDir, config.masterKey));
   const admin = loadAdminToken(config.dataDir, config.adminToken);
-  const { image, accel, qemuVersion } = await prepareHost(config, log);
+  const ingress = { domain: config.egress.ingress.domain, port: config.egress.ingress.port };
+  const apiOptions = {
+    logger: log,
+    rateLimit: config.rateLimit,
+    unauthenticatedRateLimit: config.unauthenticatedRateLimit,
+    maxFileBytes: config.maxFileBytes,
+    listenHost: config.host,
+    ingress,
+  };
+  const started = role === 'api' ? await startApiNode(config, fleetSecret!, secretBox, log) : await startVmHost(config, role, fleetSecret, secretBox, log);
+  const { core } = started;
 
+  await core.tokens.installAdmin(admin.token);
+  if (admin.created) {
+    // Printed once, to the terminal only; the file keeps it for the operator.
+    process.stderr.write(`\nAdmin token (also in ${join(config.dataDir, 'admin-token')}):\n  ${admin.token}\n\n`);
+  }
+  await started.beforeListen();
+
+  const app = await buildApi({ core, ...apiOptions, hopSecret: role === 'node' ? fleetSecret : undefined, forwarder: started.forwarder });
+  // A VM host serves the hop (with /healthz and /metrics) on its internal port alone.
+  await app.listen({ host: config.host, port: role === 'node' ? config.fleet.internalPort : config.port });
+
+  let closing = false;
+  const shutdown = async (signal: string) => {
+    if (closing) return;
+    closing = true;
+    log.info({ signal }, role === 'api' ? 'shutting down' : 'shutting down; VMs keep running');
+    await app.close();
+    await started.close();
+    await core.close();
+    unlock();
+    process.exit(0);
+  };
+  process.once('SIGTERM', () => void shutdown('SIGTERM'));
+  process.once('SIGINT', () => void shutdown('SIGINT'));
+}
+
+interface Started {
+  core: Core;
+  forwarder?: Forwarder;
+  /** What runs once the admin token is in and before the API listens. */
+  beforeListen(): Promise<void>;
+  /** What stops before the core closes. */
+  close(): Promise<void>;
+}
+
+/** A fleet needs the shared PostgreSQL and the hop's secret; the secret is returned. */
+function fleetSettings(config: Config, role: Role): string {
+  if (config.databaseUrl === undefined) throw new Error(`--role ${role} needs VESSEL_DATABASE_URL: the API nodes and VM hosts of a fleet share one PostgreSQL`);
+  const secret = config.fleet.internalSecret;
+  if (secret === undefined || secret.length < MIN_SECRET_CHARS) throw new Error(`--role ${role} needs VESSEL_INTERNAL_SECRET, the same on every node of the fleet, of at least ${MIN_SECRET_CHARS} characters`);
+  return secret;
+}
+
+/** An API node: the store, the core over it with no VMs, the forwarder and the ingress entry. */
+async function startApiNode(config: Config, secret: string, secretBox: SecretBox, log: pino.Logger): Promise<Started> {
+  const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'a database connection failed; it is replaced') });
+  const core = new Core({ store, driver: noVmDriver(), gateway: noGateway(), secretBox, log, tenantLimits: config.tenantLimits });
+  const entry = new IngressEntry(store, config.egress.ingress.domain, log);
+  return {
+    core,
+    forwarder: new Forwarder(store, secret, JSON_BODY_LIMIT),
+    beforeListen: () => entry.listen(config.egress.ingress.host, config.egress.ingress.port),
+    close: entry.close,
+  };
+}
+
+/** A single host (`all`) or a fleet's VM host (`node`): VMs, their network, and for a node its lease. */
+async function startVmHost(config: Config, role: Role, secret: string | undefined, secretBox: SecretBox, log: pino.Logger): Promise<Started> {
+  const { image, accel, qemuVersion } = await prepareHost(config, log);
   const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'a database connection failed; it is replaced') });
   const ca = await CertificateAuthority.loadOrCreate(config.dataDir);
   const detected = VmCgroups.detect();
@@ -52,41 +134,29 @@ export async function serve(config: Config): Promise<void> {
   const driver = new QemuDriver({ dataDir: config.dataDir, image, accel, qemuVersion, guestCaPem: ca.certPem, memoryOvercommit: config.memoryOvercommit, cgroups: detected.cgroups, log });
   const gateway = new Gateway({ instance: createHash('sha256').update(config.dataDir).digest('hex').slice(0, 8), ca, ...config.egress, log });
   await gateway.start();
-  const core = new Core({ store, driver, gateway, secretBox, log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize });
+  const node = role === 'node' ? config.fleet.nodeName : null;
+  const core = new Core({ store, driver, gateway, secretBox, log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize, node });
   gateway.connect(core.egress);
-
-  await core.tokens.installAdmin(admin.token);
-  if (admin.created) {
-    // Printed once, to the terminal only; the file keeps it for the operator.
-    process.stderr.write(`\nAdmin token (also in ${join(config.dataDir, 'admin-token')}):\n  ${admin.token}\n\n`);
-  }
-
-  const reconciled = await core.reconcile();
-  log.info(reconciled, 'reconciled runtimes with live VMs');
-  core.runtimes.startLifecycleTimers(config.idleSuspendSecs);
-
-  const ingress = { domain: config.egress.ingress.domain, port: config.egress.ingress.port };
-  const app = await buildApi({
+  const { advertiseHost, internalPort, leaseSecs } = config.fleet;
+  const lease =
+    node === null || secret === undefined
+      ? null
+      : new NodeLease(store.nodes, {
+          name: node,
+          internalUrl: `http://${advertiseHost}:${internalPort}`,
+          ingressAddress: `${advertiseHost}:${config.egress.ingress.port}`,
+          leaseSecs,
+          capacity: () => ({ ...driver.hostLimits(), memoryMib: hostMemoryLimitMib() * config.memoryOvercommit, runtimes: MAX_SLOT, diskBytes: freeDiskBytes(config.dataDir) }),
+        }, log);
+  return {
     core,
-    logger: log,
-    rateLimit: config.rateLimit,
-    unauthenticatedRateLimit: config.unauthenticatedRateLimit,
-    maxFileBytes: config.maxFileBytes,
-    listenHost: config.host,
-    ingress,
-  });
-  await app.listen({ host: config.host, port: config.port });
-
-  let closing = false;
-  const shutdown = async (signal: string) => {
-    if (closing) return;
-    closing = true;
-    log.info({ signal }, 'shutting down; VMs keep running');
-    await app.close();
-    await core.close();
-    unlock();
-    process.exit(0);
+    beforeListen: async () => {
+      const reconciled = await core.reconcile();
+      log.info(reconciled, 'reconciled runtimes with live VMs');
+      core.runtimes.startLifecycleTimers(config.idleSuspendSecs);
+      // Registered once its VMs are adopted: API nodes send it nothing before.
+      await lease?.start();
+    },
+    close: async () => lease?.stop(),
   };
-  process.once('SIGTERM', () => void shutdown('SIGTERM'));
-  process.once('SIGINT', () => void shutdown('SIGINT'));
 }

@@ -1,5 +1,5 @@
 /** `vessel serve`, `tenant limits` and `image build`: the commands an operator runs on the service's host (`token`: commands/token.ts). */
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import type { LimitFlags } from '../host.js';
 
 const host = () => import('../host.js');
@@ -8,7 +8,26 @@ export function registerHostCommands(program: Command): void {
   program
     .command('serve')
     .description('install missing host packages, build the guest image if needed, and serve the API')
-    .action(async () => (await host()).serveFromEnv());
+    .addOption(
+      new Option('--role <role>', 'all: one host does everything; api: an API node of a fleet; node: a VM host of a fleet (docs/scaling.md)')
+        .choices(['all', 'api', 'node'])
+        .default('all'),
+    )
+    .action(async (o: { role: 'all' | 'api' | 'node' }) => (await host()).serveFromEnv(o.role));
+
+  const node = program.command('node').description("a fleet's VM hosts, in the shared store (VESSEL_DATABASE_URL)");
+  node
+    .command('ls')
+    .description('every VM host: its lease, capacity, load and whether it is draining, one JSON line each')
+    .action(async () => (await host()).listNodes());
+  node
+    .command('drain <name>')
+    .description('no new runtimes on this host; those it runs go on until they are moved or deleted')
+    .action(async (name: string) => (await host()).drainNode(name, true));
+  node
+    .command('undrain <name>')
+    .description('puts a drained host back into placement')
+    .action(async (name: string) => (await host()).drainNode(name, false));
 
   const tenant = program.command('tenant').description("tenants' quotas");
   const limits = tenant.command('limits').description("what a tenant may hold: its own limits where set, else the VESSEL_TENANT_MAX_* defaults");

@@ -1,0 +1,186 @@
+/**
+ * What an API node (`--role api`) sends on to a VM host, and which host (docs/scaling.md,
+ * "Routing"). It answers from the store itself whatever needs no VM: runtime and checkpoint
+ * reads, secrets, tokens, audits, rule lists. What needs the VM, its files or its network goes to
+ * the host that owns them: every call under /v1/runtimes/{id}/…, a runtime's PATCH and DELETE
+ * (its policy lives in the host's gateway), a create (placed by placement.ts), a checkpoint's
+ * DELETE (its files) and a rule's DELETE (the gateway of its runtime's host).
+ */
+import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
+import { VesselError, notFound, unavailable } from '../core/errors.js';
+import type { Store } from '../core/ports.js';
+import { DEFAULT_MEMORY_MIB } from '../core/runtimes.js';
+import type { NodeLoad, VmNode } from '../core/types.js';
+import { sendError, toVesselError } from '../api/errors.js';
+import { forwardRequest, forwardUpgrade, HopUnreachable, type HopCall, type HopTarget } from './hop-proxy.js';
+import { addLoad, placeRuntime, type Demand } from './placement.js';
+
+type RouteKind = 'runtime' | 'create' | 'checkpoint' | 'rule';
+
+/** A host's lease is seconds long; the node list is looked at again after this. */
+const NODES_TTL_MS = 1000;
+/** How long a caller is told to wait before it tries a host that is away again. */
+const RETRY_AFTER_SECS = 5;
+
+/** Which of the API's routes go to a VM host, by the route as declared; null: the API node answers. */
+export function routeKind(url: string, method: string): RouteKind | null {
+  if (url.startsWith('/v1/runtimes/:runtime_id/')) return 'runtime';
+  if (url === '/v1/runtimes/:runtime_id') return method === 'GET' || method === 'HEAD' ? null : 'runtime';
+  if (url === '/v1/runtimes' && method === 'POST') return 'create';
+  if (url === '/v1/checkpoints/:checkpoint_id' && method === 'DELETE') return 'checkpoint';
+  if (url === '/v1/secret-injection-rules/:rule_id' && method === 'DELETE') return 'rule';
+  return null;
+}
+
+export class Forwarder {
+  #nodes: { at: number; list: Promise<VmNode[]> } | null = null;
+  /** Creates this API node has sent on and not yet seen answered: the store does not count them yet. */
+  readonly #placing = new Map<string, NodeLoad>();
+  #next = 0;
+
+  constructor(
+    private readonly store: Store,
+    private readonly secret: string,
+    /** The largest create body it reads to place one (the API's JSON limit). */
+    private readonly maxBodyBytes: number,
+  ) {}
+
+  /** The onRequest hook that sends one declared route on to its host (after authentication). */
+  hook(kind: RouteKind): onRequestHookHandler {
+    return (request, reply, done) => {
+      void this.#forward(kind, request, reply).catch((err: unknown) => {
+        if (!reply.sent && !reply.raw.headersSent) sendError(reply, toVesselError(err instanceof HopUnreachable ? unavailable(err.message) : err));
+        else reply.raw.destroy();
+      });
+      // Never `done`: the route's own handler runs on the host, not here.
+      void done;
+    };
+  }
+
+  async #forward(kind: RouteKind, request: FastifyRequest, reply: FastifyReply): Promise<void> {
+    const tenantId = request.principal.tenantId;
+    const params = request.params as Record<string, string>;
+    const call: HopCall = { principal: request.principal, requestId: request.id, clientIp: request.ip };
+    let target: VmNode;
+    let placed: { node: string; demand: Demand } | null = null;
+    if (kind === 'create') {
+      call.body = await readBody(request, this.maxBodyBytes);
+      ({ target, placed } = await this.#placeCreate(tenantId, call.body));
+    } else if (kind === 'runtime') {
+      target = await this.#ownerOfRuntime(tenantId, params.runtime_id!);
+    } else if (kind === 'checkpoint') {
+      const cp = await this.store.checkpoints.find(tenantId, params.checkpoint_id!, true);
+      if (cp === undefined) throw notFound('checkpoint', params.checkpoint_id!);
+      target = cp.node === null ? await this.#anyNode() : await this.#live(cp.node, `checkpoint '${cp.displayName}' has its files on VM host '${cp.node}'`);
+    } else {
+      const rule = await this.store.rules.find(tenantId, params.rule_id!);
+      if (rule === undefined) throw notFound('secret injection rule', params.rule_id!);
+      target = await this.#ownerOfRuntime(tenantId, rule.runtimeId);
+    }
+    const hop: HopTarget = { name: target.name, internalUrl: target.internalUrl };
+    if (placed !== null) addLoad(this.#placing, placed.node, placed.demand, 1);
+    const settle = () => placed !== null && addLoad(this.#placing, placed.node, placed.demand, -1);
+    try {
+      if (request.raw.headers.upgrade !== undefined) {
+        await forwardUpgrade(this.secret, hop, request.raw, request.raw.socket, call);
+        reply.hijack();
+        return;
+      }
+      const stream = await forwardRequest(this.secret, hop, request.raw, call);
+      reply.hijack();
+      reply.raw.once('close', settle);
+      stream(reply.raw);
+    } catch (err) {
+      settle();
+      throw err;
+    }
+  }
+
+  async #ownerOfRuntime(tenantId: string, ref: string): Promise<VmNode> {
+    const rt = await this.store.runtimes.find(tenantId, ref);
+    if (rt === undefined) throw notFound('runtime', ref);
+    if (rt.node === null) throw unavailable(`runtime '${rt.displayName}' records no VM host: it was made by a single-host service`);
+    return this.#live(rt.node, `runtime '${rt.displayName}' runs on VM host '${rt.node}'`);
+  }
+
+  /** The node, if its lease holds; otherwise `unavailable`, saying whose and since when. */
+  async #live(name: string, what: string): Promise<VmNode> {
+    const node = (await this.#list()).find((n) => n.name === name);
+    if (node?.alive === true) return node;
+    const why = node === undefined ? 'which is not registered' : `whose lease ran out at ${node.leaseExpiresAt}`;
+    throw new VesselError('unavailable', `${what}, ${why}`, { retryAfterSecs: RETRY_AFTER_SECS });
+  }
+
+  async #anyNode(): Promise<VmNode> {
+    const alive = (await this.#list()).filter((n) => n.alive);
+    if (alive.length === 0) throw new VesselError('unavailable', 'no VM host holds a lease', { retryAfterSecs: RETRY_AFTER_SECS });
+    return alive[this.#next++ % alive.length]!;
+  }
+
+  async #placeCreate(tenantId: string, body: Buffer): Promise<{ target: VmNode; placed: { node: string; demand: Demand } | null }> {
+    const wanted = createShape(body);
+    // A body the host will refuse anyway (not JSON, wrong types) goes to any host, for its exact error.
+    if (wanted === null) return { target: await this.#anyNode(), placed: null };
+    if (wanted.checkpoint !== undefined) {
+      const cp = await this.store.checkpoints.find(tenantId, wanted.checkpoint, true);
+      if (cp === undefined || cp.node === null) return { target: await this.#anyNode(), placed: null };
+      const node = await this.#live(cp.node, `checkpoint '${cp.displayName}' has its files on VM host '${cp.node}'`);
+      if (node.draining) throw new VesselError('failed_precondition', `checkpoint '${cp.displayName}' has its files on VM host '${cp.node}', which is draining: it takes no new runtimes`);
+      return { target: node, placed: { node: node.name, demand: { memoryMib: cp.resources.limits.memory_mib, vcpus: cp.resources.vcpus } } };
+    }
+    const [nodes, stored] = await Promise.all([this.store.nodes.list(), this.store.nodes.load()]);
+    const load = new Map(stored);
+    for (const [name, mine] of this.#placing) addLoad(load, name, mine, 1);
+    const choice = placeRuntime(nodes, load, wanted.demand);
+    if (typeof choice === 'string') throw new VesselError('unavailable', `no VM host can take the runtime: ${choice}`, { retryAfterSecs: RETRY_AFTER_SECS });
+    return { target: choice, placed: { node: choice.name, demand: wanted.demand } };
+  }
+
+  #list(): Promise<VmNode[]> {
+    const now = Date.now();
+    if (this.#nodes === null || now - this.#nodes.at > NODES_TTL_MS) {
+      const list = this.store.nodes.list();
+      list.catch(() => (this.#nodes = null));
+      this.#nodes = { at: now, list };
+    }
+    return this.#nodes.list;
+  }
+}
+
+/** What placement needs of a create body; null when it is not a JSON object of the right shape. */
+function createShape(body: Buffer): { checkpoint?: string; demand: Demand } | null {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body.toString('utf8'));
+  } catch {
+    return null;
+  }
+  if (typeof parsed !== 'object' || parsed === null) return null;
+  const { checkpoint, resources } = parsed as { checkpoint?: unknown; resources?: { limits?: { memory_mib?: unknown }; vcpus?: unknown } };
+  if (checkpoint !== undefined && typeof checkpoint !== 'string') return null;
+  const memory = resources?.limits?.memory_mib ?? DEFAULT_MEMORY_MIB;
+  const vcpus = resources?.vcpus ?? 1;
+  if (typeof memory !== 'number' || typeof vcpus !== 'number') return null;
+  return { ...(checkpoint === undefined ? {} : { checkpoint }), demand: { memoryMib: memory, vcpus } };
+}
+
+/** The request's body, read whole up to the limit (a create's JSON: the host reads it again). */
+function readBody(request: FastifyRequest, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const tooLarge = () => new VesselError('invalid_argument', 'request body is too large', { httpStatus: 413 });
+    if (Number(request.headers['content-length'] ?? 0) > limit) return reject(tooLarge());
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= limit) return void chunks.push(chunk);
+      // No more is read: the refusal goes out, and the connection closes behind it.
+      request.raw.off('data', onData);
+      request.raw.pause();
+      reject(tooLarge());
+    };
+    request.raw.on('data', onData);
+    request.raw.once('end', () => resolve(Buffer.concat(chunks)));
+    request.raw.once('error', reject);
+  });
+}

@@ -1,0 +1,151 @@
+/**
+ * Carries one request from an API node to the VM host that serves it, and the answer back, as
+ * streams both ways: SSE exec, a gigabyte file, a terminal's WebSocket. Nothing is buffered but
+ * what the caller hands over already read (a create's JSON body). The caller's token stays on the
+ * API node; the host learns the principal from the signed hop headers (hop.ts).
+ */
+import { request as httpRequest, Agent, type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { Principal } from '../core/types.js';
+import { BEARER_PROTOCOL_PREFIX } from '../api/websocket-auth.js';
+import { HOP_HEADERS, signHop } from './hop.js';
+
+/** A host that has not accepted the connection by then is treated as down for this request. */
+const CONNECT_TIMEOUT_MS = 5000;
+
+/** Headers that describe one connection, not the message (RFC 9110 §7.6.1), and ours that only the hop may set. */
+const CONNECTION_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host', 'authorization', ...HOP_HEADERS]);
+
+export interface HopTarget {
+  /** `http://host:port` of the VM host's hop listener. */
+  internalUrl: string;
+  name: string;
+}
+
+export interface HopCall {
+  principal: Principal;
+  requestId: string;
+  clientIp: string;
+  /** The body, when the API node had to read it to route the request; otherwise `incoming` is streamed on. */
+  body?: Buffer | undefined;
+}
+
+/** Why a hop failed before the host answered: the request is then answered by the API node itself. */
+export class HopUnreachable extends Error {}
+
+const agent = new Agent({ keepAlive: true, maxFreeSockets: 64, scheduling: 'lifo' });
+
+function outgoingHeaders(incoming: IncomingHttpHeaders, secret: string, call: HopCall, method: string, url: string, target: URL): OutgoingHttpHeaders {
+  const headers: OutgoingHttpHeaders = {};
+  for (const [name, value] of Object.entries(incoming)) if (!CONNECTION_HEADERS.has(name) && value !== undefined) headers[name] = value;
+  // A browser's token rides in a subprotocol; the host needs only the protocol it will select.
+  const protocols = incoming['sec-websocket-protocol'];
+  if (typeof protocols === 'string') headers['sec-websocket-protocol'] = protocols.split(',').map((p) => p.trim()).filter((p) => !p.startsWith(BEARER_PROTOCOL_PREFIX)).join(', ');
+  if (call.body !== undefined) {
+    headers['content-length'] = String(call.body.length);
+    delete headers['transfer-encoding'];
+  }
+  headers.host = target.host;
+  headers['x-request-id'] = call.requestId;
+  headers['x-forwarded-for'] = call.clientIp;
+  Object.assign(headers, signHop(secret, call.principal, { method, url, requestId: call.requestId }));
+  return headers;
+}
+
+function open(secret: string, target: HopTarget, incoming: IncomingMessage, call: HopCall, upgrade: boolean) {
+  const url = new URL(target.internalUrl);
+  const method = incoming.method ?? 'GET';
+  const path = incoming.url ?? '/';
+  const headers = outgoingHeaders(incoming.headers, secret, call, method, path, url);
+  if (upgrade) Object.assign(headers, { connection: 'Upgrade', upgrade: incoming.headers.upgrade ?? 'websocket' });
+  const out = httpRequest({ host: url.hostname, port: url.port, method, path, headers, agent: upgrade ? false : agent });
+  const connectTimer = setTimeout(() => out.destroy(new HopUnreachable(`VM host '${target.name}' did not accept a connection within ${CONNECT_TIMEOUT_MS / 1000} s`)), CONNECT_TIMEOUT_MS);
+  out.once('socket', (socket) => {
+    if (!socket.connecting) clearTimeout(connectTimer);
+    else socket.once('connect', () => clearTimeout(connectTimer));
+  });
+  out.once('close', () => clearTimeout(connectTimer));
+  if (call.body !== undefined) out.end(call.body);
+  else if (upgrade) out.end();
+  else incoming.pipe(out);
+  return out;
+}
+
+const unreachable = (target: HopTarget, err: Error): HopUnreachable =>
+  err instanceof HopUnreachable ? err : new HopUnreachable(`VM host '${target.name}' could not be reached from this API node (${(err as NodeJS.ErrnoException).code ?? err.message})`);
+
+/**
+ * Forwards an HTTP request. Resolves with a function that streams the host's answer into `res`
+ * once it has one: the caller takes the response over (Fastify's hijack) only then, so a host
+ * that cannot be reached still gets an error envelope from the API node.
+ */
+export function forwardRequest(secret: string, target: HopTarget, incoming: IncomingMessage, call: HopCall): Promise<(res: ServerResponse) => void> {
+  return new Promise((resolve, reject) => {
+    const out = open(secret, target, incoming, call, false);
+    out.once('error', (err) => reject(unreachable(target, err)));
+    out.once('response', (answer) => {
+      resolve((res) => {
+        const headers: OutgoingHttpHeaders = {};
+        for (const [name, value] of Object.entries(answer.headers)) if (!CONNECTION_HEADERS.has(name) && value !== undefined) headers[name] = value;
+        res.writeHead(answer.statusCode ?? 502, headers);
+        // SSE: every event goes out as it arrives.
+        res.flushHeaders();
+        answer.pipe(res);
+        // A caller gone, or a host gone mid-answer: the other side is cut too, never left waiting.
+        res.once('close', () => {
+          if (!answer.complete) out.destroy();
+        });
+        answer.once('error', () => res.destroy());
+        answer.once('aborted', () => res.destroy());
+      });
+    });
+    incoming.once('close', () => {
+      if (!incoming.complete) out.destroy();
+    });
+  });
+}
+
+/**
+ * Forwards a WebSocket upgrade: the host's 101 (or its refusal) goes back on the caller's socket
+ * as it came, then bytes flow both ways until either side closes.
+ */
+export function forwardUpgrade(secret: string, target: HopTarget, incoming: IncomingMessage, socket: Duplex, call: HopCall): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const out = open(secret, target, incoming, call, true);
+    out.once('error', (err) => reject(unreachable(target, err)));
+    out.once('upgrade', (answer, upstream, head) => {
+      socket.write(statusBlock(answer));
+      if (head.length > 0) socket.write(head);
+      upstream.pipe(socket).pipe(upstream);
+      const end = () => {
+        upstream.destroy();
+        socket.destroy();
+      };
+      upstream.once('error', end);
+      socket.once('error', end);
+      upstream.once('close', end);
+      socket.once('close', end);
+      resolve();
+    });
+    // The host refused the upgrade with a plain answer (404, 409): it goes back as it is.
+    out.once('response', (answer) => {
+      socket.write(statusBlock(answer));
+      answer.pipe(socket);
+      answer.once('end', () => socket.end());
+      resolve();
+    });
+  });
+}
+
+function statusBlock(answer: IncomingMessage): string {
+  const lines = [`HTTP/1.1 ${answer.statusCode ?? 502} ${answer.statusMessage ?? ''}`];
+  for (let i = 0; i < answer.rawHeaders.length; i += 2) {
+    const name = answer.rawHeaders[i]!;
+    const lower = name.toLowerCase();
+    if (lower === 'transfer-encoding' || lower === 'keep-alive' || (lower === 'connection' && answer.statusCode !== 101)) continue;
+    lines.push(`${name}: ${answer.rawHeaders[i + 1]!}`);
+  }
+  // A refusal's body is sent as it comes, then the connection closes: that delimits it.
+  if (answer.statusCode !== 101) lines.push('Connection: close');
+  return `${lines.join('\r\n')}\r\n\r\n`;
+}
