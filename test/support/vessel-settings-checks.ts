@@ -7,8 +7,15 @@
 import { containersOf } from './k8s-references.js';
 import { objectName, type K8sObject } from './kustomize.js';
 
-/** Setting → the name of the container port it must equal. */
-const PORT_SETTINGS: Record<string, string> = { VESSEL_PORT: 'http', VESSEL_INGRESS_PORT: 'ingress', VESSEL_INTERNAL_PORT: 'internal' };
+/**
+ * Per role, the settings it listens on → the name of the container port each must equal. A VM
+ * host serves the API (the hop, /healthz, /metrics) on its internal port and never VESSEL_PORT.
+ */
+const PORT_SETTINGS: Record<string, Record<string, string>> = {
+  all: { VESSEL_PORT: 'http', VESSEL_INGRESS_PORT: 'ingress' },
+  api: { VESSEL_PORT: 'http', VESSEL_INGRESS_PORT: 'ingress' },
+  node: { VESSEL_INGRESS_PORT: 'ingress', VESSEL_INTERNAL_PORT: 'internal' },
+};
 
 /** What a container's process sees: its ConfigMaps through envFrom, then its own env on top. */
 function settingsOf(objects: K8sObject[], o: K8sObject, container: ReturnType<typeof containersOf>[number]): Map<string, string> {
@@ -29,7 +36,8 @@ export function vesselSettingProblems(objects: K8sObject[]): string[] {
       if (!c.args?.includes('serve')) continue;
       const where = `${objectName(o)}/${c.name}`;
       const settings = settingsOf(objects, o, c);
-      for (const [setting, portName] of Object.entries(PORT_SETTINGS)) {
+      const role = c.args.includes('--role') ? c.args[c.args.indexOf('--role') + 1]! : 'all';
+      for (const [setting, portName] of Object.entries(PORT_SETTINGS[role] ?? {})) {
         const value = settings.get(setting);
         if (value === undefined) continue;
         const port = (c.ports ?? []).find((p) => p.name === portName);

@@ -162,7 +162,7 @@ const BREAKAGES: { what: string; breaks: (objects: K8sObject[]) => void; expect:
   { what: 'an Ingress to a port the Service lacks', breaks: (o) => ((find(o, 'Ingress', 'vessel').spec as any).rules[1].http.paths[0].backend.service.port.name = 'ingres'), expect: /routes to port ingres/ },
   { what: 'a budget selecting nothing', breaks: (o) => ((find(o, 'PodDisruptionBudget', 'vessel-api').spec as any).selector.matchLabels['app.kubernetes.io/name'] = 'other'), expect: /PodDisruptionBudget\/vessel-api: selector .* matches no pod/ },
   { what: 'host networking without cluster DNS', breaks: (o) => delete podSpecOf(find(o, 'DaemonSet', 'vessel-vm-host'))!.dnsPolicy, expect: /ClusterFirstWithHostNet/ },
-  { what: 'a host port that differs under host networking', breaks: (o) => ((containersOf(find(o, 'DaemonSet', 'vessel-vm-host'))[0] as any).ports[2].hostPort = 9082), expect: /hostPort 9082 must equal containerPort 8082/ },
+  { what: 'a host port that differs under host networking', breaks: (o) => ((containersOf(find(o, 'DaemonSet', 'vessel-vm-host'))[0] as any).ports[1].hostPort = 9082), expect: /hostPort 9082 must equal containerPort 8082/ },
   { what: 'a scrape port that is not the container\'s', breaks: (o) => ((find(o, 'Deployment', 'vessel-api').spec as any).template.metadata.annotations['prometheus.io/port'] = '9090'), expect: /prometheus.io\/port 9090 is not a container port/ },
   { what: 'a Cluster of no instances', breaks: (o) => ((find(o, 'Cluster', 'vessel-db').spec as any).instances = 0), expect: /Cluster\/vessel-db: \/spec\/instances must be >= 1/ },
   { what: 'a misspelt Cluster field', breaks: (o) => ((find(o, 'Cluster', 'vessel-db').spec as any).storage.sizee = '1Gi'), expect: /must NOT have additional properties 'sizee'/ },
