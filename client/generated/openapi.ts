@@ -663,9 +663,12 @@ export interface components {
             /** Format: uuid */
             id: string;
             display_name: string;
-            /** @enum {string} */
-            status: "running" | "paused" | "shutdown" | "creating" | "deleting" | "error" | "crashed" | "suspended";
-            /** @description why the runtime is in error or crashed */
+            /**
+             * @description `unavailable`: the VM host that runs it (in a fleet of hosts) has lost its lease; status_message says which and since when. Never stored: the runtime reads its real status again once the host is back
+             * @enum {string}
+             */
+            status: "running" | "paused" | "shutdown" | "creating" | "deleting" | "error" | "crashed" | "suspended" | "unavailable";
+            /** @description why the runtime is in error, crashed or unavailable */
             status_message?: string;
             egress_policy: components["schemas"]["EgressPolicy"];
             ingress_specs: components["schemas"]["IngressSpec"][];

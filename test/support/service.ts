@@ -33,7 +33,8 @@ export interface Reply {
 }
 
 export class Service {
-  readonly token = `vsl_test_${randomBytes(12).toString('hex')}`;
+  /** The admin token: VESSEL_ADMIN_TOKEN when the test gives one (a fleet's nodes share it), else a fresh one. */
+  readonly token: string;
   readonly dataDir: string;
   #child: ChildProcess | null = null;
   #port = 0;
@@ -48,8 +49,11 @@ export class Service {
     readonly env: Record<string, string> = {},
     dataDir?: string,
     readonly wrapper: string[] = [],
+    /** After `serve`: `--role api` or `--role node` for a fleet's processes. */
+    readonly serveArgs: string[] = [],
   ) {
     this.dataDir = dataDir ?? mkdtempSync(join(tmpdir(), 'vessel-svc-'));
+    this.token = env.VESSEL_ADMIN_TOKEN ?? `vsl_test_${randomBytes(12).toString('hex')}`;
   }
 
   get url(): string {
@@ -61,13 +65,15 @@ export class Service {
     // Several services may share the host in one test: each gets its own gateway ports.
     const [proxyPort, dnsPort, ingressPort] = [await freePort(), await freePort(), await freePort()];
     this.ingressPort = ingressPort;
-    const argv = [...this.wrapper, process.execPath, CLI, 'serve'];
+    const argv = [...this.wrapper, process.execPath, CLI, 'serve', ...this.serveArgs];
     const child = spawn(argv[0]!, argv.slice(1), {
       env: {
         ...process.env,
         VESSEL_DATA_DIR: this.dataDir,
         VESSEL_IMAGE_DIR: SHARED_IMAGE_DIR,
         VESSEL_PORT: String(this.#port),
+        // A VM host of a fleet serves on its internal port alone: the same one here.
+        VESSEL_INTERNAL_PORT: String(this.#port),
         VESSEL_ADMIN_TOKEN: this.token,
         VESSEL_LOG_LEVEL: 'warn',
         VESSEL_EGRESS_PROXY_PORT: String(proxyPort),

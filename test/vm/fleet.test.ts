@@ -1,0 +1,198 @@
+/**
+ * A fleet on one machine (issue 15 §4): one PostgreSQL, two VM hosts (`--role node`) and two API
+ * nodes (`--role api`), each a real `vessel serve` with its own data directory, ports, TAPs and
+ * nftables table (the gateway names both after the data directory). Runtimes are real VMs. The
+ * test drives what a user of the fleet does: creates that spread, calls through either API node,
+ * a host killed with -9 and brought back, and forks of a checkpoint through both API nodes.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
+import pg from 'pg';
+import WebSocket from 'ws';
+import { startPostgres, type PostgresCluster } from '../support/postgres-cluster.js';
+import { Service, type Reply } from '../support/service.js';
+
+const TIMEOUT = { timeout: 900_000 };
+/** Short, so the test sees a lost host quickly; renewed every 2 s. */
+const LEASE_SECS = 6;
+
+let postgres: PostgresCluster;
+let db: pg.Client;
+let hosts: Service[];
+let apis: Service[];
+
+before(async () => {
+  postgres = startPostgres();
+  const url = await postgres.createDatabase('fleet');
+  db = new pg.Client({ connectionString: url });
+  await db.connect();
+  const shared = {
+    VESSEL_DATABASE_URL: url,
+    VESSEL_INTERNAL_SECRET: randomBytes(32).toString('hex'),
+    VESSEL_MASTER_KEY: randomBytes(32).toString('hex'),
+    VESSEL_ADMIN_TOKEN: `vsl_test_${randomBytes(12).toString('hex')}`,
+    VESSEL_WARM_POOL: '0',
+    VESSEL_NODE_LEASE_SECS: String(LEASE_SECS),
+  };
+  hosts = ['host-1', 'host-2'].map((name) => new Service({ ...shared, VESSEL_NODE_NAME: name }, undefined, [], ['--role', 'node']));
+  apis = [1, 2].map(() => new Service(shared, undefined, [], ['--role', 'api']));
+  // The hosts first: migrations run once, under the advisory lock, whoever comes first.
+  await Promise.all(hosts.map((h) => h.start()));
+  await Promise.all(apis.map((a) => a.start()));
+});
+
+after(async () => {
+  // Runtimes are deleted through an API node while the hosts still run; then everything stops.
+  await apis[0]?.destroy().catch(() => undefined);
+  for (const s of [...(apis ?? []), ...(hosts ?? [])]) await s.destroy().catch(() => undefined);
+  await db?.end().catch(() => undefined);
+  postgres?.stop();
+});
+
+const nodeOf = async (name: string): Promise<string> => (await db.query('SELECT node FROM runtimes WHERE display_name = $1', [name])).rows[0]?.node;
+
+async function until<T>(what: string, ms: number, probe: () => Promise<T | undefined>): Promise<T> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    const got = await probe();
+    if (got !== undefined) return got;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  throw new Error(`never happened within ${ms} ms: ${what}`);
+}
+
+const ok = (r: Reply, status = 200): any => {
+  assert.equal(r.status, status, JSON.stringify(r.body));
+  return r.body.data;
+};
+
+test('10 creates through API node 1 spread over both VM hosts', TIMEOUT, async () => {
+  for (let i = 0; i < 10; i++) {
+    const rt = ok(await apis[0]!.call('POST', '/v1/runtimes', { display_name: `rt-${i}` }), 201);
+    assert.equal(rt.status, 'running');
+  }
+  const placed = (await db.query('SELECT node, count(*)::int AS n FROM runtimes GROUP BY node ORDER BY node')).rows;
+  // Same capacity on both: each create goes where the larger share of memory is free, so they alternate.
+  assert.deepEqual(placed, [{ node: 'host-1', n: 5 }, { node: 'host-2', n: 5 }]);
+  // Each host made its own system template: its files are its own.
+  const templates = (await db.query("SELECT node FROM checkpoints WHERE tenant_id IS NULL AND state = 'ready' ORDER BY node")).rows.map((r) => r.node);
+  assert.deepEqual(templates, ['host-1', 'host-2']);
+});
+
+test('exec, files, a streamed exec and a terminal through API node 2 reach a runtime on host 1', TIMEOUT, async () => {
+  const name = (await db.query("SELECT display_name FROM runtimes WHERE node = 'host-1' ORDER BY display_name LIMIT 1")).rows[0].display_name as string;
+  const api = apis[1]!;
+  const exec = ok(await api.call('POST', `/v1/runtimes/${name}/exec`, { command: 'hostname; echo err >&2; exit 4' }));
+  assert.deepEqual([exec.stdout, exec.stderr, exec.exit_code], [`${name}\n`, 'err\n', 4]);
+
+  const payload = randomBytes(3 * 1024 * 1024 + 17);
+  const auth = { authorization: `Bearer ${api.token}` };
+  const put = await fetch(`${api.url}/v1/runtimes/${name}/files?path=/root/blob`, { method: 'PUT', headers: { ...auth, 'content-type': 'application/octet-stream' }, body: new Uint8Array(payload) });
+  assert.equal(put.status, 200, await put.clone().text());
+  const got = Buffer.from(await (await fetch(`${api.url}/v1/runtimes/${name}/files?path=/root/blob`, { headers: auth })).arrayBuffer());
+  assert.ok(got.equals(payload), 'the file comes back byte for byte over two hops');
+
+  const stream = await fetch(`${api.url}/v1/runtimes/${name}/exec`, {
+    method: 'POST',
+    headers: { ...auth, 'content-type': 'application/json', accept: 'text/event-stream' },
+    body: JSON.stringify({ command: 'for i in 1 2 3; do echo line-$i; done; exit 2' }),
+  });
+  assert.equal(stream.status, 200);
+  assert.match(stream.headers.get('content-type') ?? '', /^text\/event-stream/);
+  const events = await stream.text();
+  assert.match(events, /event: start/);
+  assert.match(events, /line-3/);
+  assert.match(events, /event: exit\ndata: \{[^\n]*"exit_code":2/);
+
+  // A terminal: the WebSocket upgrade goes over the hop too.
+  // A browser's way: the token in a subprotocol, which the API node keeps to itself.
+  const ws = new WebSocket(`${api.url.replace('http', 'ws')}/v1/runtimes/${name}/terminal`, ['vessel.v1', `vessel.bearer.${Buffer.from(api.token).toString('base64url')}`]);
+  let seen = '';
+  await new Promise<void>((resolve, reject) => {
+    ws.once('error', reject);
+    ws.once('open', () => ws.send(Buffer.from('echo fleet-$((6*7))\n')));
+    ws.on('message', (data, binary) => {
+      if (binary) seen += data.toString();
+      if (seen.includes('fleet-42')) resolve();
+    });
+  });
+  assert.equal(ws.protocol, 'vessel.v1');
+  ws.close();
+});
+
+test('a checkpoint made on host 2 is forked through either API node, on host 2', TIMEOUT, async () => {
+  const source = (await db.query("SELECT display_name FROM runtimes WHERE node = 'host-2' ORDER BY display_name LIMIT 1")).rows[0].display_name as string;
+  ok(await apis[0]!.call('POST', `/v1/runtimes/${source}/exec`, { command: 'echo from-the-checkpoint > /root/mark' }));
+  const cp = ok(await apis[0]!.call('POST', `/v1/runtimes/${source}/checkpoints`, { name: 'snap' }), 201);
+  await until('the checkpoint is ready', 300_000, async () => {
+    const now = ok(await apis[1]!.call('GET', `/v1/checkpoints/${cp.id}`));
+    assert.notEqual(now.state, 'failed', now.state_message);
+    return now.state === 'ready' ? true : undefined;
+  });
+  for (const [i, api] of apis.entries()) {
+    ok(await api.call('POST', '/v1/runtimes', { display_name: `fork-${i}`, checkpoint: 'snap' }), 201);
+    assert.equal(await nodeOf(`fork-${i}`), 'host-2');
+    const mark = ok(await api.call('POST', `/v1/runtimes/fork-${i}/exec`, { command: 'cat /root/mark' }));
+    assert.equal(mark.stdout, 'from-the-checkpoint\n');
+  }
+});
+
+test('kill -9 of host 1: its runtimes read unavailable within the lease, with no 5xx and no row lost; back, they run', TIMEOUT, async () => {
+  const onHost1 = (await db.query("SELECT id FROM runtimes WHERE node = 'host-1'")).rows.map((r) => r.id as string);
+  const total = Number((await db.query('SELECT count(*) FROM runtimes')).rows[0].count);
+  await hosts[0]!.kill9();
+
+  const statuses: number[] = [];
+  const shown = await until('host 1 runtimes read unavailable', 4 * LEASE_SECS * 1000, async () => {
+    const reads = await Promise.all(apis.map((a) => a.call('GET', `/v1/runtimes/${onHost1[0]}`)));
+    statuses.push(...reads.map((r) => r.status));
+    return reads.every((r) => r.body.data?.status === 'unavailable') ? reads[0]!.body.data : undefined;
+  });
+  assert.match(shown.status_message, /host-1/);
+  assert.ok(statuses.every((s) => s < 500), `reads answered ${statuses.join(',')}`);
+  for (const api of apis) {
+    const list = await api.call('GET', '/v1/runtimes?limit=100');
+    const data = ok(list) as Array<{ id: string; status: string }>;
+    assert.equal(data.length, total, 'no row lost');
+    for (const rt of data) assert.equal(rt.status, onHost1.includes(rt.id) ? 'unavailable' : 'running', rt.id);
+  }
+  // A call that needs the VM says why, and when to try again.
+  const exec = await apis[1]!.call('POST', `/v1/runtimes/${onHost1[0]}/exec`, { command: 'true' });
+  assert.equal(exec.body.error.code, 'unavailable');
+  assert.ok(exec.headers.get('retry-after'));
+  // New runtimes go to the host that holds its lease.
+  ok(await apis[0]!.call('POST', '/v1/runtimes', { display_name: 'while-down' }), 201);
+  assert.equal(await nodeOf('while-down'), 'host-2');
+
+  await hosts[0]!.start();
+  for (const id of onHost1) {
+    await until(`${id} runs again`, 120_000, async () => (ok(await apis[1]!.call('GET', `/v1/runtimes/${id}`)).status === 'running' ? true : undefined));
+  }
+  const back = ok(await apis[1]!.call('POST', `/v1/runtimes/${onHost1[0]}/exec`, { command: 'echo adopted' }));
+  assert.equal(back.stdout, 'adopted\n');
+});
+
+test('the ingress entry of an API node routes <port>-<id>.<domain> to the host that runs it', TIMEOUT, async () => {
+  const rt = ok(await apis[0]!.call('POST', '/v1/runtimes', { display_name: 'web', ingress_specs: [{ protocol: 'http', runtime_port: 8000 }] }), 201);
+  const node = await nodeOf('web');
+  ok(await apis[0]!.call('POST', '/v1/runtimes/web/exec', { command: 'echo served-by-the-guest > /root/index.html; nohup python3 -m http.server 8000 --directory /root >/dev/null 2>&1 & true' }));
+  const get = (host: string) =>
+    new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = httpRequest({ host: '127.0.0.1', port: apis[1]!.ingressPort, path: '/', headers: { host } }, (res) => {
+        let body = '';
+        res.on('data', (d) => (body += d));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+  const answer = await until(`the guest server on ${node} answers through the entry`, 60_000, async () => {
+    const r = await get(`8000-${rt.id}.localhost`);
+    return r.status === 200 ? r : undefined;
+  });
+  assert.equal(answer.body, 'served-by-the-guest\n');
+  assert.equal((await get(`8000-${rt.id.replace(/^./, (c: string) => (c === '0' ? '1' : '0'))}.localhost`)).status, 404, 'an id no runtime has');
+  assert.equal((await get('8000-web.localhost')).status, 404, 'a name routes nowhere');
+});
