@@ -112,4 +112,28 @@ export const MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
       CREATE INDEX runtimes_tenant ON runtimes (tenant_id, seq);
     `,
   },
+  {
+    // A fleet (docs/scaling.md): the VM hosts with their leases and capacity, and the host each
+    // runtime runs on and each checkpoint's files lie on. Rows from before have no host (NULL):
+    // a single host, which registers none. Leases are ISO strings here, compared by the process
+    // clock (SQLite is one host); PostgreSQL keeps them as timestamptz on its own clock.
+    version: 4,
+    sql: `
+      CREATE TABLE nodes (
+        name TEXT PRIMARY KEY,
+        internal_url TEXT NOT NULL,
+        ingress_address TEXT,
+        memory_mib INTEGER NOT NULL,
+        vcpus INTEGER NOT NULL,
+        runtimes INTEGER NOT NULL,
+        disk_bytes INTEGER NOT NULL,
+        draining INTEGER NOT NULL DEFAULT 0,
+        lease_expires_at TEXT NOT NULL,
+        registered_at TEXT NOT NULL
+      );
+      ALTER TABLE runtimes ADD COLUMN node TEXT;
+      ALTER TABLE checkpoints ADD COLUMN node TEXT;
+      CREATE INDEX runtimes_node ON runtimes (node);
+    `,
+  },
 ];

@@ -119,4 +119,26 @@ export const PG_MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
       CREATE INDEX runtimes_tenant ON runtimes (tenant_id, seq);
     `,
   },
+  {
+    // The fleet's VM hosts and where runtimes and checkpoints live (SQLite's version 4). Leases
+    // are timestamptz, set and compared by the database's clock alone: hosts' clocks may disagree.
+    version: 4,
+    sql: `
+      CREATE TABLE nodes (
+        name TEXT PRIMARY KEY,
+        internal_url TEXT NOT NULL,
+        ingress_address TEXT,
+        memory_mib INTEGER NOT NULL,
+        vcpus INTEGER NOT NULL,
+        runtimes INTEGER NOT NULL,
+        disk_bytes BIGINT NOT NULL,
+        draining BOOLEAN NOT NULL DEFAULT false,
+        lease_expires_at TIMESTAMPTZ NOT NULL,
+        registered_at TIMESTAMPTZ NOT NULL
+      );
+      ALTER TABLE runtimes ADD COLUMN node TEXT;
+      ALTER TABLE checkpoints ADD COLUMN node TEXT;
+      CREATE INDEX runtimes_node ON runtimes (node);
+    `,
+  },
 ];

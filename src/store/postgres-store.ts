@@ -9,14 +9,15 @@ import pg from 'pg';
 import { alreadyExists, failedPrecondition, notFound } from '../core/errors.js';
 import { LIVE_STATUSES, STOPPED_STATUSES } from '../core/lifecycle.js';
 import { isUuid } from '../core/names.js';
-import type { AuditRepo, CheckpointRepo, QuotaRepo, RuleRepo, Store, TenantRepo, TokenRepo } from '../core/ports.js';
-import type { Page, PageRequest, Runtime, RuntimeFilter, Secret, TenantLimits } from '../core/types.js';
+import type { AuditRepo, CheckpointRepo, NodeRepo, QuotaRepo, RuleRepo, Store, TenantRepo, TokenRepo } from '../core/ports.js';
+import type { NodeLoad, Page, PageRequest, Runtime, RuntimeFilter, Secret, TenantLimits } from '../core/types.js';
 import { PG_MIGRATIONS } from './postgres-migrations.js';
 import {
   AUDIT_COLUMNS,
   CHECKPOINT_COLUMNS,
   LIMIT_COLUMNS,
   LIMIT_NAMES,
+  NODE_REGISTRATION_COLUMNS,
   RULE_COLUMNS,
   RUNTIME_COLUMNS,
   SECRET_COLUMNS,
@@ -25,7 +26,10 @@ import {
   auditToRow,
   checkpointFromRow,
   checkpointToRow,
+  checkLeaseSecs,
   decodePageToken,
+  nodeFromRow,
+  nodeRegistrationToRow,
   numOrNull,
   page,
   ruleFromRow,
@@ -244,6 +248,7 @@ export class PostgresStore implements Store {
   readonly checkpoints: CheckpointRepo;
   readonly audits: AuditRepo;
   readonly quotas: QuotaRepo;
+  readonly nodes: NodeRepo;
 
   private constructor(pool: pg.Pool) {
     this.#pool = pool;
@@ -254,6 +259,7 @@ export class PostgresStore implements Store {
     this.checkpoints = checkpointRepo(pool);
     this.audits = auditRepo(pool);
     this.quotas = quotaRepo(pool);
+    this.nodes = nodeRepo(pool);
   }
 
   /** Connects and migrates; throws, having closed its connections, when either fails. */
@@ -418,13 +424,20 @@ function auditRepo(db: pg.Pool): AuditRepo {
   };
 }
 
+/**
+ * What the runtimes that `where` picks hold, per `groupBy` column (or all together): how many,
+ * and the vCPUs and memory limits of those with a VM (LIVE_STATUSES, bound as `live`, a
+ * text[] parameter). Tenant quotas and node placement both count this way.
+ */
+const runtimeHoldings = (where: string, live: string, groupBy?: string): string =>
+  `SELECT ${groupBy === undefined ? '' : `${groupBy}, `}count(*) AS runtimes,
+     coalesce(sum((resources::jsonb ->> 'vcpus')::numeric) FILTER (WHERE status = ANY(${live}::text[])), 0) AS vcpus,
+     coalesce(sum((resources::jsonb -> 'limits' ->> 'memory_mib')::numeric) FILTER (WHERE status = ANY(${live}::text[])), 0) AS memory_mib
+   FROM runtimes WHERE ${where}
+   ${groupBy === undefined ? '' : `GROUP BY ${groupBy}`}`;
+
 function quotaRepo(db: pg.Pool): QuotaRepo {
-  const runtimeUsage = new Sql(
-    `SELECT count(*) AS runtimes,
-       coalesce(sum((resources::jsonb ->> 'vcpus')::numeric) FILTER (WHERE status = ANY($2::text[])), 0) AS vcpus,
-       coalesce(sum((resources::jsonb -> 'limits' ->> 'memory_mib')::numeric) FILTER (WHERE status = ANY($2::text[])), 0) AS memory_mib
-     FROM runtimes WHERE tenant_id = $1`,
-  );
+  const runtimeUsage = new Sql(runtimeHoldings('tenant_id = $1', '$2'));
   const checkpointUsage = new Sql(
     `SELECT count(*) AS checkpoints, coalesce(sum(disk_bytes) FILTER (WHERE state = 'ready'), 0) AS bytes
      FROM checkpoints WHERE tenant_id = $1 AND deleted = 0`,
@@ -462,5 +475,46 @@ function quotaRepo(db: pg.Pool): QuotaRepo {
         if (merged.every((v) => v === null)) await remove.rows(client, [tenantId]);
         else await put.rows(client, [tenantId, ...merged, at]);
       }),
+  };
+}
+
+/**
+ * Leases on the database's clock alone (now()), which every API node and host shares: `alive` is
+ * judged in the query, never against this process's clock. Names are listed in byte order
+ * (COLLATE "C"), as SQLite lists them, whatever the database's collation.
+ */
+function nodeRepo(db: pg.Pool): NodeRepo {
+  const cols = NODE_REGISTRATION_COLUMNS;
+  const node = `*, lease_expires_at > now() AS alive`;
+  const renew = new Sql(
+    `INSERT INTO nodes (${cols.join(', ')}, lease_expires_at, registered_at)
+     VALUES (${placeholders(cols.length)}, now() + $${cols.length + 1}::double precision * interval '1 second', now())
+     ON CONFLICT (name) DO UPDATE SET ${[...cols.slice(1), 'lease_expires_at'].map((c) => `${c} = EXCLUDED.${c}`).join(', ')}
+     RETURNING ${node}`,
+  );
+  const list = new Sql(`SELECT ${node} FROM nodes ORDER BY name COLLATE "C"`);
+  const find = new Sql(`SELECT ${node} FROM nodes WHERE name = $1`);
+  const setDraining = new Sql('UPDATE nodes SET draining = $2 WHERE name = $1');
+  const load = new Sql(runtimeHoldings('node IS NOT NULL', '$1', 'node'));
+  const live = [...LIVE_STATUSES];
+  const toNode = (row: Row) => nodeFromRow(row, row.alive === true);
+  return {
+    renew: async (reg, leaseSecs) => {
+      checkLeaseSecs(leaseSecs);
+      return toNode((await renew.one(db, [...valuesOf(nodeRegistrationToRow(reg), cols), leaseSecs]))!);
+    },
+    list: async () => (await list.rows(db)).map(toNode),
+    find: async (name) => {
+      const row = await find.one(db, [name]);
+      return row === undefined ? undefined : toNode(row);
+    },
+    setDraining: async (name, draining) => (await setDraining.count(db, [name, draining])) > 0,
+    load: async () =>
+      new Map(
+        (await load.rows(db, [live])).map((r): [string, NodeLoad] => [
+          String(r.node),
+          { runtimes: Number(r.runtimes), vcpus: Number(r.vcpus), memoryMib: Number(r.memory_mib) },
+        ]),
+      ),
   };
 }

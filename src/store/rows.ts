@@ -4,7 +4,7 @@
  * JSON and timestamps are stored as text in every store, so that one mapping serves all of them.
  */
 import { invalidArgument } from '../core/errors.js';
-import type { Audit, Checkpoint, InjectionRule, Page, Runtime, Secret, TenantLimits, Token } from '../core/types.js';
+import type { Audit, Checkpoint, InjectionRule, NodeRegistration, Page, Runtime, Secret, TenantLimits, Token, VmNode } from '../core/types.js';
 
 export type Row = Record<string, unknown>;
 
@@ -13,6 +13,10 @@ export const strOrNull = (v: unknown): string | null => (v === null || v === und
 export const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
 export const json = <T>(v: unknown): T => JSON.parse(v as string) as T;
 export const jsonOrNull = <T>(v: unknown): T | null => (v === null || v === undefined ? null : json<T>(v));
+/** SQLite stores a flag as 0 or 1, PostgreSQL as a boolean. */
+export const flag = (v: unknown): boolean => v === true || v === 1;
+/** SQLite stores times as ISO strings; PostgreSQL's timestamptz arrives as a Date. */
+export const iso = (v: unknown): string => (v instanceof Date ? v.toISOString() : str(v));
 
 export const encodePageToken = (seq: number): string => Buffer.from(`s:${seq}`).toString('base64url');
 
@@ -35,7 +39,7 @@ export function page<T>(rows: Row[], limit: number, map: (r: Row) => T): Page<T>
 
 export const RUNTIME_COLUMNS = [
   'id', 'tenant_id', 'display_name', 'status', 'status_message', 'egress_policy', 'ingress_specs', 'resources', 'pending_resources', 'base_checkpoint_id',
-  'labels', 'idle_timeout_secs', 'on_idle', 'auto_delete_secs', 'stopped_at', 'created_at', 'updated_at',
+  'labels', 'idle_timeout_secs', 'on_idle', 'auto_delete_secs', 'stopped_at', 'created_at', 'updated_at', 'node',
 ];
 export const runtimeToRow = (r: Runtime): Row => ({
   id: r.id,
@@ -55,6 +59,7 @@ export const runtimeToRow = (r: Runtime): Row => ({
   stopped_at: r.stoppedAt,
   created_at: r.createdAt,
   updated_at: r.updatedAt,
+  node: r.node,
 });
 export const runtimeFromRow = (r: Row): Runtime => ({
   id: str(r.id),
@@ -72,6 +77,7 @@ export const runtimeFromRow = (r: Row): Runtime => ({
   stoppedAt: strOrNull(r.stopped_at),
   createdAt: str(r.created_at),
   updatedAt: str(r.updated_at),
+  node: strOrNull(r.node),
 });
 
 export const SECRET_COLUMNS = ['id', 'tenant_id', 'display_name', 'cache_ttl_secs', 'sealed_value', 'created_at'];
@@ -125,6 +131,7 @@ export const checkpointToRow = (c: Checkpoint): Row => ({
   deleted: c.deleted ? 1 : 0,
   disk_bytes: c.diskBytes,
   created_at: c.createdAt,
+  node: c.node,
 });
 export const checkpointFromRow = (r: Row): Checkpoint => ({
   id: str(r.id),
@@ -138,6 +145,7 @@ export const checkpointFromRow = (r: Row): Checkpoint => ({
   deleted: r.deleted === 1,
   diskBytes: numOrNull(r.disk_bytes),
   createdAt: str(r.created_at),
+  node: strOrNull(r.node),
 });
 
 /** The category tags the payload (its one property), as the store was given both. */
@@ -174,7 +182,7 @@ export const ruleToRow = (r: InjectionRule): Row => ({
   created_at: r.createdAt,
 });
 
-export const CHECKPOINT_COLUMNS = ['id', 'tenant_id', 'display_name', 'state', 'state_message', 'resources', 'source_runtime_id', 'parent_checkpoint_id', 'deleted', 'disk_bytes', 'created_at'];
+export const CHECKPOINT_COLUMNS = ['id', 'tenant_id', 'display_name', 'state', 'state_message', 'resources', 'source_runtime_id', 'parent_checkpoint_id', 'deleted', 'disk_bytes', 'created_at', 'node'];
 
 export const AUDIT_COLUMNS = ['id', 'tenant_id', 'runtime_id', 'category', 'payload', 'created_at'];
 export const auditToRow = (a: Audit): Row => ({
@@ -195,3 +203,34 @@ export const LIMIT_COLUMNS: Record<keyof TenantLimits, string> = {
   checkpointGib: 'checkpoint_gib',
 };
 export const LIMIT_NAMES = Object.keys(LIMIT_COLUMNS) as Array<keyof TenantLimits>;
+
+/**
+ * Columns of nodes that a renewal sets, in this order; the lease, `draining` and `registered_at`
+ * are each store's own (its clock; kept across renewals).
+ */
+export const NODE_REGISTRATION_COLUMNS = ['name', 'internal_url', 'ingress_address', 'memory_mib', 'vcpus', 'runtimes', 'disk_bytes'];
+export const nodeRegistrationToRow = (n: NodeRegistration): Row => ({
+  name: n.name,
+  internal_url: n.internalUrl,
+  ingress_address: n.ingressAddress,
+  memory_mib: n.capacity.memoryMib,
+  vcpus: n.capacity.vcpus,
+  runtimes: n.capacity.runtimes,
+  disk_bytes: n.capacity.diskBytes,
+});
+/** `alive` is the store's to judge, by the clock it keeps leases on. */
+export const nodeFromRow = (r: Row, alive: boolean): VmNode => ({
+  name: str(r.name),
+  internalUrl: str(r.internal_url),
+  ingressAddress: strOrNull(r.ingress_address),
+  capacity: { memoryMib: Number(r.memory_mib), vcpus: Number(r.vcpus), runtimes: Number(r.runtimes), diskBytes: Number(r.disk_bytes) },
+  draining: flag(r.draining),
+  alive,
+  leaseExpiresAt: iso(r.lease_expires_at),
+  registeredAt: iso(r.registered_at),
+});
+
+/** A lease is a whole or fractional number of seconds, none below zero (zero: expired at once). */
+export function checkLeaseSecs(leaseSecs: number): void {
+  if (!Number.isFinite(leaseSecs) || leaseSecs < 0) throw new RangeError(`a lease of ${leaseSecs} s`);
+}

@@ -8,20 +8,24 @@ import { Database, type Statement } from './sqlite-driver.js';
 import { alreadyExists } from '../core/errors.js';
 import { LIVE_STATUSES, STOPPED_STATUSES } from '../core/lifecycle.js';
 import { isUuid } from '../core/names.js';
-import type { AuditFilter, AuditRepo, AuditRetention, CheckpointRepo, QuotaRepo, RuleRepo, Store, TenantLimitOverrides, TenantRepo, TokenFilter, TokenRepo } from '../core/ports.js';
-import type { Audit, Page, PageRequest, Runtime, RuntimeFilter, Secret, TenantLimits } from '../core/types.js';
+import type { AuditFilter, AuditRepo, AuditRetention, CheckpointRepo, NodeRepo, QuotaRepo, RuleRepo, Store, TenantLimitOverrides, TenantRepo, TokenFilter, TokenRepo } from '../core/ports.js';
+import type { Audit, NodeLoad, Page, PageRequest, Runtime, RuntimeFilter, Secret, TenantLimits } from '../core/types.js';
 import { MIGRATIONS } from './migrations.js';
 import {
   CHECKPOINT_COLUMNS,
   LIMIT_COLUMNS,
   LIMIT_NAMES,
+  NODE_REGISTRATION_COLUMNS,
   RUNTIME_COLUMNS,
   SECRET_COLUMNS,
   TOKEN_COLUMNS,
   auditFromRow,
   checkpointFromRow,
   checkpointToRow,
+  checkLeaseSecs,
   decodePageToken,
+  nodeFromRow,
+  nodeRegistrationToRow,
   numOrNull,
   page,
   ruleFromRow,
@@ -224,6 +228,7 @@ export class SqliteStore implements Store {
   readonly checkpoints: CheckpointRepo;
   readonly audits: AuditRepo;
   readonly quotas: QuotaRepo;
+  readonly nodes: NodeRepo;
 
   constructor(file: string) {
     const db = (this.#db = openDatabase(file));
@@ -234,6 +239,7 @@ export class SqliteStore implements Store {
     this.checkpoints = checkpointRepo(db);
     this.audits = auditRepo(db);
     this.quotas = quotaRepo(db);
+    this.nodes = nodeRepo(db);
   }
 
   async close(): Promise<void> {
@@ -384,13 +390,20 @@ function auditRepo(db: Db): AuditRepo {
 }
 
 
+/**
+ * What the runtimes that `where` picks hold, per `groupBy` column (or all together): how many,
+ * and the vCPUs and memory limits of those with a VM (LIVE_STATUSES, bound as @live JSON).
+ * Tenant quotas and node placement both count this way.
+ */
+const runtimeHoldings = (where: string, groupBy?: string): string =>
+  `SELECT ${groupBy === undefined ? '' : `${groupBy}, `}count(*) AS runtimes,
+     coalesce(sum(json_extract(resources, '$.vcpus')) FILTER (WHERE holds_vm), 0) AS vcpus,
+     coalesce(sum(json_extract(resources, '$.limits.memory_mib')) FILTER (WHERE holds_vm), 0) AS memory_mib
+   FROM (SELECT node, resources, status IN (SELECT value FROM json_each(@live)) AS holds_vm FROM runtimes WHERE ${where})
+   ${groupBy === undefined ? '' : `GROUP BY ${groupBy}`}`;
+
 function quotaRepo(db: Db): QuotaRepo {
-  const runtimeUsage = db.prepare(
-    `SELECT count(*) AS runtimes,
-       coalesce(sum(json_extract(resources, '$.vcpus')) FILTER (WHERE holds_vm), 0) AS vcpus,
-       coalesce(sum(json_extract(resources, '$.limits.memory_mib')) FILTER (WHERE holds_vm), 0) AS memory_mib
-     FROM (SELECT resources, status IN (SELECT value FROM json_each(@live)) AS holds_vm FROM runtimes WHERE tenant_id = @tenant)`,
-  );
+  const runtimeUsage = db.prepare(runtimeHoldings('tenant_id = @tenant'));
   const checkpointUsage = db.prepare(
     `SELECT count(*) AS checkpoints, coalesce(sum(disk_bytes) FILTER (WHERE state = 'ready'), 0) AS bytes
      FROM checkpoints WHERE tenant_id = ? AND deleted = 0`,
@@ -426,5 +439,45 @@ function quotaRepo(db: Db): QuotaRepo {
     },
     overrides: async (tenantId) => overrides(tenantId),
     setOverrides: async (tenantId, changes) => setOverrides(tenantId, changes),
+  };
+}
+
+/**
+ * Leases by the process clock, as ISO strings (which order as the times do): SQLite is one host,
+ * and a fleet needs PostgreSQL anyway, which keeps them on the database's clock.
+ */
+function nodeRepo(db: Db): NodeRepo {
+  const cols = NODE_REGISTRATION_COLUMNS;
+  const renew = db.prepare(
+    `INSERT INTO nodes (${cols.join(', ')}, lease_expires_at, registered_at) VALUES (${cols.map((c) => '@' + c).join(', ')}, @expires, @now)
+     ON CONFLICT (name) DO UPDATE SET ${[...cols.slice(1), 'lease_expires_at'].map((c) => `${c} = excluded.${c}`).join(', ')}
+     RETURNING *`,
+  );
+  const list = db.prepare('SELECT * FROM nodes ORDER BY name');
+  const find = db.prepare('SELECT * FROM nodes WHERE name = ?');
+  const setDraining = db.prepare('UPDATE nodes SET draining = ? WHERE name = ?');
+  const load = db.prepare(runtimeHoldings('node IS NOT NULL', 'node'));
+  const live = JSON.stringify(LIVE_STATUSES);
+  const toNode = (row: Row) => nodeFromRow(row, Date.parse(row.lease_expires_at as string) > Date.now());
+  return {
+    renew: async (reg, leaseSecs) => {
+      checkLeaseSecs(leaseSecs);
+      const now = Date.now();
+      const row = renew.get({ ...nodeRegistrationToRow(reg), expires: new Date(now + leaseSecs * 1000).toISOString(), now: new Date(now).toISOString() }) as Row;
+      return toNode(row);
+    },
+    list: async () => (list.all() as Row[]).map(toNode),
+    find: async (name) => {
+      const row = find.get(name) as Row | undefined;
+      return row === undefined ? undefined : toNode(row);
+    },
+    setDraining: async (name, draining) => setDraining.run(draining ? 1 : 0, name).changes > 0,
+    load: async () =>
+      new Map(
+        (load.all({ live }) as Array<{ node: string; runtimes: number; vcpus: number; memory_mib: number }>).map((r): [string, NodeLoad] => [
+          r.node,
+          { runtimes: r.runtimes, vcpus: r.vcpus, memoryMib: r.memory_mib },
+        ]),
+      ),
   };
 }

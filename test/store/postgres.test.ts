@@ -124,3 +124,38 @@ test('a database at version 1 gains checkpoint sizes and tenant limits at start;
     await store.close();
   }
 });
+
+test('a database at version 3 gains VM hosts: its runtimes and checkpoints are on no node, and none is registered', async () => {
+  const url = await freshDatabase();
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    await client.query('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)');
+    for (const m of PG_MIGRATIONS.filter((m) => m.version <= 3)) {
+      await client.query(m.sql);
+      await client.query("INSERT INTO schema_migrations VALUES ($1, '2025-01-01T00:00:00Z')", [m.version]);
+    }
+    await client.query(
+      `INSERT INTO runtimes (id, tenant_id, display_name, status, egress_policy, ingress_specs, resources, created_at, updated_at)
+       VALUES ('6f1c3f36-8a0e-4bde-9d8e-0d3f5c2b1a04', 'acme', 'live', 'running', '{"enabled":true,"allowed_hosts":[]}', '[]', '{"limits":{"memory_mib":512},"requests":{"memory_mib":512},"vcpus":1}', '2025-01-01T00:00:00Z', '2025-01-01T00:00:00Z')`,
+    );
+    await client.query(
+      `INSERT INTO checkpoints (id, tenant_id, display_name, state, resources, deleted, disk_bytes, created_at)
+       VALUES ('6f1c3f36-8a0e-4bde-9d8e-0d3f5c2b1a05', 'acme', 'snap', 'ready', '{"limits":{"memory_mib":512},"requests":{"memory_mib":512},"vcpus":1}', 0, 1000, '2025-01-01T00:00:00Z')`,
+    );
+  } finally {
+    await client.end();
+  }
+  const store = await PostgresStore.open(url);
+  try {
+    const rt = await store.runtimes.find('acme', 'live');
+    assert.equal(rt?.node, null);
+    assert.equal((await store.checkpoints.find('acme', 'snap'))?.node, null);
+    assert.deepEqual(await store.nodes.list(), []);
+    assert.deepEqual(await store.nodes.load(), new Map());
+    await store.runtimes.update({ ...rt!, node: 'host-a' });
+    assert.deepEqual(await store.nodes.load(), new Map([['host-a', { runtimes: 1, vcpus: 1, memoryMib: 512 }]]));
+  } finally {
+    await store.close();
+  }
+});

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { VesselError } from '../../src/core/errors.js';
 import type { Store } from '../../src/core/ports.js';
-import type { Audit, Checkpoint, InjectionRule, Runtime, RuntimeFilter, RuntimeStatus, Secret, Token } from '../../src/core/types.js';
+import type { Audit, Checkpoint, InjectionRule, NodeRegistration, Runtime, RuntimeFilter, RuntimeStatus, Secret, Token } from '../../src/core/types.js';
 
 export interface StoreUnderTest {
   /** An empty store of its own; `reopen` opens the same data again, as a restarted service would. */
@@ -29,6 +29,7 @@ export const runtime = (tenantId: string, displayName: string, status: RuntimeSt
   resources: resources(vcpus, memoryMib),
   pendingResources: null,
   baseCheckpointId: null,
+  node: null,
   labels: {},
   lifecycle: { idleTimeoutSecs: null, onIdle: 'suspend', autoDeleteSecs: null },
   stoppedAt: null,
@@ -67,6 +68,7 @@ const checkpoint = (tenantId: string | null, displayName: string, extra: Partial
   parentCheckpointId: null,
   deleted: false,
   diskBytes: 1000,
+  node: null,
   createdAt: at(),
   ...extra,
 });
@@ -93,6 +95,25 @@ const token = (tenantId: string, name: string): Token => ({
   createdAt: at(),
   revokedAt: null,
 });
+
+const registration = (name: string, extra: Partial<NodeRegistration> = {}): NodeRegistration => ({
+  name,
+  internalUrl: `http://${name}.internal:8082`,
+  ingressAddress: `${name}.internal:8081`,
+  capacity: { memoryMib: 16_384, vcpus: 8, runtimes: 50, diskBytes: 500_000_000_000 },
+  ...extra,
+});
+
+/** Polls `read` until `done` holds of what it returns; fails (instead of hanging) after `withinMs`. */
+async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean, withinMs: number): Promise<T> {
+  const deadline = Date.now() + withinMs;
+  for (;;) {
+    const value = await read();
+    if (done(value)) return value;
+    assert.ok(Date.now() < deadline, `not so within ${withinMs} ms: ${JSON.stringify(value)}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
 
 async function rejectsWith(work: Promise<unknown>, code: string): Promise<void> {
   await assert.rejects(work, (err: unknown) => err instanceof VesselError && err.code === code);
@@ -346,6 +367,111 @@ export function storeContract(subject: StoreUnderTest): void {
       store.quotas.setOverrides('acme', { checkpointGib: 5 }),
     ]);
     assert.deepEqual(await store.quotas.overrides('acme'), { runtimes: 1, vcpus: 2, memoryMib: 3, checkpoints: 4, checkpointGib: 5 });
+  });
+
+  withStore('runtimes and checkpoints keep the node they live on, or none', async (store) => {
+    const placed = { ...runtime('acme', 'placed'), node: 'host-a' };
+    const single = runtime('acme', 'single');
+    await store.runtimes.insert(placed);
+    await store.runtimes.insert(single);
+    assert.deepEqual(await store.runtimes.find('acme', 'placed'), placed);
+    assert.equal((await store.runtimes.find('acme', 'single'))?.node, null);
+    await store.runtimes.update({ ...placed, node: 'host-b' });
+    assert.equal((await store.runtimes.findById(placed.id))?.node, 'host-b', 'a runtime moved to another node');
+    assert.deepEqual((await store.runtimes.listAll()).map((r) => r.node), ['host-b', null]);
+
+    const held = checkpoint('acme', 'held', { node: 'host-a' });
+    await store.checkpoints.insert(held);
+    await store.checkpoints.insert(checkpoint('acme', 'anywhere'));
+    assert.deepEqual(await store.checkpoints.find('acme', 'held'), held);
+    assert.equal((await store.checkpoints.find('acme', 'anywhere'))?.node, null);
+    await store.checkpoints.update({ ...held, node: null });
+    assert.equal((await store.checkpoints.find('acme', held.id))?.node, null);
+  });
+
+  withStore('nodes: a renewal registers a node, alive, with its lease and capacity; found and listed by name', async (store) => {
+    assert.deepEqual(await store.nodes.list(), []);
+    assert.equal(await store.nodes.find('host-b'), undefined);
+    const b = await store.nodes.renew(registration('host-b', { ingressAddress: null }), 30);
+    assert.equal(b.alive, true);
+    assert.equal(b.draining, false);
+    assert.equal(b.ingressAddress, null);
+    assert.deepEqual(b.capacity, registration('host-b').capacity);
+    assert.equal(Date.parse(b.leaseExpiresAt) - Date.parse(b.registeredAt), 30_000, 'the lease runs 30 s from the registration');
+    assert.equal(new Date(b.leaseExpiresAt).toISOString(), b.leaseExpiresAt, 'times are ISO strings');
+    const a = await store.nodes.renew(registration('host-a'), 30);
+    const c = await store.nodes.renew(registration('Host-C'), 30);
+    assert.deepEqual(await store.nodes.find('host-b'), b);
+    assert.deepEqual(await store.nodes.list(), [c, a, b], 'by name, byte order');
+  });
+
+  withStore('nodes: a lease that runs out leaves the node registered but not alive', async (store) => {
+    const expired = await store.nodes.renew(registration('host-a'), 0);
+    assert.equal(expired.alive, false, 'a lease of 0 s is over at once');
+    assert.equal((await store.nodes.find('host-a'))?.alive, false);
+    const short = await store.nodes.renew(registration('host-a'), 1);
+    assert.equal(short.alive, true);
+    // The database's clock decides; poll until it has passed the end of the lease.
+    const gone = await eventually(() => store.nodes.find('host-a'), (n) => n?.alive === false, 15_000);
+    assert.equal(gone?.leaseExpiresAt, short.leaseExpiresAt);
+    assert.deepEqual((await store.nodes.list()).map((n) => [n.name, n.alive]), [['host-a', false]]);
+    assert.equal((await store.nodes.renew(registration('host-a'), 30)).alive, true, 'a renewal brings it back');
+  });
+
+  withStore('nodes: a renewal updates address and capacity, and keeps draining and the first registration', async (store) => {
+    const first = await store.nodes.renew(registration('host-a'), 30);
+    assert.equal(await store.nodes.setDraining('host-a', true), true);
+    assert.equal((await store.nodes.find('host-a'))?.draining, true);
+    const moved = registration('host-a', {
+      internalUrl: 'http://10.0.0.9:8082',
+      ingressAddress: null,
+      capacity: { memoryMib: 8192, vcpus: 4, runtimes: 20, diskBytes: 7_000_000_000_000 },
+    });
+    const again = await store.nodes.renew(moved, 60);
+    assert.ok(again.leaseExpiresAt > first.leaseExpiresAt, 'the lease runs from the renewal');
+    assert.deepEqual({ ...again, leaseExpiresAt: '' }, { ...moved, draining: true, alive: true, leaseExpiresAt: '', registeredAt: first.registeredAt });
+    assert.deepEqual(await store.nodes.find('host-a'), again);
+    assert.equal(await store.nodes.setDraining('host-a', false), true);
+    assert.equal((await store.nodes.renew(moved, 60)).draining, false, 'undrained stays undrained');
+  });
+
+  withStore('nodes: draining one that never registered is false, and registers nothing', async (store) => {
+    assert.equal(await store.nodes.setDraining('nowhere', true), false);
+    assert.deepEqual(await store.nodes.list(), []);
+  });
+
+  withStore("nodes' load: every runtime placed on a node counted, the vCPUs and memory of live ones only; none for runtimes without a node", async (store) => {
+    const on = (node: string | null, name: string, status: RuntimeStatus, vcpus: number, memoryMib: number, tenant = 'acme') => ({ ...runtime(tenant, name, status, vcpus, memoryMib), node });
+    assert.deepEqual(await store.nodes.load(), new Map());
+    for (const rt of [
+      on('host-a', 'a1', 'running', 2, 1024),
+      on('host-a', 'a2', 'creating', 1, 512),
+      on('host-a', 'a3', 'paused', 1, 256, 'other'),
+      on('host-a', 'a4', 'shutdown', 8, 8192),
+      on('host-a', 'a5', 'suspended', 4, 4096),
+      on('host-b', 'b1', 'crashed', 4, 4096),
+      on(null, 'single', 'running', 16, 16_384),
+    ]) await store.runtimes.insert(rt);
+    // host-a: running, creating and paused hold a VM (2 + 1 + 1 vCPUs, 1024 + 512 + 256 MiB); shutdown and suspended do not.
+    const load = await store.nodes.load();
+    assert.deepEqual(load, new Map([['host-a', { runtimes: 5, vcpus: 4, memoryMib: 1792 }], ['host-b', { runtimes: 1, vcpus: 0, memoryMib: 0 }]]));
+  });
+
+  withStore('nodes: several stores renewing their own node and a shared one at once, each node stored once', async (store, reopen) => {
+    const others = await Promise.all([reopen(), reopen(), reopen()]);
+    try {
+      const stores = [store, ...others];
+      const shared = await store.nodes.renew(registration('shared'), 30);
+      await Promise.all(
+        stores.flatMap((s, i) => Array.from({ length: 5 }, (_, round) => [s.nodes.renew(registration(`host-${i}`, { capacity: { ...registration('x').capacity, runtimes: round } }), 30), s.nodes.renew(registration('shared'), 30)]).flat()),
+      );
+      const listed = await others[0]!.nodes.list();
+      assert.deepEqual(listed.map((n) => n.name), ['host-0', 'host-1', 'host-2', 'host-3', 'shared']);
+      assert.ok(listed.every((n) => n.alive));
+      assert.equal(listed.find((n) => n.name === 'shared')?.registeredAt, shared.registeredAt, 'the shared node registered once');
+    } finally {
+      await Promise.all(others.map((s) => s.close()));
+    }
   });
 
   withStore('what was stored is there after the store is reopened', async (store, reopen) => {

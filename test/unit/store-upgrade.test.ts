@@ -8,6 +8,17 @@ import { Database } from '../../src/store/sqlite-driver.js';
 import { MIGRATIONS } from '../../src/store/migrations.js';
 import { SqliteStore } from '../../src/store/sqlite-store.js';
 
+/** A database file with the migrations up to `version` applied, as a release of that time left it. */
+function databaseAt(file: string, version: number): Database {
+  const old = new Database(file);
+  old.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)');
+  for (const m of MIGRATIONS.filter((m) => m.version <= version)) {
+    old.exec(m.sql);
+    old.prepare("INSERT INTO schema_migrations VALUES (?, '2025-01-01T00:00:00Z')").run(m.version);
+  }
+  return old;
+}
+
 test('a version 1 store gains checkpoint sizes and tenant limits; old checkpoints have no size', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'vessel-upgrade-'));
   try {
@@ -43,12 +54,7 @@ test('a version 2 store gains labels and lifecycle settings; a runtime stopped b
   const dir = mkdtempSync(join(tmpdir(), 'vessel-upgrade-'));
   try {
     const file = join(dir, 'vessel.db');
-    const old = new Database(file);
-    old.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)');
-    for (const m of MIGRATIONS.filter((m) => m.version <= 2)) {
-      old.exec(m.sql);
-      old.prepare("INSERT INTO schema_migrations VALUES (?, '2025-01-01T00:00:00Z')").run(m.version);
-    }
+    const old = databaseAt(file, 2);
     const insert = old.prepare(
       `INSERT INTO runtimes (id, tenant_id, display_name, status, egress_policy, ingress_specs, resources, created_at, updated_at)
        VALUES (?, 'acme', ?, ?, '{"enabled":true,"allowed_hosts":[]}', '[]', '{"limits":{"memory_mib":512},"requests":{"memory_mib":512},"vcpus":1}', '2025-01-01T00:00:00Z', '2025-02-01T00:00:00Z')`,
@@ -68,6 +74,51 @@ test('a version 2 store gains labels and lifecycle settings; a runtime stopped b
       assert.deepEqual(page.items.map((r) => r.displayName), ['live']);
     } finally {
       store.close();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a version 3 store gains VM hosts: its runtimes and checkpoints are on no node (a single host), and none is registered', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'vessel-upgrade-'));
+  try {
+    const file = join(dir, 'vessel.db');
+    const old = databaseAt(file, 3);
+    old
+      .prepare(
+        `INSERT INTO runtimes (id, tenant_id, display_name, status, egress_policy, ingress_specs, resources, created_at, updated_at)
+         VALUES ('6f1c3f36-8a0e-4bde-9d8e-0d3f5c2b1a04', 'acme', 'live', 'running', '{"enabled":true,"allowed_hosts":[]}', '[]', '{"limits":{"memory_mib":512},"requests":{"memory_mib":512},"vcpus":1}', '2025-01-01T00:00:00Z', '2025-01-01T00:00:00Z')`,
+      )
+      .run();
+    old
+      .prepare(
+        `INSERT INTO checkpoints (id, tenant_id, display_name, state, resources, deleted, disk_bytes, created_at)
+         VALUES ('6f1c3f36-8a0e-4bde-9d8e-0d3f5c2b1a05', 'acme', 'snap', 'ready', '{"limits":{"memory_mib":512},"requests":{"memory_mib":512},"vcpus":1}', 0, 1000, '2025-01-01T00:00:00Z')`,
+      )
+      .run();
+    old.close();
+
+    const store = new SqliteStore(file);
+    try {
+      const rt = await store.runtimes.find('acme', 'live');
+      assert.equal(rt?.node, null);
+      assert.equal(rt?.status, 'running');
+      assert.equal((await store.checkpoints.find('acme', 'snap'))?.node, null);
+      assert.deepEqual(await store.nodes.list(), []);
+      assert.deepEqual(await store.nodes.load(), new Map(), 'a runtime on no node loads none');
+      await store.runtimes.update({ ...rt!, node: 'host-a' });
+      assert.deepEqual(await store.nodes.load(), new Map([['host-a', { runtimes: 1, vcpus: 1, memoryMib: 512 }]]));
+    } finally {
+      await store.close();
+    }
+    const versions = new Database(file);
+    try {
+      const { v } = versions.prepare('SELECT max(version) AS v FROM schema_migrations').get() as { v: number };
+      assert.equal(v, 4);
+      assert.equal(v, MIGRATIONS.at(-1)!.version, 'this test covers the latest migration');
+    } finally {
+      versions.close();
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });
