@@ -11,6 +11,8 @@ const TONE: Record<RuntimeInfo['status'], string> = {
   shutdown: 'idle',
   error: 'bad',
   crashed: 'bad',
+  // Its VM host lost its lease: not known to be gone, not known to run.
+  unavailable: 'bad',
 };
 
 export function statusBadge(status: RuntimeInfo['status'], message?: string): HTMLElement {
