@@ -29,7 +29,7 @@ let sequence = 0;
 async function direct(host: Service, method: string, path: string, body?: unknown): Promise<Response> {
   const requestId = `bench-${++sequence}`;
   const principal = { tokenId: ADMIN_TOKEN_ID, tenantId: DEFAULT_TENANT, scopes: new Set(['admin'] as const) };
-  const headers: Record<string, string> = { 'x-request-id': requestId, ...signHop(secret, principal, { method, url: path, requestId }) };
+  const headers: Record<string, string> = { 'x-request-id': requestId, ...signHop(secret, principal, { method, url: path, requestId, node: 'bench-host' }) };
   if (body !== undefined) headers['content-type'] = 'application/json';
   return fetch(`${host.url}${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
 }

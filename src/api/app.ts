@@ -35,7 +35,7 @@ import { TERMINAL_MAX_MESSAGE, terminalRoutes } from './routes/terminal.js';
 import { runtimeRoutes } from './routes/runtimes.js';
 import { secretRoutes, ruleRoutes, auditRoutes } from './routes/secrets.js';
 import { bearerFromProtocols, selectProtocol } from './websocket-auth.js';
-import { verifyHop } from '../cluster/hop.js';
+import { SeenHops, verifyHop } from '../cluster/hop.js';
 import { routeKind, type Forwarder } from '../cluster/forwarder.js';
 
 declare module 'fastify' {
@@ -65,10 +65,10 @@ export interface ApiOptions {
   /** Where the service's ingress listener is reached, for the runtimes' ingress_urls; absent when it runs none. */
   ingress?: IngressAddress | undefined;
   /**
-   * A VM host of a fleet (`--role node`): calls come from API nodes over the hop, signed with this
-   * per-cluster secret (src/cluster/hop.ts), and a bearer token is accepted for /metrics alone.
+   * A VM host of a fleet (`--role node`): calls come from API nodes over the hop, signed with the
+   * per-cluster secret for this host (src/cluster/hop.ts); a bearer token is accepted for /metrics alone.
    */
-  hopSecret?: string | undefined;
+  hop?: { secret: string; node: string } | undefined;
   /** An API node of a fleet (`--role api`): what needs a VM is sent on to its host. */
   forwarder?: Forwarder | undefined;
 }
@@ -155,10 +155,10 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
    * up (over the limit, the store is never asked), and refunded if it turns out valid.
    */
   const guard = (scope: Scope, websocketRoute: boolean, bearerOnHost: boolean): onRequestHookHandler => (request, reply, done) => {
-    const hopSecret = options.hopSecret;
-    if (hopSecret !== undefined && !bearerOnHost) {
+    const hop = options.hop;
+    if (hop !== undefined && !bearerOnHost) {
       // A VM host serves API nodes only: the hop says who the caller is, and no token is taken.
-      const vouched = verifyHop(hopSecret, request.headers, { method: request.method, url: request.url, requestId: request.id });
+      const vouched = verifyHop(hop.secret, request.headers, { method: request.method, url: request.url, requestId: request.id, node: hop.node }, Date.now(), seenHops);
       if (typeof vouched === 'string') return void sendError(reply, new VesselError('unauthenticated', `this is a VM host: call an API node (${vouched})`));
       if (!hasScope(vouched, scope)) return void sendError(reply, new VesselError('permission_denied', `this token lacks the '${scope}' scope`));
       request.principal = vouched;
@@ -194,6 +194,7 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
     }, done);
   };
 
+  const seenHops = new SeenHops();
   const metrics = new Metrics();
   const observe = (route: string): onResponseHookHandler => (request, reply, done) => {
     metrics.observe(route, request, reply);
@@ -209,7 +210,7 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
     const scope = route.config?.scope;
     if (scope !== undefined) route.onRequest = [guard(scope, 'wsHandler' in route, route.url === '/metrics'), ...[route.onRequest ?? []].flat()];
     const forwarded = options.forwarder === undefined ? null : routeKind(route.url, [route.method].flat()[0]!);
-    if (forwarded !== null) route.onRequest = [...[route.onRequest ?? []].flat(), options.forwarder!.hook(forwarded)];
+    if (forwarded !== null) route.onRequest = [...[route.onRequest ?? []].flat(), options.forwarder!.hook(forwarded, 'wsHandler' in route)];
     route.onResponse = [...[route.onResponse ?? []].flat(), observe(route.url)];
   });
 

@@ -19,6 +19,7 @@ import { ensureHostPackages, qemuVersion as qemuVersionOf } from '../vm/host-pac
 import { QemuDriver, hostMemoryLimitMib } from '../vm/qemu-driver.js';
 import { JSON_BODY_LIMIT } from '../api/app.js';
 import { Forwarder } from '../cluster/forwarder.js';
+import { cutHops } from '../cluster/hop-proxy.js';
 import { MIN_SECRET_CHARS } from '../cluster/hop.js';
 import { IngressEntry } from '../cluster/ingress-entry.js';
 import { NodeLease, freeDiskBytes } from '../cluster/node-lease.js';
@@ -74,7 +75,7 @@ export async function serve(config: Config, role: Role = 'all'): Promise<void> {
   }
   await started.beforeListen();
 
-  const app = await buildApi({ core, ...apiOptions, hopSecret: role === 'node' ? fleetSecret : undefined, forwarder: started.forwarder });
+  const app = await buildApi({ core, ...apiOptions, hop: role === 'node' ? { secret: fleetSecret!, node: config.fleet.nodeName } : undefined, forwarder: started.forwarder });
   // A VM host serves the hop (with /healthz and /metrics) on its internal port alone.
   await app.listen({ host: config.host, port: role === 'node' ? config.fleet.internalPort : config.port });
 
@@ -83,6 +84,8 @@ export async function serve(config: Config, role: Role = 'all'): Promise<void> {
     if (closing) return;
     closing = true;
     log.info({ signal }, role === 'api' ? 'shutting down' : 'shutting down; VMs keep running');
+    // Streams through this API node would hold app.close() for as long as they run.
+    cutHops();
     await app.close();
     await started.close();
     await core.close();

@@ -7,7 +7,7 @@
  * DELETE (its files) and a rule's DELETE (the gateway of its runtime's host).
  */
 import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
-import { VesselError, notFound, unavailable } from '../core/errors.js';
+import { VesselError, failedPrecondition, notFound, unavailable } from '../core/errors.js';
 import type { Store } from '../core/ports.js';
 import { DEFAULT_MEMORY_MIB } from '../core/runtimes.js';
 import type { NodeLoad, VmNode } from '../core/types.js';
@@ -46,9 +46,9 @@ export class Forwarder {
   ) {}
 
   /** The onRequest hook that sends one declared route on to its host (after authentication). */
-  hook(kind: RouteKind): onRequestHookHandler {
+  hook(kind: RouteKind, websocket: boolean): onRequestHookHandler {
     return (request, reply, done) => {
-      void this.#forward(kind, request, reply).catch((err: unknown) => {
+      void this.#forward(kind, websocket, request, reply).catch((err: unknown) => {
         if (!reply.sent && !reply.raw.headersSent) sendError(reply, toVesselError(err instanceof HopUnreachable ? unavailable(err.message) : err));
         else reply.raw.destroy();
       });
@@ -57,7 +57,7 @@ export class Forwarder {
     };
   }
 
-  async #forward(kind: RouteKind, request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  async #forward(kind: RouteKind, websocket: boolean, request: FastifyRequest, reply: FastifyReply): Promise<void> {
     const tenantId = request.principal.tenantId;
     const params = request.params as Record<string, string>;
     const call: HopCall = { principal: request.principal, requestId: request.id, clientIp: request.ip };
@@ -71,6 +71,8 @@ export class Forwarder {
     } else if (kind === 'checkpoint') {
       const cp = await this.store.checkpoints.find(tenantId, params.checkpoint_id!, true);
       if (cp === undefined) throw notFound('checkpoint', params.checkpoint_id!);
+      // As a single host says it, without naming the host that holds the template.
+      if (cp.tenantId === null) throw failedPrecondition(`checkpoint '${cp.displayName}' is a system checkpoint and is managed by the service`);
       target = cp.node === null ? await this.#anyNode() : await this.#live(cp.node, `checkpoint '${cp.displayName}' has its files on VM host '${cp.node}'`);
     } else {
       const rule = await this.store.rules.find(tenantId, params.rule_id!);
@@ -79,17 +81,24 @@ export class Forwarder {
     }
     const hop: HopTarget = { name: target.name, internalUrl: target.internalUrl };
     if (placed !== null) addLoad(this.#placing, placed.node, placed.demand, 1);
-    const settle = () => placed !== null && addLoad(this.#placing, placed.node, placed.demand, -1);
+    let settled = false;
+    const settle = () => {
+      if (placed === null || settled) return;
+      settled = true;
+      addLoad(this.#placing, placed.node, placed.demand, -1);
+    };
     try {
-      if (request.raw.headers.upgrade !== undefined) {
+      // Only a WebSocket route upgrades, and only a request that came as one (@fastify/websocket's `ws`).
+      if (websocket && (request as { ws?: boolean }).ws === true) {
         await forwardUpgrade(this.secret, hop, request.raw, request.raw.socket, call);
         reply.hijack();
         return;
       }
-      const stream = await forwardRequest(this.secret, hop, request.raw, call);
-      reply.hijack();
+      // Settled when the caller's response ends, however early: a create given up on frees its place.
       reply.raw.once('close', settle);
-      stream(reply.raw);
+      const stream = await forwardRequest(this.secret, hop, request.raw, reply.raw, call);
+      reply.hijack();
+      stream();
     } catch (err) {
       settle();
       throw err;
@@ -160,7 +169,9 @@ function createShape(body: Buffer): { checkpoint?: string; demand: Demand } | nu
   if (checkpoint !== undefined && typeof checkpoint !== 'string') return null;
   const memory = resources?.limits?.memory_mib ?? DEFAULT_MEMORY_MIB;
   const vcpus = resources?.vcpus ?? 1;
-  if (typeof memory !== 'number' || typeof vcpus !== 'number') return null;
+  // Out of range, the host refuses it with its own 400: placement only needs numbers it can add up.
+  const sane = (n: unknown): n is number => Number.isSafeInteger(n) && (n as number) > 0;
+  if (!sane(memory) || !sane(vcpus)) return null;
   return { ...(checkpoint === undefined ? {} : { checkpoint }), demand: { memoryMib: memory, vcpus } };
 }
 

@@ -4,7 +4,7 @@
  * what the caller hands over already read (a create's JSON body). The caller's token stays on the
  * API node; the host learns the principal from the signed hop headers (hop.ts).
  */
-import { request as httpRequest, Agent, type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import { request as httpRequest, Agent, type ClientRequest, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Principal } from '../core/types.js';
 import { BEARER_PROTOCOL_PREFIX } from '../api/websocket-auth.js';
@@ -35,29 +35,60 @@ export class HopUnreachable extends Error {}
 
 const agent = new Agent({ keepAlive: true, maxFreeSockets: 64, scheduling: 'lifo' });
 
-function outgoingHeaders(incoming: IncomingHttpHeaders, secret: string, call: HopCall, method: string, url: string, target: URL): OutgoingHttpHeaders {
+/** Hops in flight: an API node that shuts down cuts them rather than wait out hour-long streams. */
+const inFlight = new Set<ClientRequest>();
+const track = (out: ClientRequest): void => {
+  inFlight.add(out);
+  out.once('close', () => inFlight.delete(out));
+};
+
+/** Ends every hop in flight (shutdown): their callers see the connection close, and retry. */
+export function cutHops(): void {
+  for (const out of inFlight) out.destroy();
+  inFlight.clear();
+}
+
+function outgoingHeaders(request: IncomingMessage, secret: string, call: HopCall, method: string, url: string, target: URL, node: string): OutgoingHttpHeaders {
+  const incoming = request.headers;
   const headers: OutgoingHttpHeaders = {};
   for (const [name, value] of Object.entries(incoming)) if (!CONNECTION_HEADERS.has(name) && value !== undefined) headers[name] = value;
   // A browser's token rides in a subprotocol; the host needs only the protocol it will select.
   const protocols = incoming['sec-websocket-protocol'];
-  if (typeof protocols === 'string') headers['sec-websocket-protocol'] = protocols.split(',').map((p) => p.trim()).filter((p) => !p.startsWith(BEARER_PROTOCOL_PREFIX)).join(', ');
-  if (call.body !== undefined) {
-    headers['content-length'] = String(call.body.length);
-    delete headers['transfer-encoding'];
+  if (typeof protocols === 'string') {
+    const kept = protocols.split(',').map((p) => p.trim()).filter((p) => p !== '' && !p.startsWith(BEARER_PROTOCOL_PREFIX));
+    if (kept.length > 0) headers['sec-websocket-protocol'] = kept.join(', ');
+    else delete headers['sec-websocket-protocol'];
   }
+  // The body's framing is the hop's own, never left to defaults: a body sent unframed on a pooled
+  // connection would be read by the host as the next request, without a hop.
+  delete headers['content-length'];
+  if (call.body !== undefined) headers['content-length'] = String(call.body.length);
+  else if (bodyOf(request) === 'chunked') headers['transfer-encoding'] = 'chunked';
+  else if (bodyOf(request) === 'length') headers['content-length'] = incoming['content-length'];
   headers.host = target.host;
   headers['x-request-id'] = call.requestId;
   headers['x-forwarded-for'] = call.clientIp;
-  Object.assign(headers, signHop(secret, call.principal, { method, url, requestId: call.requestId }));
+  Object.assign(headers, signHop(secret, call.principal, { method, url, requestId: call.requestId, node }));
   return headers;
+}
+
+/** How the caller framed its body (Node's server refuses a request that gives both). */
+function bodyOf(incoming: IncomingMessage): 'chunked' | 'length' | 'none' {
+  if (incoming.headers['transfer-encoding'] !== undefined) return 'chunked';
+  return incoming.headers['content-length'] !== undefined && incoming.headers['content-length'] !== '0' ? 'length' : 'none';
 }
 
 function open(secret: string, target: HopTarget, incoming: IncomingMessage, call: HopCall, upgrade: boolean) {
   const url = new URL(target.internalUrl);
   const method = incoming.method ?? 'GET';
   const path = incoming.url ?? '/';
-  const headers = outgoingHeaders(incoming.headers, secret, call, method, path, url);
-  if (upgrade) Object.assign(headers, { connection: 'Upgrade', upgrade: incoming.headers.upgrade ?? 'websocket' });
+  const headers = outgoingHeaders(incoming, secret, call, method, path, url, target.name);
+  if (upgrade) {
+    // An upgrade request has no body: what follows it is the WebSocket's, after the 101.
+    delete headers['content-length'];
+    delete headers['transfer-encoding'];
+    Object.assign(headers, { connection: 'Upgrade', upgrade: 'websocket' });
+  }
   const out = httpRequest({ host: url.hostname, port: url.port, method, path, headers, agent: upgrade ? false : agent });
   const connectTimer = setTimeout(() => out.destroy(new HopUnreachable(`VM host '${target.name}' did not accept a connection within ${CONNECT_TIMEOUT_MS / 1000} s`)), CONNECT_TIMEOUT_MS);
   out.once('socket', (socket) => {
@@ -66,7 +97,7 @@ function open(secret: string, target: HopTarget, incoming: IncomingMessage, call
   });
   out.once('close', () => clearTimeout(connectTimer));
   if (call.body !== undefined) out.end(call.body);
-  else if (upgrade) out.end();
+  else if (upgrade || bodyOf(incoming) === 'none') out.end();
   else incoming.pipe(out);
   return out;
 }
@@ -79,28 +110,26 @@ const unreachable = (target: HopTarget, err: Error): HopUnreachable =>
  * once it has one: the caller takes the response over (Fastify's hijack) only then, so a host
  * that cannot be reached still gets an error envelope from the API node.
  */
-export function forwardRequest(secret: string, target: HopTarget, incoming: IncomingMessage, call: HopCall): Promise<(res: ServerResponse) => void> {
+export function forwardRequest(secret: string, target: HopTarget, incoming: IncomingMessage, res: ServerResponse, call: HopCall): Promise<() => void> {
   return new Promise((resolve, reject) => {
     const out = open(secret, target, incoming, call, false);
+    track(out);
+    // A caller gone at any point, before the host answered too, cuts the hop: an SSE stream
+    // nobody reads must not run on.
+    res.once('close', () => out.destroy());
     out.once('error', (err) => reject(unreachable(target, err)));
     out.once('response', (answer) => {
-      resolve((res) => {
+      resolve(() => {
         const headers: OutgoingHttpHeaders = {};
         for (const [name, value] of Object.entries(answer.headers)) if (!CONNECTION_HEADERS.has(name) && value !== undefined) headers[name] = value;
         res.writeHead(answer.statusCode ?? 502, headers);
         // SSE: every event goes out as it arrives.
         res.flushHeaders();
         answer.pipe(res);
-        // A caller gone, or a host gone mid-answer: the other side is cut too, never left waiting.
-        res.once('close', () => {
-          if (!answer.complete) out.destroy();
-        });
+        // A host gone mid-answer: the caller's response is cut too, never left waiting.
         answer.once('error', () => res.destroy());
         answer.once('aborted', () => res.destroy());
       });
-    });
-    incoming.once('close', () => {
-      if (!incoming.complete) out.destroy();
     });
   });
 }
@@ -112,6 +141,8 @@ export function forwardRequest(secret: string, target: HopTarget, incoming: Inco
 export function forwardUpgrade(secret: string, target: HopTarget, incoming: IncomingMessage, socket: Duplex, call: HopCall): Promise<void> {
   return new Promise((resolve, reject) => {
     const out = open(secret, target, incoming, call, true);
+    track(out);
+    socket.once('close', () => out.destroy());
     out.once('error', (err) => reject(unreachable(target, err)));
     out.once('upgrade', (answer, upstream, head) => {
       socket.write(statusBlock(answer));

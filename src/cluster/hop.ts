@@ -2,8 +2,8 @@
  * The hop from an API node to a VM host (docs/scaling.md, "The hop"): the API node has
  * authenticated the caller, and tells the host who it is, under an HMAC of the per-cluster secret
  * (VESSEL_INTERNAL_SECRET). The MAC covers the method, the path with its query, the principal, the
- * request id and the time, so a captured header set opens nothing else, and goes stale in a
- * minute. Bodies are streamed (files run to a gigabyte) and not covered: the hop runs on the
+ * request id, the host it is meant for and the time, so a captured header set opens nothing
+ * else, goes stale in a minute, and is refused if it comes twice. Bodies are streamed (files run to a gigabyte) and not covered: the hop runs on the
  * cluster's private network, and mTLS from a service mesh, where one is wanted, adds secrecy and
  * body integrity without a change here.
  */
@@ -27,10 +27,12 @@ export interface HopRequest {
   /** The path and query exactly as sent on the request line. */
   url: string;
   requestId: string;
+  /** The VM host it is meant for: a hop captured on its way to one host opens nothing on another. */
+  node: string;
 }
 
 const mac = (secret: string, time: string, principal: string, r: HopRequest): Buffer =>
-  createHmac('sha256', secret).update(['vessel-hop-v1', time, r.method.toUpperCase(), r.url, principal, r.requestId].join('\n')).digest();
+  createHmac('sha256', secret).update(['vessel-hop-v1', time, r.method.toUpperCase(), r.url, principal, r.requestId, r.node].join('\n')).digest();
 
 export function signHop(secret: string, principal: Principal, r: HopRequest, now = Date.now()): Record<string, string> {
   const encoded = Buffer.from(JSON.stringify({ token_id: principal.tokenId, tenant_id: principal.tenantId, scopes: [...principal.scopes] })).toString('base64url');
@@ -40,8 +42,28 @@ export function signHop(secret: string, principal: Principal, r: HopRequest, now
 
 export const hasHopHeaders = (headers: IncomingHttpHeaders): boolean => HOP_HEADERS.some((h) => headers[h] !== undefined);
 
+/**
+ * The signatures a host accepted within the skew window: a hop is good once. Only a holder of
+ * the secret can add to it, so it holds no more than the hops API nodes sent in that minute.
+ */
+export class SeenHops {
+  readonly #until = new Map<string, number>();
+
+  /** False when this signature was seen before. */
+  firstTime(signature: string, now = Date.now()): boolean {
+    if (this.#until.has(signature)) return false;
+    this.#until.set(signature, now + 2 * MAX_SKEW_MS);
+    // Insertion order is expiry order: the stale ones are at the front.
+    for (const [sig, until] of this.#until) {
+      if (until > now) break;
+      this.#until.delete(sig);
+    }
+    return true;
+  }
+}
+
 /** The principal the API node vouches for, or why the hop is refused (never which part of the MAC failed). */
-export function verifyHop(secret: string, headers: IncomingHttpHeaders, r: HopRequest, now = Date.now()): Principal | string {
+export function verifyHop(secret: string, headers: IncomingHttpHeaders, r: HopRequest, now = Date.now(), seen?: SeenHops): Principal | string {
   const [encoded, time, signature] = HOP_HEADERS.map((h) => headers[h]);
   if (typeof encoded !== 'string' || typeof time !== 'string' || typeof signature !== 'string') return 'incomplete hop headers';
   if (encoded.length > MAX_PRINCIPAL_CHARS || !/^\d{1,15}$/.test(time)) return 'malformed hop headers';
@@ -49,7 +71,10 @@ export function verifyHop(secret: string, headers: IncomingHttpHeaders, r: HopRe
   const expected = mac(secret, time, encoded, r);
   const given = Buffer.from(signature, 'base64url');
   if (given.length !== expected.length || !timingSafeEqual(given, expected)) return 'the hop signature does not match';
-  return parsePrincipal(encoded) ?? 'malformed hop principal';
+  const principal = parsePrincipal(encoded);
+  if (principal === null) return 'malformed hop principal';
+  if (seen !== undefined && !seen.firstTime(signature, now)) return 'this hop was already used';
+  return principal;
 }
 
 function parsePrincipal(encoded: string): Principal | null {

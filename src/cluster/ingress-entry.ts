@@ -24,6 +24,8 @@ const SILENT_MS = 10_000;
 /** The rest of a request head, once it began, must arrive within this. */
 const HEAD_DEADLINE_MS = 5000;
 const PEEK_GAP_MS = 16;
+const CONNECT_TIMEOUT_MS = 5000;
+const KEEPALIVE_MS = 60_000;
 /** Groups this entry's relays, to reset them all at close. */
 const RELAY_TAG = 0x1e5;
 
@@ -50,8 +52,12 @@ export class IngressEntry {
   ) {
     this.#server = createServer({ pauseOnConnect: true }, (socket) => {
       socket.on('error', () => undefined);
-      if (!this.#perSource.admit(socket)) return void socket.destroy();
-      this.#serve(socket).catch((err: unknown) => {
+      // Counted until the connection ends, relayed or not: the host's ingress sees every client
+      // of this entry under the API node's one address, so the per-client cap must hold here.
+      const release = this.#perSource.hold(socket);
+      if (release === null) return void socket.destroy();
+      socket.once('close', release);
+      this.#serve(socket, release).catch((err: unknown) => {
         this.log.warn({ err: (err as Error).message }, 'ingress entry connection failed');
         socket.destroy();
       });
@@ -65,14 +71,14 @@ export class IngressEntry {
     await new Promise((r) => this.#server.close(r));
   };
 
-  async #serve(socket: Socket): Promise<void> {
+  async #serve(socket: Socket, release: () => void): Promise<void> {
     const first = await sniffSocket(socket, SILENT_MS);
     if (socket.destroyed) return;
     if (first.kind === 'tls') {
       const to = first.sni === null ? null : await this.#hostFor(first.sni);
       // A TLS client gets no answer it could read without a certificate: the connection just ends.
       if (to === null || typeof to === 'string') return void socket.destroy();
-      return this.#join(socket, to);
+      return this.#join(socket, to, release);
     }
     if (first.kind !== 'http') return refuse(socket, 400, 'not an HTTP request or a TLS ClientHello');
     const host = await this.#hostHeader(socket);
@@ -80,7 +86,7 @@ export class IngressEntry {
     const to = await this.#hostFor(host);
     if (to === null) return refuse(socket, 404, `no runtime is exposed at '${host.slice(0, 300)}'`);
     if (typeof to === 'string') return refuse(socket, 503, to);
-    this.#join(socket, to);
+    this.#join(socket, to, release);
   }
 
   /** Peeks until the first request head is whole; null when it is not within the bound and the deadline. */
@@ -109,8 +115,29 @@ export class IngressEntry {
     return { host: node.ingressAddress.slice(0, at).replace(/^\[|\]$/g, ''), port: Number(node.ingressAddress.slice(at + 1)) };
   }
 
-  #join(socket: Socket, to: { host: string; port: number }): void {
-    const upstream = createConnection(to, () => relaySockets(socket, upstream, RELAY_TAG));
+  /** Joins the client, unread bytes and all, to the host's ingress on the native relay thread; the cap's count goes when the relay ends. */
+  #join(socket: Socket, to: { host: string; port: number }, release: () => void): void {
+    const upstream = createConnection({ ...to, noDelay: true, timeout: CONNECT_TIMEOUT_MS });
+    // Not a byte may be read into Node's buffers before the relay takes over.
+    upstream.pause();
+    upstream.once('timeout', () => upstream.destroy(new Error('connect timeout')));
+    upstream.once('connect', () => {
+      if (socket.destroyed) return void upstream.destroy();
+      upstream.setTimeout(0);
+      // A peer that vanishes must not pin the relay forever.
+      socket.setKeepAlive(true, KEEPALIVE_MS);
+      upstream.setKeepAlive(true, KEEPALIVE_MS);
+      socket.off('close', release);
+      try {
+        relaySockets(socket, upstream, RELAY_TAG, release);
+      } catch (err) {
+        // dup() fails with EMFILE when descriptors run out: this connection ends, not the API node.
+        this.log.warn({ err: (err as Error).message }, 'ingress entry relay failed');
+        release();
+        socket.resetAndDestroy();
+        upstream.destroy();
+      }
+    });
     upstream.on('error', () => {
       if (!socket.destroyed) refuse(socket, 503, 'the VM host of this runtime is not answering');
     });

@@ -156,6 +156,11 @@ export class RuntimeService {
   async get(tenantId: string, ref: string): Promise<Runtime> {
     const rt = await this.store.runtimes.find(tenantId, ref);
     if (rt === undefined) throw notFound('runtime', ref);
+    // A VM host acts only on its own: a name an API node routed here may since name a runtime
+    // on another host (deleted and made again), and a retry is routed afresh.
+    if (this.node !== null && rt.node !== this.node) {
+      throw new VesselError('unavailable', `runtime '${rt.displayName}' is not on this VM host; retry`, { retryAfterSecs: 1 });
+    }
     return rt;
   }
 

@@ -15,17 +15,31 @@ export class ConnectionsPerSource {
 
   /** Counts `socket` against its client until it closes; false (and nothing counted) when its client, or the total, is at its cap. */
   admit(socket: Socket): boolean {
+    const release = this.hold(socket);
+    if (release === null) return false;
+    socket.once('close', release);
+    return true;
+  }
+
+  /**
+   * Counts `socket` against its client until the returned release runs (once; later calls do
+   * nothing): for a connection that outlives its Node socket, as one handed to the native relay
+   * does. null (and nothing counted) when its client, or the total, is at its cap.
+   */
+  hold(socket: Socket): (() => void) | null {
     const source = clientKey(socket.remoteAddress ?? '');
     const open = this.#open.get(source) ?? 0;
-    if (open >= this.max || this.#total >= this.maxTotal) return false;
+    if (open >= this.max || this.#total >= this.maxTotal) return null;
     this.#open.set(source, open + 1);
     this.#total++;
-    socket.once('close', () => {
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
       this.#total--;
       const n = (this.#open.get(source) ?? 1) - 1;
       if (n > 0) this.#open.set(source, n);
       else this.#open.delete(source);
-    });
-    return true;
+    };
   }
 }

@@ -2,12 +2,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
-import { HOP_PRINCIPAL, HOP_SIGNATURE, HOP_TIME, signHop, verifyHop } from '../../src/cluster/hop.js';
+import { HOP_PRINCIPAL, HOP_SIGNATURE, HOP_TIME, SeenHops, signHop, verifyHop } from '../../src/cluster/hop.js';
 import type { Principal } from '../../src/core/types.js';
 
 const SECRET = 'a'.repeat(48);
 const principal: Principal = { tokenId: 'tok-1', tenantId: 'acme', scopes: new Set(['runtimes:read', 'exec']) };
-const req = { method: 'POST', url: '/v1/runtimes/web/exec?x=1', requestId: 'abc-1' };
+const req = { method: 'POST', url: '/v1/runtimes/web/exec?x=1', requestId: 'abc-1', node: 'host-1' };
 const NOW = 1_800_000_000_000;
 
 test('a signed hop gives back the principal it vouches for', () => {
@@ -26,6 +26,7 @@ test('every covered part, changed, is refused', () => {
   refused(headers, { ...req, url: '/v1/runtimes/other/exec?x=1' });
   refused(headers, { ...req, url: '/v1/runtimes/web/exec?x=2' });
   refused(headers, { ...req, requestId: 'abc-2' });
+  refused(headers, { ...req, node: 'host-2' });
   const admin = Buffer.from(JSON.stringify({ token_id: 'tok-1', tenant_id: 'acme', scopes: ['admin'] })).toString('base64url');
   refused({ ...headers, [HOP_PRINCIPAL]: admin });
   refused({ ...headers, [HOP_TIME]: String(NOW + 1) });
@@ -56,6 +57,20 @@ test('a principal with a scope this version does not know is refused, even corre
   const forged = Buffer.from(JSON.stringify({ token_id: 't', tenant_id: 'acme', scopes: ['root'] })).toString('base64url');
   const headers = signHop(SECRET, principal, req, NOW);
   // Re-sign the odd principal with the right secret: the MAC holds, the content does not.
-  const sig = createHmac('sha256', SECRET).update(['vessel-hop-v1', String(NOW), 'POST', req.url, forged, req.requestId].join('\n')).digest().toString('base64url');
+  const sig = createHmac('sha256', SECRET).update(['vessel-hop-v1', String(NOW), 'POST', req.url, forged, req.requestId, req.node].join('\n')).digest().toString('base64url');
   assert.equal(verifyHop(SECRET, { ...headers, [HOP_PRINCIPAL]: forged, [HOP_SIGNATURE]: sig }, req, NOW), 'malformed hop principal');
+});
+
+test('a hop is good once: the same signed headers again are refused, and the memory of them is kept a window long', () => {
+  const seen = new SeenHops();
+  const headers = signHop(SECRET, principal, req, NOW);
+  assert.ok(typeof verifyHop(SECRET, headers, req, NOW, seen) !== 'string');
+  assert.equal(verifyHop(SECRET, headers, req, NOW + 10, seen), 'this hop was already used');
+  // Another request (a new id) is its own hop.
+  const next = { ...req, requestId: 'abc-9' };
+  assert.ok(typeof verifyHop(SECRET, signHop(SECRET, principal, next, NOW), next, NOW, seen) !== 'string');
+  // A refused MAC is not remembered: it cannot crowd out real ones.
+  const forged = { ...headers, [HOP_SIGNATURE]: Buffer.alloc(32).toString('base64url') };
+  assert.equal(verifyHop(SECRET, forged, req, NOW, seen), 'the hop signature does not match');
+  assert.equal(seen.firstTime(forged[HOP_SIGNATURE]!, NOW), true);
 });
