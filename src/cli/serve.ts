@@ -117,10 +117,10 @@ function fleetSettings(config: Config, role: Role): string {
 async function startApiNode(config: Config, secret: string, secretBox: SecretBox, log: pino.Logger): Promise<Started> {
   const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'a database connection failed; it is replaced') });
   const core = new Core({ store, driver: noVmDriver(), gateway: noGateway(), secretBox, log, tenantLimits: config.tenantLimits });
-  const entry = new IngressEntry(store, config.egress.ingress.domain, log);
+  const entry = new IngressEntry(store, core.nodes, config.egress.ingress.domain, log);
   return {
     core,
-    forwarder: new Forwarder(store, secret, JSON_BODY_LIMIT),
+    forwarder: new Forwarder(store, core.nodes, secret, JSON_BODY_LIMIT),
     beforeListen: () => entry.listen(config.egress.ingress.host, config.egress.ingress.port),
     close: entry.close,
   };

@@ -8,6 +8,7 @@
  */
 import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
 import { VesselError, failedPrecondition, notFound, unavailable } from '../core/errors.js';
+import type { NodeDirectory } from '../core/node-directory.js';
 import type { Store } from '../core/ports.js';
 import { DEFAULT_MEMORY_MIB } from '../core/runtimes.js';
 import type { NodeLoad, VmNode } from '../core/types.js';
@@ -17,8 +18,6 @@ import { addLoad, placeRuntime, type Demand } from './placement.js';
 
 type RouteKind = 'runtime' | 'create' | 'checkpoint' | 'rule';
 
-/** A host's lease is seconds long; the node list is looked at again after this. */
-const NODES_TTL_MS = 1000;
 /** How long a caller is told to wait before it tries a host that is away again. */
 const RETRY_AFTER_SECS = 5;
 
@@ -33,13 +32,13 @@ export function routeKind(url: string, method: string): RouteKind | null {
 }
 
 export class Forwarder {
-  #nodes: { at: number; list: Promise<VmNode[]> } | null = null;
   /** Creates this API node has sent on and not yet seen answered: the store does not count them yet. */
   readonly #placing = new Map<string, NodeLoad>();
   #next = 0;
 
   constructor(
     private readonly store: Store,
+    private readonly nodes: NodeDirectory,
     private readonly secret: string,
     /** The largest create body it reads to place one (the API's JSON limit). */
     private readonly maxBodyBytes: number,
@@ -114,14 +113,14 @@ export class Forwarder {
 
   /** The node, if its lease holds; otherwise `unavailable`, saying whose and since when. */
   async #live(name: string, what: string): Promise<VmNode> {
-    const node = (await this.#list()).find((n) => n.name === name);
+    const node = await this.nodes.find(name);
     if (node?.alive === true) return node;
     const why = node === undefined ? 'which is not registered' : `whose lease ran out at ${node.leaseExpiresAt}`;
     throw new VesselError('unavailable', `${what}, ${why}`, { retryAfterSecs: RETRY_AFTER_SECS });
   }
 
   async #anyNode(): Promise<VmNode> {
-    const alive = (await this.#list()).filter((n) => n.alive);
+    const alive = (await this.nodes.list()).filter((n) => n.alive);
     if (alive.length === 0) throw new VesselError('unavailable', 'no VM host holds a lease', { retryAfterSecs: RETRY_AFTER_SECS });
     return alive[this.#next++ % alive.length]!;
   }
@@ -137,22 +136,12 @@ export class Forwarder {
       if (node.draining) throw new VesselError('failed_precondition', `checkpoint '${cp.displayName}' has its files on VM host '${cp.node}', which is draining: it takes no new runtimes`);
       return { target: node, placed: { node: node.name, demand: { memoryMib: cp.resources.limits.memory_mib, vcpus: cp.resources.vcpus } } };
     }
-    const [nodes, stored] = await Promise.all([this.store.nodes.list(), this.store.nodes.load()]);
+    const [nodes, stored] = await Promise.all([this.nodes.list(), this.store.nodes.load()]);
     const load = new Map(stored);
     for (const [name, mine] of this.#placing) addLoad(load, name, mine, 1);
     const choice = placeRuntime(nodes, load, wanted.demand);
     if (typeof choice === 'string') throw new VesselError('unavailable', `no VM host can take the runtime: ${choice}`, { retryAfterSecs: RETRY_AFTER_SECS });
     return { target: choice, placed: { node: choice.name, demand: wanted.demand } };
-  }
-
-  #list(): Promise<VmNode[]> {
-    const now = Date.now();
-    if (this.#nodes === null || now - this.#nodes.at > NODES_TTL_MS) {
-      const list = this.store.nodes.list();
-      list.catch(() => (this.#nodes = null));
-      this.#nodes = { at: now, list };
-    }
-    return this.#nodes.list;
   }
 }
 

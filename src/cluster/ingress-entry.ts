@@ -11,6 +11,7 @@
  * peeks, a deadline for the head, and nothing forwarded before the route is known.
  */
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
+import type { NodeDirectory } from '../core/node-directory.js';
 import type { Store } from '../core/ports.js';
 import type { Logger } from '../core/runtimes.js';
 import { MAX_INGRESS_CONNECTIONS, MAX_INGRESS_CONNECTIONS_PER_SOURCE, parseIngressHost } from '../net/ingress.js';
@@ -47,6 +48,7 @@ export class IngressEntry {
 
   constructor(
     private readonly store: Store,
+    private readonly nodes: NodeDirectory,
     private readonly domain: string,
     private readonly log: Logger,
   ) {
@@ -108,7 +110,7 @@ export class IngressEntry {
     if (target === null) return null;
     const rt = await this.store.runtimes.findById(target.runtimeId);
     if (rt === undefined || rt.node === null) return null;
-    const node = await this.store.nodes.find(rt.node);
+    const node = await this.nodes.find(rt.node);
     if (node === undefined || node.ingressAddress === null) return null;
     if (!node.alive) return `the VM host of runtime ${rt.id} holds no lease`;
     const at = node.ingressAddress.lastIndexOf(':');

@@ -10,6 +10,7 @@ import { RuleService } from './rules.js';
 import { RuntimeService, type Logger } from './runtimes.js';
 import type { SecretBox } from './secret-box.js';
 import { SecretService } from './secrets.js';
+import { NodeDirectory } from './node-directory.js';
 import { ShownRuntimes } from './shown-runtimes.js';
 import { TokenService } from './tokens.js';
 import type { TenantLimits } from './types.js';
@@ -42,6 +43,8 @@ export class Core {
   readonly consoleLogs: ConsoleLogService;
   /** What the gateway calls back: secret values, audits, activity. */
   readonly egress: EgressService;
+  /** A fleet's VM hosts, read from the store at most once a second. */
+  readonly nodes: NodeDirectory;
   /** Runtimes as shown: `unavailable` where their VM host lost its lease. */
   readonly shown: ShownRuntimes;
   readonly #pool: WarmPool;
@@ -72,7 +75,8 @@ export class Core {
     this.runtimes.observe({ policyChanged: (rt) => void this.egress.refresh(rt.id) });
     this.rules.onChange((runtimeId) => void this.egress.refresh(runtimeId));
     this.runtimes.useCheckpoints(this.checkpoints);
-    this.shown = new ShownRuntimes(store.nodes);
+    this.nodes = new NodeDirectory(store.nodes);
+    this.shown = new ShownRuntimes(this.nodes);
   }
 
   /** Brings the store in line with reality after a (possibly unclean) restart. */

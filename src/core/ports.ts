@@ -42,8 +42,11 @@ export interface Store {
     findById(id: string): Promise<Runtime | undefined>;
     /** A page of the tenant's runtimes that pass the filter, newest first: filtered before paging, so pages are full. */
     listMatching(tenantId: string, filter: RuntimeFilter, page: PageRequest): Promise<Page<Runtime>>;
-    /** The runtimes a lifecycle timer may act on: those running, and those stopped with auto_delete_secs set. */
-    listTimed(): Promise<Runtime[]>;
+    /**
+     * The runtimes of one node (null: a single host's) that a lifecycle timer may act on: those
+     * running, and those stopped with auto_delete_secs set. Each host asks every second, for its own.
+     */
+    listTimed(node: string | null): Promise<Runtime[]>;
   };
   readonly secrets: TenantRepo<Secret>;
   readonly rules: RuleRepo;

@@ -385,8 +385,7 @@ export class RuntimeService {
     this.#sweeping = true;
     try {
       const due: Runtime[] = [];
-      for (const rt of await this.store.runtimes.listTimed()) {
-        if (rt.node !== this.node) continue;
+      for (const rt of await this.store.runtimes.listTimed(this.node)) {
         if (rt.status === 'running' && !this.#activity.has(rt.id)) this.#activity.set(rt.id, now);
         else if (dueAction(rt, this.#activityOf(rt.id), now, this.#defaultIdleSecs) !== null) due.push(rt);
       }

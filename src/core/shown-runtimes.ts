@@ -4,40 +4,24 @@
  * stored status: the VM may be gone, and `running` would be a lie. The stored status stays for
  * when the host comes back and re-adopts it.
  */
-import type { NodeRepo } from './ports.js';
+import type { NodeDirectory } from './node-directory.js';
 import type { Runtime, ShownRuntimeStatus, VmNode } from './types.js';
 
 export type ShownRuntime = Omit<Runtime, 'status'> & { status: ShownRuntimeStatus };
 
-/** Leases are seconds long: one look at the nodes a second is fresh enough, and bounds the queries a busy list makes. */
-const NODES_TTL_MS = 1000;
-
 export class ShownRuntimes {
-  #nodes: { at: number; byName: Promise<Map<string, VmNode>> } | null = null;
-
-  constructor(private readonly nodes: NodeRepo) {}
+  constructor(private readonly nodes: NodeDirectory) {}
 
   async one(rt: Runtime): Promise<ShownRuntime> {
     // A single host's runtimes have no node: nothing to ask the store.
     if (rt.node === null) return rt;
-    return shown(rt, (await this.#byName()).get(rt.node));
+    return shown(rt, await this.nodes.find(rt.node));
   }
 
   async all(rts: Runtime[]): Promise<ShownRuntime[]> {
     if (rts.every((rt) => rt.node === null)) return rts;
-    const byName = await this.#byName();
+    const byName = await this.nodes.byName();
     return rts.map((rt) => (rt.node === null ? rt : shown(rt, byName.get(rt.node))));
-  }
-
-  #byName(): Promise<Map<string, VmNode>> {
-    const now = Date.now();
-    if (this.#nodes === null || now - this.#nodes.at > NODES_TTL_MS) {
-      const byName = this.nodes.list().then((list) => new Map(list.map((n) => [n.name, n])));
-      // A failed look is not kept: the next call asks again.
-      byName.catch(() => (this.#nodes = null));
-      this.#nodes = { at: now, byName };
-    }
-    return this.#nodes.byName;
   }
 }
 

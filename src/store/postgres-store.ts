@@ -221,7 +221,7 @@ class PgRuntimeTable extends PgTenantTable<Runtime> {
      ORDER BY seq DESC LIMIT $5`,
   );
   readonly #timed = new Sql(
-    `SELECT * FROM runtimes WHERE status = 'running' OR (auto_delete_secs IS NOT NULL AND stopped_at IS NOT NULL AND status = ANY($1::text[])) ORDER BY seq`,
+    `SELECT * FROM runtimes WHERE node IS NOT DISTINCT FROM $2 AND (status = 'running' OR (auto_delete_secs IS NOT NULL AND stopped_at IS NOT NULL AND status = ANY($1::text[]))) ORDER BY seq`,
   );
 
   constructor(db: pg.Pool) {
@@ -233,8 +233,8 @@ class PgRuntimeTable extends PgTenantTable<Runtime> {
     return page(rows, p.limit, this.fromRow);
   }
 
-  async listTimed(): Promise<Runtime[]> {
-    return (await this.#timed.rows(this.db, [STOPPED_STATUSES])).map(this.fromRow);
+  async listTimed(node: string | null): Promise<Runtime[]> {
+    return (await this.#timed.rows(this.db, [STOPPED_STATUSES, node])).map(this.fromRow);
   }
 }
 

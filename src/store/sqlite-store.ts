@@ -199,7 +199,7 @@ class RuntimeTable extends TenantTable<Runtime> {
        ORDER BY seq DESC LIMIT @limit`,
     );
     this.#timed = db.prepare(
-      `SELECT * FROM runtimes WHERE status = 'running' OR (auto_delete_secs IS NOT NULL AND stopped_at IS NOT NULL AND status IN (SELECT value FROM json_each(?))) ORDER BY seq`,
+      `SELECT * FROM runtimes WHERE node IS ? AND (status = 'running' OR (auto_delete_secs IS NOT NULL AND stopped_at IS NOT NULL AND status IN (SELECT value FROM json_each(?)))) ORDER BY seq`,
     );
   }
 
@@ -214,8 +214,8 @@ class RuntimeTable extends TenantTable<Runtime> {
     return page(rows, p.limit, this.fromRow);
   }
 
-  async listTimed(): Promise<Runtime[]> {
-    return (this.#timed.all(JSON.stringify(STOPPED_STATUSES)) as Row[]).map(this.fromRow);
+  async listTimed(node: string | null): Promise<Runtime[]> {
+    return (this.#timed.all(node, JSON.stringify(STOPPED_STATUSES)) as Row[]).map(this.fromRow);
   }
 }
 

@@ -206,7 +206,12 @@ export function storeContract(subject: StoreUnderTest): void {
       { ...runtime('acme', 'paused-timed', 'paused'), lifecycle: autoDelete, stoppedAt: null },
     ];
     for (const rt of rts) await store.runtimes.insert(rt);
-    assert.deepEqual((await store.runtimes.listTimed()).map((r) => r.displayName), ['running', 'stopped-timed', 'crashed-timed']);
+    assert.deepEqual((await store.runtimes.listTimed(null)).map((r) => r.displayName), ['running', 'stopped-timed', 'crashed-timed']);
+    // In a fleet, each host asks for its own: another host's runtimes never come back.
+    await store.runtimes.insert({ ...runtime('acme', 'on-h1'), lifecycle: off, node: 'h1' });
+    await store.runtimes.insert({ ...runtime('acme', 'on-h2'), lifecycle: off, node: 'h2' });
+    assert.deepEqual((await store.runtimes.listTimed('h1')).map((r) => r.displayName), ['on-h1']);
+    assert.equal((await store.runtimes.listTimed(null)).length, 3);
   });
 
   withStore('audits keep their category: a lifecycle audit reads back as one, and filters by it', async (store) => {
