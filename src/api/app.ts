@@ -36,6 +36,7 @@ import { runtimeRoutes } from './routes/runtimes.js';
 import { secretRoutes, ruleRoutes, auditRoutes } from './routes/secrets.js';
 import { bearerFromProtocols, selectProtocol } from './websocket-auth.js';
 import { SeenHops, verifyHop } from '../cluster/hop.js';
+import { checkpointMoveRoutes } from '../cluster/checkpoint-moves.js';
 import { routeKind, type Forwarder } from '../cluster/forwarder.js';
 
 declare module 'fastify' {
@@ -290,5 +291,6 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   await app.register(tokenRoutes, { core });
   await app.register(consoleLogRoutes, { core });
   await app.register(consoleRoutes, options.console ?? {});
+  if (options.hop !== undefined) await app.register(checkpointMoveRoutes, { core, secret: options.hop.secret });
   return app;
 }

@@ -130,7 +130,8 @@ async function startApiNode(config: Config, secret: string, secretBox: SecretBox
 async function startVmHost(config: Config, role: Role, secret: string | undefined, secretBox: SecretBox, log: pino.Logger): Promise<Started> {
   const { image, accel, qemuVersion } = await prepareHost(config, log);
   const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'a database connection failed; it is replaced') });
-  const ca = await CertificateAuthority.loadOrCreate(config.dataDir);
+  // A fleet's hosts share one CA: a checkpoint's guest trusts it on whichever host its files move to.
+  const ca = role === 'node' ? await CertificateAuthority.shared((proposed) => store.nodes.shared('egress-ca', proposed), secretBox) : await CertificateAuthority.loadOrCreate(config.dataDir);
   const detected = VmCgroups.detect();
   if (detected.cgroups === null) log.warn({ reason: detected.reason }, 'VMs run without cgroup limits');
   else log.info({ version: detected.cgroups.version }, 'each VM runs in a cgroup of its own');

@@ -14,6 +14,7 @@ import { DEFAULT_MEMORY_MIB } from '../core/runtimes.js';
 import type { NodeLoad, VmNode } from '../core/types.js';
 import { sendError, toVesselError } from '../api/errors.js';
 import { forwardRequest, forwardUpgrade, HopUnreachable, type HopCall, type HopTarget } from './hop-proxy.js';
+import { moveCheckpoint } from './checkpoint-moves.js';
 import { addLoad, placeRuntime, type Demand } from './placement.js';
 
 type RouteKind = 'runtime' | 'create' | 'checkpoint' | 'rule';
@@ -64,7 +65,7 @@ export class Forwarder {
     let placed: { node: string; demand: Demand } | null = null;
     if (kind === 'create') {
       call.body = await readBody(request, this.maxBodyBytes);
-      ({ target, placed } = await this.#placeCreate(tenantId, call.body));
+      ({ target, placed } = await this.#placeCreate(call, call.body));
     } else if (kind === 'runtime') {
       target = await this.#ownerOfRuntime(tenantId, params.runtime_id!);
     } else if (kind === 'checkpoint') {
@@ -125,23 +126,35 @@ export class Forwarder {
     return alive[this.#next++ % alive.length]!;
   }
 
-  async #placeCreate(tenantId: string, body: Buffer): Promise<{ target: VmNode; placed: { node: string; demand: Demand } | null }> {
+  async #placeCreate(call: HopCall, body: Buffer): Promise<{ target: VmNode; placed: { node: string; demand: Demand } | null }> {
     const wanted = createShape(body);
     // A body the host will refuse anyway (not JSON, wrong types) goes to any host, for its exact error.
     if (wanted === null) return { target: await this.#anyNode(), placed: null };
-    if (wanted.checkpoint !== undefined) {
-      const cp = await this.store.checkpoints.find(tenantId, wanted.checkpoint, true);
-      if (cp === undefined || cp.node === null) return { target: await this.#anyNode(), placed: null };
-      const node = await this.#live(cp.node, `checkpoint '${cp.displayName}' has its files on VM host '${cp.node}'`);
-      if (node.draining) throw new VesselError('failed_precondition', `checkpoint '${cp.displayName}' has its files on VM host '${cp.node}', which is draining: it takes no new runtimes`);
-      return { target: node, placed: { node: node.name, demand: { memoryMib: cp.resources.limits.memory_mib, vcpus: cp.resources.vcpus } } };
+    if (wanted.checkpoint === undefined) {
+      const choice = await this.#place(wanted.demand);
+      return { target: choice, placed: { node: choice.name, demand: wanted.demand } };
     }
+    const cp = await this.store.checkpoints.find(call.principal.tenantId, wanted.checkpoint, true);
+    if (cp === undefined || cp.node === null) return { target: await this.#anyNode(), placed: null };
+    const demand = { memoryMib: cp.resources.limits.memory_mib, vcpus: cp.resources.vcpus };
+    const holder = await this.#live(cp.node, `checkpoint '${cp.displayName}' has its files on VM host '${cp.node}'`);
+    if (!holder.draining) return { target: holder, placed: { node: holder.name, demand } };
+    // Its host takes no new runtimes: the fork goes where placement says, and the checkpoint's
+    // files go there first (docs/scaling.md, "Moving checkpoints"). A system template is each
+    // host's own, and the chosen host forks its own.
+    const target = await this.#place(demand);
+    if (cp.tenantId !== null) await moveCheckpoint(this.secret, target, call.principal, call.requestId, cp.id);
+    return { target, placed: { node: target.name, demand } };
+  }
+
+  /** The host placement picks for a runtime of this size, counting the creates this node is placing. */
+  async #place(demand: Demand): Promise<VmNode> {
     const [nodes, stored] = await Promise.all([this.nodes.list(), this.store.nodes.load()]);
     const load = new Map(stored);
     for (const [name, mine] of this.#placing) addLoad(load, name, mine, 1);
-    const choice = placeRuntime(nodes, load, wanted.demand);
+    const choice = placeRuntime(nodes, load, demand);
     if (typeof choice === 'string') throw new VesselError('unavailable', `no VM host can take the runtime: ${choice}`, { retryAfterSecs: RETRY_AFTER_SECS });
-    return { target: choice, placed: { node: choice.name, demand: wanted.demand } };
+    return choice;
   }
 }
 

@@ -6,6 +6,7 @@
  */
 import { request as httpRequest, Agent, type ClientRequest, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
+import { ERROR_CODES, VesselError, type ErrorCode } from '../core/errors.js';
 import type { Principal } from '../core/types.js';
 import { BEARER_PROTOCOL_PREFIX } from '../api/websocket-auth.js';
 import { HOP_HEADERS, signHop } from './hop.js';
@@ -179,4 +180,68 @@ function statusBlock(answer: IncomingMessage): string {
   // A refusal's body is sent as it comes, then the connection closes: that delimits it.
   if (answer.statusCode !== 101) lines.push('Connection: close');
   return `${lines.join('\r\n')}\r\n\r\n`;
+}
+
+/** A call of the fleet's own: one host asking another for a checkpoint's files, an API node asking a host to take them. */
+export interface OwnHopCall {
+  principal: Principal;
+  requestId: string;
+  method: 'GET' | 'POST' | 'DELETE';
+  path: string;
+}
+
+/** A host's refusal of an own call, as large as an error envelope can be. */
+const MAX_ERROR_BYTES = 64 * 1024;
+
+/**
+ * Makes a call of the fleet's own and resolves with the host's answer, its body unread, when it
+ * is a success; a refusal is rejected as the host's own error. The answer must keep coming: a
+ * host silent for `idleMs` is cut.
+ */
+export function callHop(secret: string, target: HopTarget, call: OwnHopCall, idleMs: number): Promise<IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const url = new URL(target.internalUrl);
+    const headers = {
+      host: url.host,
+      'x-request-id': call.requestId,
+      'content-length': '0',
+      ...signHop(secret, call.principal, { method: call.method, url: call.path, requestId: call.requestId, node: target.name }),
+    };
+    const out = httpRequest({ host: url.hostname, port: url.port, method: call.method, path: call.path, headers, agent });
+    track(out);
+    out.setTimeout(idleMs, () => out.destroy(new HopUnreachable(`VM host '${target.name}' sent nothing for ${Math.round(idleMs / 1000)} s`)));
+    out.once('error', (err) => reject(unreachable(target, err)));
+    out.once('response', (answer) => {
+      const status = answer.statusCode ?? 502;
+      if (status >= 200 && status < 300) return resolve(answer);
+      readBounded(answer, MAX_ERROR_BYTES).then((body) => reject(hostError(target, status, body)), (err: Error) => reject(unreachable(target, err)));
+    });
+    out.end();
+  });
+}
+
+/** An answer's whole body, refused past `limit` bytes. */
+export async function readBounded(answer: AsyncIterable<Buffer>, limit: number): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  let size = 0;
+  for await (const part of answer) {
+    size += part.length;
+    if (size > limit) throw new Error(`an answer over ${limit} bytes`);
+    parts.push(part);
+  }
+  return Buffer.concat(parts, size);
+}
+
+/** The host's error envelope as the error it names; anything else from a host is its being unwell. */
+function hostError(target: HopTarget, status: number, body: Buffer): VesselError {
+  try {
+    const { error } = JSON.parse(body.toString('utf8')) as { error?: { code?: unknown; message?: unknown } };
+    const code = error?.code as ErrorCode;
+    // A hop the host refused is this fleet's configuration at fault, not the caller's token.
+    if (code === 'unauthenticated') return new VesselError('internal', `VM host '${target.name}' refused a hop from this node: ${String(error?.message)}`);
+    if (ERROR_CODES.includes(code) && typeof error?.message === 'string') return new VesselError(code, error.message);
+  } catch {
+    // not an envelope
+  }
+  return new VesselError('unavailable', `VM host '${target.name}' answered ${status} without an error envelope`);
 }

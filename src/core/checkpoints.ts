@@ -7,7 +7,8 @@ import { randomUUID } from 'node:crypto';
 import { failedPrecondition, invalidArgument, notFound } from './errors.js';
 import { requireState } from './lifecycle.js';
 import { checkDisplayName } from './names.js';
-import type { Store, VmDriver } from './ports.js';
+import type { CheckpointDescription, CheckpointSource, Store, VmDriver } from './ports.js';
+import type { Readable } from 'node:stream';
 import type { TenantQuotas } from './quotas.js';
 import type { Logger, RuntimeService } from './runtimes.js';
 import type { Checkpoint, Page, PageRequest, Resources } from './types.js';
@@ -32,6 +33,8 @@ export const systemCheckpointName = (imageId: string, r: Resources): string =>
 export class CheckpointService {
   readonly #captures = new Set<Promise<void>>();
   readonly #templates = new KeyedMutex();
+  /** Moves of a checkpoint's files to this host, one per checkpoint at a time. */
+  readonly #moves = new KeyedMutex();
   /**
    * Checkpoints whose files matched their recorded digests since this process started (or that
    * it captured itself), with the check in progress for the others. A fork waits for its
@@ -92,6 +95,55 @@ export class CheckpointService {
     if (cp.tenantId === null) throw failedPrecondition(`checkpoint '${cp.displayName}' is a system checkpoint and is managed by the service`);
     if (cp.state === 'creating') throw failedPrecondition(`checkpoint '${cp.displayName}' is still being created`);
     await this.#remove(cp);
+  }
+
+  /**
+   * What another VM host needs to take this host's files of a checkpoint (docs/scaling.md,
+   * "Moving checkpoints"). Only a ready checkpoint of the tenant's own, held here, is offered.
+   */
+  async describeForMove(tenantId: string, ref: string): Promise<CheckpointDescription> {
+    return this.driver.describeCheckpoint((await this.#movable(tenantId, ref)).id);
+  }
+
+  /** One file of a checkpoint described by describeForMove. */
+  async readForMove(tenantId: string, ref: string, file: string): Promise<Readable> {
+    return this.driver.readCheckpointFile((await this.#movable(tenantId, ref)).id, file);
+  }
+
+  /**
+   * Takes a checkpoint's files from the VM host that holds them (`connect` reaches it), and then
+   * the checkpoint itself: from now on it is forked here. Its files are checked against the
+   * digests recorded at its capture on their way in, so it is what it was, byte for byte. Resolves
+   * with the host it came from (null when it was here already), whose copy is then of no use.
+   */
+  async moveHere(tenantId: string, ref: string, connect: (node: string, checkpointId: string) => Promise<CheckpointSource>): Promise<{ checkpoint: Checkpoint; from: string | null }> {
+    if (this.node === null) throw failedPrecondition('a single host holds every checkpoint already');
+    const here = this.node;
+    const first = await this.get(tenantId, ref);
+    return this.#moves.run(first.id, async () => {
+      const cp = await this.get(tenantId, first.id);
+      if (cp.node === here) return { checkpoint: cp, from: null };
+      if (cp.tenantId === null) throw failedPrecondition(`checkpoint '${cp.displayName}' is a system checkpoint: each VM host makes its own`);
+      if (cp.state !== 'ready') throw failedPrecondition(`checkpoint '${cp.displayName}' is ${cp.state}, and only a ready checkpoint moves`);
+      if (cp.node === null) throw failedPrecondition(`checkpoint '${cp.displayName}' was made by a single-host service and names no VM host to take it from`);
+      const from = cp.node;
+      await this.driver.importCheckpoint(cp.id, await connect(from, cp.id));
+      if (!(await this.store.checkpoints.moveNode(cp.id, from, here))) {
+        await this.driver.deleteCheckpoint(cp.id);
+        throw failedPrecondition(`checkpoint '${cp.displayName}' was deleted or moved elsewhere while its files were copied`);
+      }
+      this.#intact.set(cp.id, Promise.resolve());
+      this.log.info({ checkpointId: cp.id, from, to: here }, 'checkpoint moved here');
+      return { checkpoint: { ...cp, node: here }, from };
+    });
+  }
+
+  /** Drops this host's copy of a checkpoint that moved to another host; a checkpoint still here is refused. */
+  async dropMovedFiles(tenantId: string, ref: string): Promise<void> {
+    const cp = await this.get(tenantId, ref);
+    if (cp.node === this.node) throw failedPrecondition(`checkpoint '${cp.displayName}' has its files on this host still`);
+    this.#intact.delete(cp.id);
+    await this.driver.deleteCheckpoint(cp.id);
   }
 
   /** Captures still running in the background (tests and shutdown wait on them). */
@@ -156,6 +208,15 @@ export class CheckpointService {
   async reconcile(): Promise<void> {
     await this.driver.sweep();
     const image = this.driver.imageId();
+    if (this.node !== null) {
+      // Files of checkpoints that moved to another host while this one was away (or before it
+      // could drop them), and of moves here cut short: the store says where each one lives.
+      const where = new Map((await this.store.checkpoints.listAll()).map((cp) => [cp.id, cp.node]));
+      for (const id of this.driver.heldCheckpointIds()) {
+        const node = where.get(id);
+        if (node !== undefined && node !== this.node) await this.driver.deleteCheckpoint(id);
+      }
+    }
     for (const cp of await this.#own()) {
       if (cp.deleted || (cp.tenantId === null && !cp.displayName.startsWith(`system-${image}-`))) {
         await this.#remove(cp);
@@ -205,6 +266,13 @@ export class CheckpointService {
     const current = await this.#current(cp);
     if (!current.deleted) await this.store.checkpoints.update({ ...current, state: 'failed', stateMessage: `its files are damaged: ${problem}` });
     throw failedPrecondition(`checkpoint '${cp.displayName}' cannot be forked: ${problem}`);
+  }
+
+  async #movable(tenantId: string, ref: string): Promise<Checkpoint> {
+    const cp = await this.get(tenantId, ref);
+    if (cp.node !== this.node) throw failedPrecondition(`checkpoint '${cp.displayName}' has its files on VM host '${cp.node ?? 'none'}', not here`);
+    if (cp.state !== 'ready') throw failedPrecondition(`checkpoint '${cp.displayName}' is ${cp.state}, and only a ready checkpoint moves`);
+    return cp;
   }
 
   /** The checkpoints whose files this host holds. */

@@ -72,6 +72,8 @@ export interface NodeRepo {
   setDraining(name: string, draining: boolean): Promise<boolean>;
   /** Per node name: what its runtimes hold (NodeLoad). Nodes without runtimes are absent. */
   load(): Promise<Map<string, NodeLoad>>;
+  /** A value every host of the fleet must share: `proposed` if none is stored yet, else the one stored first. */
+  shared(name: string, proposed: string): Promise<string>;
 }
 
 /** Records owned by a tenant, unique by display name within it. insert() throws already_exists. */
@@ -118,6 +120,8 @@ export interface CheckpointRepo {
   list(tenantId: string, page: PageRequest, includeSystem: boolean): Promise<Page<Checkpoint>>;
   listAll(): Promise<Checkpoint[]>;
   update(checkpoint: Checkpoint): Promise<void>;
+  /** Records that its files are now on VM host `to`, if they were on `from` and it is not deleted; false otherwise. */
+  moveNode(id: string, from: string, to: string): Promise<boolean>;
   /** Removes the row for good; the core calls it once no runtime needs the files. */
   purge(id: string): Promise<void>;
 }
@@ -226,6 +230,21 @@ export interface HostLimits {
   memoryMib: number;
 }
 
+/** A checkpoint as the VM host that holds it describes it: its manifest, and that host's guest image. */
+export interface CheckpointDescription {
+  /** The driver's own manifest; another host's driver checks it before it trusts any of it. */
+  manifest: unknown;
+  /** The digest of the guest image's files: a checkpoint's disk layers sit on that exact image. */
+  image: string;
+}
+
+/** Another VM host's checkpoint, as the host that copies it reads it. */
+export interface CheckpointSource {
+  description: CheckpointDescription;
+  /** One of its files' frames: 'state', 'ram', or a disk layer's id. */
+  open(file: string): Promise<AsyncIterable<Buffer>>;
+}
+
 export interface VmDriver {
   /** Human-readable reason when the driver cannot run VMs on this host; null when it can. */
   unavailableReason(): string | null;
@@ -304,6 +323,18 @@ export interface VmDriver {
   /** Checks a ready checkpoint's files against what they were at capture: what is wrong, or null. */
   verifyCheckpoint(checkpointId: string): Promise<string | null>;
   deleteCheckpoint(checkpointId: string): Promise<void>;
+  /** The checkpoints this host holds files of, whatever their state. */
+  heldCheckpointIds(): string[];
+  /** What another VM host needs to take a ready checkpoint's files (docs/scaling.md, "Moving checkpoints"). */
+  describeCheckpoint(checkpointId: string): Promise<CheckpointDescription>;
+  /** One of a checkpoint's files, framed for the move (src/vm/sparse-stream.ts): 'state', 'ram', or a layer of its chain. */
+  readCheckpointFile(checkpointId: string, file: string): Promise<Readable>;
+  /**
+   * Copies a checkpoint from another host into this one's files, each file checked against the
+   * digests its manifest recorded at capture; the disk layers this host already holds are kept.
+   * Throws failed_precondition when the two hosts' QEMU or guest image differ.
+   */
+  importCheckpoint(checkpointId: string, source: CheckpointSource): Promise<void>;
   /**
    * After a service restart: reattach to a VM left running, or report it gone. Throws, saying
    * why, when a VM is there but cannot be taken back (its state file is damaged); it is stopped.

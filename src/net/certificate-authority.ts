@@ -50,6 +50,35 @@ interface LeafKey {
   pem: string;
 }
 
+/** What seals the shared CA's key in the store: the service's SecretBox. */
+interface Sealer {
+  seal(plaintext: string, associatedData: string): string;
+  open(sealed: string, associatedData: string): string;
+}
+
+/** Binds the sealed key to its use: a sealed tenant secret can never be passed off as it. */
+const SHARED_CA_CONTEXT = 'vessel:fleet-egress-ca';
+
+async function makeCa(): Promise<{ certPem: string; keyPem: string }> {
+  const subtle = webcrypto.subtle;
+  const keys = (await subtle.generateKey(ALG, true, ['sign', 'verify'])) as CryptoKeyPair;
+  const now = Date.now();
+  const cert = await x509.X509CertificateGenerator.createSelfSigned({
+    serialNumber: serial(),
+    name: `CN=Vessel egress CA ${randomBytes(4).toString('hex')}, O=Vessel`,
+    notBefore: new Date(now - DAY),
+    notAfter: new Date(now + 3650 * DAY),
+    keys,
+    signingAlgorithm: ALG,
+    extensions: [
+      new x509.BasicConstraintsExtension(true, 0, true),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign, true),
+      await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
+    ],
+  });
+  return { certPem: cert.toString('pem') + '\n', keyPem: pem('PRIVATE KEY', await subtle.exportKey('pkcs8', keys.privateKey)) };
+}
+
 export class CertificateAuthority {
   readonly #leaves = new Map<string, Leaf>();
   /** Leaves being signed: concurrent handshakes for one name wait for the same signature. */
@@ -74,33 +103,29 @@ export class CertificateAuthority {
   static async loadOrCreate(dataDir: string): Promise<CertificateAuthority> {
     const certFile = join(dataDir, 'ca.crt');
     const keyFile = join(dataDir, 'ca.key');
-    const subtle = webcrypto.subtle;
-    if (existsSync(certFile) && existsSync(keyFile)) {
-      const certPem = readFileSync(certFile, 'utf8');
-      const key = await subtle.importKey('pkcs8', derOf(readPrivateFile(keyFile)), ALG, false, ['sign']);
-      return new CertificateAuthority(certPem, new x509.X509Certificate(certPem), key as CryptoKey);
-    }
-    const keys = (await subtle.generateKey(ALG, true, ['sign', 'verify'])) as CryptoKeyPair;
-    const now = Date.now();
-    const cert = await x509.X509CertificateGenerator.createSelfSigned({
-      serialNumber: serial(),
-      name: `CN=Vessel egress CA ${randomBytes(4).toString('hex')}, O=Vessel`,
-      notBefore: new Date(now - DAY),
-      notAfter: new Date(now + 3650 * DAY),
-      keys,
-      signingAlgorithm: ALG,
-      extensions: [
-        new x509.BasicConstraintsExtension(true, 0, true),
-        new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign, true),
-        await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
-      ],
-    });
+    if (existsSync(certFile) && existsSync(keyFile)) return CertificateAuthority.#fromPem(readFileSync(certFile, 'utf8'), readPrivateFile(keyFile));
+    const made = await makeCa();
     // The key first and the certificate last, each whole or not at all: a crash in between
     // leaves no certificate, and the next start makes a new pair over the lone key.
-    writeFileDurably(keyFile, pem('PRIVATE KEY', await subtle.exportKey('pkcs8', keys.privateKey)), 0o600);
-    const certPem = cert.toString('pem') + '\n';
-    writeFileDurably(certFile, certPem, 0o644);
-    return new CertificateAuthority(certPem, cert, keys.privateKey);
+    writeFileDurably(keyFile, made.keyPem, 0o600);
+    writeFileDurably(certFile, made.certPem, 0o644);
+    return CertificateAuthority.#fromPem(made.certPem, made.keyPem);
+  }
+
+  /**
+   * A fleet's one CA: the guests of a checkpoint trust it wherever the checkpoint's files move
+   * (docs/scaling.md, "Moving checkpoints"). Each VM host proposes a new one, and all use the one
+   * stored first. Its key is stored sealed with the master key, which every host holds already.
+   */
+  static async shared(claim: (proposed: string) => Promise<string>, box: Sealer): Promise<CertificateAuthority> {
+    const made = await makeCa();
+    const stored = JSON.parse(await claim(JSON.stringify({ cert: made.certPem, key: box.seal(made.keyPem, SHARED_CA_CONTEXT) }))) as { cert: string; key: string };
+    return CertificateAuthority.#fromPem(stored.cert, box.open(stored.key, SHARED_CA_CONTEXT));
+  }
+
+  static async #fromPem(certPem: string, keyPem: string): Promise<CertificateAuthority> {
+    const key = await webcrypto.subtle.importKey('pkcs8', derOf(keyPem), ALG, false, ['sign']);
+    return new CertificateAuthority(certPem, new x509.X509Certificate(certPem), key as CryptoKey);
   }
 
   /**

@@ -141,4 +141,15 @@ export const PG_MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
       CREATE INDEX runtimes_node ON runtimes (node);
     `,
   },
+  {
+    // What every host of a fleet must hold alike, decided once by whichever starts first: the
+    // egress CA, which a checkpoint's guest trusts wherever its files move (docs/scaling.md).
+    version: 5,
+    sql: `
+      CREATE TABLE fleet_settings (
+        name TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+      );
+    `,
+  },
 ];

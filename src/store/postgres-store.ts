@@ -359,6 +359,7 @@ function checkpointRepo(db: pg.Pool): CheckpointRepo {
   const list = new Sql(`SELECT * FROM checkpoints WHERE ${visible} AND seq < $3 ORDER BY seq DESC LIMIT $4`);
   const all = new Sql('SELECT * FROM checkpoints ORDER BY seq');
   const purge = new Sql('DELETE FROM checkpoints WHERE id = $1');
+  const move = new Sql('UPDATE checkpoints SET node = $3 WHERE id = $1 AND node = $2 AND deleted = 0 RETURNING id');
   const write = async (statement: Sql, c: Parameters<CheckpointRepo['insert']>[0]) => {
     try {
       await statement.rows(db, valuesOf(checkpointToRow(c), cols));
@@ -377,6 +378,7 @@ function checkpointRepo(db: pg.Pool): CheckpointRepo {
     list: async (tenantId, p, includeSystem) =>
       page(await list.rows(db, [tenantId, includeSystem, decodePageToken(p.pageToken), p.limit + 1]), p.limit, checkpointFromRow),
     listAll: async () => (await all.rows(db)).map(checkpointFromRow),
+    moveNode: async (id, from, to) => (await move.rows(db, [id, from, to])).length > 0,
     purge: async (id) => void (await purge.rows(db, [id])),
   };
 }
@@ -495,6 +497,11 @@ function nodeRepo(db: pg.Pool): NodeRepo {
   const list = new Sql(`SELECT ${node} FROM nodes ORDER BY name COLLATE "C"`);
   const find = new Sql(`SELECT ${node} FROM nodes WHERE name = $1`);
   const setDraining = new Sql('UPDATE nodes SET draining = $2 WHERE name = $1');
+  // The row inserted, or the one that was there before the statement began.
+  const shared = new Sql(
+    `WITH proposed AS (INSERT INTO fleet_settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING RETURNING value)
+     SELECT value FROM proposed UNION ALL SELECT value FROM fleet_settings WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM proposed)`,
+  );
   const load = new Sql(runtimeHoldings('node IS NOT NULL', '$1', 'node'));
   const live = [...LIVE_STATUSES];
   const toNode = (row: Row) => nodeFromRow(row, row.alive === true);
@@ -516,5 +523,13 @@ function nodeRepo(db: pg.Pool): NodeRepo {
           { runtimes: Number(r.runtimes), vcpus: Number(r.vcpus), memoryMib: Number(r.memory_mib) },
         ]),
       ),
+    shared: async (name, proposed) => {
+      // A proposal that lost a race to a transaction not yet committed finds no row in that
+      // statement's snapshot; the winner's row is there for the next one.
+      for (;;) {
+        const row = await shared.one(db, [name, proposed]);
+        if (row !== undefined) return String(row.value);
+      }
+    },
   };
 }

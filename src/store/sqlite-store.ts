@@ -319,6 +319,7 @@ function checkpointRepo(db: Db): CheckpointRepo {
   const list = db.prepare(`SELECT * FROM checkpoints WHERE ${visible} AND seq < @after ORDER BY seq DESC LIMIT @limit`);
   const all = db.prepare('SELECT * FROM checkpoints ORDER BY seq');
   const purge = db.prepare('DELETE FROM checkpoints WHERE id = ?');
+  const move = db.prepare('UPDATE checkpoints SET node = @to WHERE id = @id AND node = @from AND deleted = 0');
   const guard = (fn: () => void, name: string) => {
     try {
       fn();
@@ -341,6 +342,7 @@ function checkpointRepo(db: Db): CheckpointRepo {
         checkpointFromRow,
       ),
     listAll: async () => (all.all() as Row[]).map(checkpointFromRow),
+    moveNode: async (id, from, to) => move.run({ id, from, to }).changes > 0,
     purge: async (id) => void purge.run(id),
   };
 }
@@ -457,6 +459,8 @@ function nodeRepo(db: Db): NodeRepo {
   const find = db.prepare('SELECT * FROM nodes WHERE name = ?');
   const setDraining = db.prepare('UPDATE nodes SET draining = ? WHERE name = ?');
   const load = db.prepare(runtimeHoldings('node IS NOT NULL', 'node'));
+  const propose = db.prepare('INSERT INTO fleet_settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING');
+  const setting = db.prepare('SELECT value FROM fleet_settings WHERE name = ?');
   const live = JSON.stringify(LIVE_STATUSES);
   const toNode = (row: Row) => nodeFromRow(row, Date.parse(row.lease_expires_at as string) > Date.now());
   return {
@@ -479,5 +483,9 @@ function nodeRepo(db: Db): NodeRepo {
           { runtimes: r.runtimes, vcpus: r.vcpus, memoryMib: r.memory_mib },
         ]),
       ),
+    shared: async (name, proposed) => {
+      propose.run(name, proposed);
+      return (setting.get(name) as { value: string }).value;
+    },
   };
 }

@@ -11,13 +11,13 @@
 import { createHash, type Hash } from 'node:crypto';
 import { open, type FileHandle } from 'node:fs/promises';
 
-const CHUNK_BYTES = 1024 * 1024;
+export const CHUNK_BYTES = 1024 * 1024;
 const ZERO_CHUNK = Buffer.alloc(CHUNK_BYTES);
 const ZERO_CHUNK_DIGEST = createHash('sha256').update(ZERO_CHUNK).digest();
 /** Names the construction, so that a digest made another way can never compare equal by accident. */
 const ALGORITHM = 'sha256-chunks-1m';
 
-const isZeroChunk = (chunk: Buffer): boolean => chunk.length === CHUNK_BYTES && chunk.equals(ZERO_CHUNK);
+export const isZeroChunk = (chunk: Buffer): boolean => chunk.length === CHUNK_BYTES && chunk.equals(ZERO_CHUNK);
 
 /** The digest of a byte stream fed in pieces of any size. */
 export class ChunkedDigest {
@@ -101,7 +101,7 @@ export async function copySparseWithDigest(from: string, to: string): Promise<st
 }
 
 /** A read that fills the buffer unless the file ends first (a plain read may return less). */
-async function readFull(handle: FileHandle, buf: Buffer): Promise<number> {
+export async function readFull(handle: FileHandle, buf: Buffer): Promise<number> {
   let total = 0;
   while (total < buf.length) {
     const { bytesRead } = await handle.read(buf, total, buf.length - total, null);

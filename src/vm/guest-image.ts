@@ -9,6 +9,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { runCommand } from '../platform/run-command.js';
 import { AGENT_SOURCE_DIR, AGENT_SOURCE_FILES, agentGccArgs } from './agent/build.js';
+import { digestFile } from './file-digest.js';
 
 /** Bumped when the build steps change in a way the recipe files do not show. */
 const BUILDER_VERSION = 6;
@@ -55,6 +56,17 @@ function imageAt(dir: string, hash: string): GuestImage | null {
   if (!existsSync(manifest)) return null;
   const m = JSON.parse(readFileSync(manifest, 'utf8')) as { kernelVersion: string };
   return { hash, dir, kernel: join(dir, 'vmlinuz'), initrd: join(dir, 'initrd.img'), rootfs: join(dir, 'rootfs.img'), kernelVersion: m.kernelVersion };
+}
+
+/**
+ * The image's files byte for byte. The recipe's hash names an image, but two builds of one recipe
+ * differ (debootstrap's timestamps, mkfs's UUIDs): a checkpoint's disk layers sit on one build
+ * exactly, so only a host with the same files may take it (checkpoint-import.ts).
+ */
+export async function imageContentDigest(image: GuestImage): Promise<string> {
+  const h = createHash('sha256');
+  for (const f of [image.kernel, image.initrd, image.rootfs]) h.update(`${await digestFile(f)}\n`);
+  return `sha256:${h.digest('hex')}`;
 }
 
 export function findImage(imagesDir: string, recipeDir = GUEST_RECIPE_DIR): GuestImage | null {

@@ -14,14 +14,15 @@ import { availableParallelism, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, invalidArgument, unavailable } from '../core/errors.js';
-import type { LiveState, VmDriver, VmSpec } from '../core/ports.js';
+import type { CheckpointDescription, CheckpointSource, LiveState, VmDriver, VmSpec } from '../core/ports.js';
 import type { AttachRequest, ExecRequest, ExecResult, GuestFileInfo, GuestFileStat, ProcessSpec, ProcessState, ProcessStream, Resources } from '../core/types.js';
 import { flushFiles, fsyncDir } from '../platform/durable-files.js';
 import { runCommand } from '../platform/run-command.js';
 import { hostTscKhz, type Accel } from './accel.js';
 import type { VmCgroups } from './cgroups.js';
 import { captureCheckpoint } from './checkpoint-capture.js';
-import { DiskLayers } from './disk-layers.js';
+import { importCheckpoint } from './checkpoint-import.js';
+import { DiskLayers, type CheckpointManifest } from './disk-layers.js';
 import { digestFile } from './file-digest.js';
 import { AgentError, type AgentClient } from './agent/agent-client.js';
 import { execInGuest, GUEST_CA_ENV, GUEST_CA_FILE } from './guest-exec.js';
@@ -29,12 +30,13 @@ import { listGuestDir, makeGuestDir, readGuestArchive, removeGuestPath, statGues
 import { readGuestFile, writeGuestFile } from './guest-files.js';
 import { attachProcess, listProcesses, onProcess, spawnProcess } from './guest-processes.js';
 import { giveIdentity, syncClock } from './guest-identity.js';
-import type { GuestImage } from './guest-image.js';
+import { imageContentDigest, type GuestImage } from './guest-image.js';
 import { readRotatedLogEnd, rotateLog } from './log-rotation.js';
 import { consoleLogOf, type ConsoleLog } from '../core/console-log.js';
 import { migrateToFile } from './migration.js';
 import { BOOT_PROFILE } from './qemu-args.js';
 import { QemuVm, vmPaths } from './qemu-vm.js';
+import { sparseFrames } from './sparse-stream.js';
 import { Teardown } from './teardown.js';
 import { prepareJail, VmLauncher } from './vm-launcher.js';
 import { diskFileOf, readVmState, SUSPENDED_STATE_FILE, VmStateError, writeVmState, type VmState } from './vm-state.js';
@@ -96,6 +98,8 @@ interface LiveVm {
  * every fork of that checkpoint, and QEMU cannot discard any page, so its balloon must not
  * inflate (the guest would write every page it gives up and make it private).
  */
+/** A checkpoint's directory is named by its id. */
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const mapsCheckpoint = (state: VmState): boolean => state.ram !== null && state.ram !== 'shared';
 const balloonOf = (state: VmState): number => state.balloonMib ?? state.memoryMib;
 
@@ -112,6 +116,10 @@ export class QemuDriver implements VmDriver {
   #uids: Map<string, number> | null = null;
   readonly #logTimer: NodeJS.Timeout;
   #onExit: (runtimeId: string) => void = () => undefined;
+  /** Checkpoint imports, one at a time: they share the layers' in-flight set, and the host's link. */
+  #imports: Promise<unknown> = Promise.resolve();
+  /** The digest of the guest image's files, worked out on the first move. */
+  #imageDigest: Promise<string> | null = null;
 
   constructor(private readonly opts: QemuDriverOptions) {
     this.#layers = new DiskLayers(opts.dataDir);
@@ -504,6 +512,58 @@ export class QemuDriver implements VmDriver {
       this.#verifiedLayers.set(layerId, expected);
     }
     return null;
+  }
+
+  heldCheckpointIds(): string[] {
+    return readdirSync(this.#layers.checkpointsDir).filter((name) => UUID.test(name));
+  }
+
+  async describeCheckpoint(checkpointId: string): Promise<CheckpointDescription> {
+    return { manifest: this.#manifestToMove(checkpointId), image: await this.#imageContent() };
+  }
+
+  async readCheckpointFile(checkpointId: string, file: string): Promise<Readable> {
+    const manifest = this.#manifestToMove(checkpointId);
+    const dir = this.#layers.checkpointDir(checkpointId);
+    // Only what its manifest names: the chain's layers by id, never a path.
+    const path = file === 'state' || (file === 'ram' && manifest.hasRam) ? join(dir, file) : manifest.chain.includes(file) ? this.#layers.layerFile(file) : null;
+    if (path === null) throw invalidArgument(`checkpoint ${checkpointId} has no file '${file}'`);
+    return sparseFrames(path);
+  }
+
+  async importCheckpoint(checkpointId: string, source: CheckpointSource): Promise<void> {
+    const imageDigest = await this.#imageContent();
+    const run = this.#imports.then(() =>
+      importCheckpoint({
+        checkpointId,
+        source,
+        layers: this.#layers,
+        qemuVersion: this.opts.qemuVersion,
+        imageDigest,
+        layerVerified: (id, digest) => this.#verifiedLayers.get(id) === digest,
+      }),
+    );
+    this.#imports = run.catch(() => undefined);
+    try {
+      await run;
+    } catch (err) {
+      this.#layers.collect();
+      throw err;
+    }
+    const read = this.#layers.readManifest(checkpointId);
+    // Each file was checked against its digest on its way in.
+    if (!('problem' in read)) for (const [id, digest] of Object.entries(read.manifest.digests.layers)) this.#verifiedLayers.set(id, digest);
+  }
+
+  #manifestToMove(checkpointId: string): CheckpointManifest {
+    const read = this.#layers.readManifest(checkpointId);
+    if ('problem' in read) throw failedPrecondition(`checkpoint ${checkpointId} cannot be moved: ${read.problem}`);
+    return read.manifest;
+  }
+
+  #imageContent(): Promise<string> {
+    this.#imageDigest ??= imageContentDigest(this.opts.image);
+    return this.#imageDigest;
   }
 
   async deleteCheckpoint(checkpointId: string): Promise<void> {

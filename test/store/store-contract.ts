@@ -322,6 +322,27 @@ export function storeContract(subject: StoreUnderTest): void {
     assert.deepEqual((await store.checkpoints.listAll()).map((c) => c.id), [system.id, other.id, again.id]);
   });
 
+  withStore('checkpoints: a move to another VM host happens once, only from the host that holds it, never for a deleted one', async (store) => {
+    const cp = checkpoint('acme', 'snap', { node: 'host-a' });
+    const gone = checkpoint('acme', 'gone', { node: 'host-a', deleted: true });
+    for (const c of [cp, gone]) await store.checkpoints.insert(c);
+    const racers = await Promise.all([store.checkpoints.moveNode(cp.id, 'host-a', 'host-b'), store.checkpoints.moveNode(cp.id, 'host-a', 'host-c')]);
+    assert.deepEqual(racers.filter(Boolean).length, 1, 'two hosts taking the same checkpoint: one wins');
+    const winner = racers[0] ? 'host-b' : 'host-c';
+    assert.deepEqual(await store.checkpoints.find('acme', cp.id), { ...cp, node: winner }, 'only the node changes');
+    assert.equal(await store.checkpoints.moveNode(cp.id, 'host-a', 'host-d'), false, 'it is no longer on host-a');
+    assert.equal(await store.checkpoints.moveNode(gone.id, 'host-a', 'host-b'), false);
+    assert.equal((await store.checkpoints.listAll()).find((c) => c.id === gone.id)?.node, 'host-a');
+  });
+
+  withStore('fleet settings: the first value proposed is everyone\'s, however many propose at once', async (store) => {
+    const proposals = await Promise.all(['a', 'b', 'c', 'd'].map((v) => store.nodes.shared('egress-ca', v)));
+    assert.equal(new Set(proposals).size, 1, 'every proposer is told the same value');
+    assert.ok(['a', 'b', 'c', 'd'].includes(proposals[0]!));
+    assert.equal(await store.nodes.shared('egress-ca', 'e'), proposals[0], 'a later proposal changes nothing');
+    assert.equal(await store.nodes.shared('other', 'x'), 'x');
+  });
+
   withStore('audits: a batch stored in order, filtered, pruned to the retention keeping each live runtime its newest', async (store) => {
     const [a, b] = [runtime('acme', 'a'), runtime('acme', 'b')];
     await store.runtimes.insert(a);

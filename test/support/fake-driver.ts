@@ -4,7 +4,7 @@
  */
 import { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, invalidArgument, notFound, unavailable } from '../../src/core/errors.js';
-import type { LiveState, VmDriver, VmSpec } from '../../src/core/ports.js';
+import type { CheckpointDescription, CheckpointSource, LiveState, VmDriver, VmSpec } from '../../src/core/ports.js';
 import { consoleLogOf, type ConsoleLog } from '../../src/core/console-log.js';
 import type { AttachRequest, ExecRequest, ExecResult, GuestFileInfo, GuestFileStat, ProcessSpec, ProcessState, ProcessStream } from '../../src/core/types.js';
 
@@ -190,6 +190,23 @@ export class FakeDriver implements VmDriver {
   }
   async deleteCheckpoint(checkpointId: string) {
     this.checkpoints.delete(checkpointId);
+  }
+  heldCheckpointIds(): string[] {
+    return [...this.checkpoints];
+  }
+  async describeCheckpoint(checkpointId: string): Promise<CheckpointDescription> {
+    if (!this.checkpoints.has(checkpointId)) throw new Error('its files are missing');
+    return { manifest: { checkpoint: checkpointId }, image: 'fake-image' };
+  }
+  async readCheckpointFile(checkpointId: string, file: string): Promise<Readable> {
+    if (!this.checkpoints.has(checkpointId)) throw new Error('its files are missing');
+    return Readable.from([Buffer.from(`${checkpointId}/${file}`)]);
+  }
+  /** Takes the checkpoint when its source describes it as this fake's own would, having read its state file. */
+  async importCheckpoint(checkpointId: string, source: CheckpointSource): Promise<void> {
+    if (source.description.image !== 'fake-image') throw new Error('another guest image');
+    for await (const piece of await source.open('state')) void piece;
+    this.checkpoints.add(checkpointId);
   }
   runtimeIds(): string[] {
     return [...this.vms.keys()].filter((id) => !this.spares.has(id));

@@ -112,10 +112,36 @@ test('a version 3 store gains VM hosts: its runtimes and checkpoints are on no n
     } finally {
       await store.close();
     }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a version 4 store gains fleet settings, none set; its hosts and runtimes are intact', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'vessel-upgrade-'));
+  try {
+    const file = join(dir, 'vessel.db');
+    const old = databaseAt(file, 4);
+    old
+      .prepare(
+        `INSERT INTO nodes (name, internal_url, ingress_address, memory_mib, vcpus, runtimes, disk_bytes, draining, lease_expires_at, registered_at)
+         VALUES ('host-a', 'http://10.0.0.1:8082', NULL, 1024, 2, 100, 1000000, 1, '2025-01-01T00:00:00Z', '2025-01-01T00:00:00Z')`,
+      )
+      .run();
+    old.close();
+
+    const store = new SqliteStore(file);
+    try {
+      assert.deepEqual((await store.nodes.list()).map((n) => [n.name, n.draining, n.alive]), [['host-a', true, false]]);
+      assert.equal(await store.nodes.shared('egress-ca', 'first'), 'first');
+      assert.equal(await store.nodes.shared('egress-ca', 'second'), 'first');
+    } finally {
+      await store.close();
+    }
     const versions = new Database(file);
     try {
       const { v } = versions.prepare('SELECT max(version) AS v FROM schema_migrations').get() as { v: number };
-      assert.equal(v, 4);
+      assert.equal(v, 5);
       assert.equal(v, MIGRATIONS.at(-1)!.version, 'this test covers the latest migration');
     } finally {
       versions.close();

@@ -3,29 +3,34 @@
  * nodes (`--role api`), each a real `vessel serve` with its own data directory, ports, TAPs and
  * nftables table (the gateway names both after the data directory). Runtimes are real VMs. The
  * test drives what a user of the fleet does: creates that spread, calls through either API node,
- * a host killed with -9 and brought back, and forks of a checkpoint through both API nodes.
+ * a host killed with -9 and brought back, forks of a checkpoint through both API nodes, and a
+ * host drained, its checkpoint's files moving to the other host for a fork.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { request as httpRequest } from 'node:http';
 import pg from 'pg';
 import WebSocket from 'ws';
 import { startPostgres, type PostgresCluster } from '../support/postgres-cluster.js';
-import { Service, type Reply } from '../support/service.js';
+import { REPO_ROOT, Service, type Reply } from '../support/service.js';
 
 const TIMEOUT = { timeout: 900_000 };
 /** Short, so the test sees a lost host quickly; renewed every 2 s. */
 const LEASE_SECS = 6;
 
 let postgres: PostgresCluster;
+let databaseUrl: string;
 let db: pg.Client;
 let hosts: Service[];
 let apis: Service[];
 
 before(async () => {
   postgres = startPostgres();
-  const url = await postgres.createDatabase('fleet');
+  const url = (databaseUrl = await postgres.createDatabase('fleet'));
   db = new pg.Client({ connectionString: url });
   await db.connect();
   const shared = {
@@ -196,3 +201,36 @@ test('the ingress entry of an API node routes <port>-<id>.<domain> to the host t
   assert.equal((await get(`8000-${rt.id.replace(/^./, (c: string) => (c === '0' ? '1' : '0'))}.localhost`)).status, 404, 'an id no runtime has');
   assert.equal((await get('8000-web.localhost')).status, 404, 'a name routes nowhere');
 });
+
+test('draining host 2: a fork of its checkpoint lands on host 1, the files moved first, checked, and the guest trusts the fleet CA', TIMEOUT, async () => {
+  const drain = spawnSync(process.execPath, [join(REPO_ROOT, 'dist/src/cli/main.js'), 'node', 'drain', 'host-2'], { env: { ...process.env, VESSEL_DATABASE_URL: databaseUrl }, encoding: 'utf8' });
+  assert.equal(drain.status, 0, drain.stderr);
+  const cp = ok(await apis[1]!.call('GET', '/v1/checkpoints/snap'));
+  assert.equal((await db.query('SELECT node FROM checkpoints WHERE id = $1', [cp.id])).rows[0].node, 'host-2');
+  const held = (host: Service) => existsSync(join(host.dataDir, 'checkpoints', cp.id));
+  assert.ok(held(hosts[1]!));
+
+  // An API node reads the hosts' list at most once a second.
+  await new Promise((r) => setTimeout(r, 1500));
+  const moved = ok(await apis[1]!.call('POST', '/v1/runtimes', { display_name: 'moved', checkpoint: 'snap' }), 201);
+  assert.equal(await nodeOf('moved'), 'host-1');
+  assert.equal((await db.query('SELECT node FROM checkpoints WHERE id = $1', [cp.id])).rows[0].node, 'host-1', 'the checkpoint is host 1\'s now');
+  assert.ok(held(hosts[0]!), 'host 1 holds its files');
+  assert.ok(!held(hosts[1]!), 'host 2 dropped its copy');
+  const mark = ok(await apis[0]!.call('POST', `/v1/runtimes/${moved.id}/exec`, { command: 'cat /root/mark' }));
+  assert.equal(mark.stdout, 'from-the-checkpoint\n');
+
+  // Captured on host 2, running on host 1: its guest trusts the one CA that every host's gateway signs with.
+  const fleetCa = JSON.parse((await db.query("SELECT value FROM fleet_settings WHERE name = 'egress-ca'")).rows[0].value).cert as string;
+  const guestCa = await apis[0]!.call('GET', `/v1/runtimes/${moved.id}/files?path=${encodeURIComponent('/usr/local/share/ca-certificates/vessel-egress-ca.crt')}`);
+  assert.equal(guestCa.status, 200);
+  assert.equal(String(guestCa.body).trim(), fleetCa.trim());
+
+  // Forked again, on host 1, from its own files; then deleted there.
+  const again = ok(await apis[0]!.call('POST', '/v1/runtimes', { display_name: 'moved-again', checkpoint: 'snap' }), 201);
+  assert.equal(await nodeOf('moved-again'), 'host-1');
+  assert.equal(ok(await apis[0]!.call('POST', `/v1/runtimes/${again.id}/exec`, { command: 'cat /root/mark' })).stdout, 'from-the-checkpoint\n');
+  ok(await apis[1]!.call('DELETE', '/v1/checkpoints/snap'));
+  assert.ok(!held(hosts[0]!), 'deleted on the host that holds it');
+});
+
