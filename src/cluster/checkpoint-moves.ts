@@ -16,6 +16,11 @@ import { callHop, readBounded, type HopTarget, type OwnHopCall } from './hop-pro
 
 /** A host that sends nothing for this long while a file is on its way is taken to be gone. */
 const MOVE_IDLE_MS = 60_000;
+/**
+ * The API node waits this long for a host to take a checkpoint: nothing flows on that call until
+ * every file has crossed (a busy 16 GiB guest's RAM at tens of MB/s is minutes).
+ */
+const MOVE_HERE_MS = 15 * 60_000;
 /** A manifest names its layers and digests: a few KiB, even for a chain of thousands. */
 const MAX_DESCRIPTION_BYTES = 1024 * 1024;
 
@@ -32,7 +37,7 @@ function ownCalls(principal: Principal, requestId: string): (method: OwnHopCall[
 
 /** Asks `target` to take the checkpoint's files from wherever they are: resolves once it holds them. */
 export async function moveCheckpoint(secret: string, target: HopTarget, principal: Principal, requestId: string, checkpointId: string): Promise<void> {
-  const answer = await callHop(secret, target, ownCalls(principal, requestId)('POST', path(checkpointId, 'move-here')), MOVE_IDLE_MS * 2);
+  const answer = await callHop(secret, target, ownCalls(principal, requestId)('POST', path(checkpointId, 'move-here')), MOVE_HERE_MS);
   answer.resume();
 }
 
