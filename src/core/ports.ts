@@ -332,9 +332,11 @@ export interface VmDriver {
   /**
    * Copies a checkpoint from another host into this one's files, each file checked against the
    * digests its manifest recorded at capture; the disk layers this host already holds are kept.
-   * Throws failed_precondition when the two hosts' QEMU or guest image differ.
+   * Throws failed_precondition when the two hosts' QEMU or guest image differ, or when its
+   * manifest's shape is not `expected` (what the store records). A copy held here already is
+   * checked against its digests, and replaced when it does not match them.
    */
-  importCheckpoint(checkpointId: string, source: CheckpointSource): Promise<void>;
+  importCheckpoint(checkpointId: string, source: CheckpointSource, expected: { memoryMib: number; vcpus: number }): Promise<void>;
   /**
    * After a service restart: reattach to a VM left running, or report it gone. Throws, saying
    * why, when a VM is there but cannot be taken back (its state file is damaged); it is stopped.

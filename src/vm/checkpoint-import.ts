@@ -10,6 +10,7 @@
  */
 import { existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import type { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, unavailable } from '../core/errors.js';
 import type { CheckpointSource } from '../core/ports.js';
 import { fsyncDir, writeFileDurably } from '../platform/durable-files.js';
@@ -30,6 +31,11 @@ export interface ImportRequest {
   imageDigest: string;
   /** True when this host's copy of the layer was found to match that digest since it started. */
   layerVerified(layerId: string, digest: string): boolean;
+  /**
+   * The shape the store records for it: the manifest's sizes come from the peer and bound what
+   * is taken here and what its forks run with, so they must be the ones admission counted.
+   */
+  expected: { memoryMib: number; vcpus: number };
 }
 
 /** Brings the checkpoint's files here; on failure nothing of it is left but layers the next collect removes. */
@@ -37,7 +43,8 @@ export async function importCheckpoint(r: ImportRequest): Promise<void> {
   const { checkpointId, source, layers } = r;
   const manifest = checkedManifest(r);
   const dir = layers.checkpointDir(checkpointId);
-  if (existsSync(layers.manifestFile(checkpointId))) return; // here already: a move that finished, asked again
+  // Here already (a move that finished, asked again): the driver checked this copy before it asked.
+  if (existsSync(layers.manifestFile(checkpointId))) return;
   // A directory without its manifest is an import or capture cut short: nothing in it is used.
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { mode: 0o700 });
@@ -70,6 +77,11 @@ function checkedManifest(r: ImportRequest): CheckpointManifest {
   if (m.qemuVersion !== r.qemuVersion) throw failedPrecondition(`checkpoint ${r.checkpointId} was made by ${m.qemuVersion}, and this host runs ${r.qemuVersion}: its device state would not load`);
   if (image !== r.imageDigest) throw failedPrecondition(`checkpoint ${r.checkpointId} sits on a guest image whose files differ from this host's: build the image once and give every VM host the same files`);
   for (const id of m.chain) if (m.digests.layers[id] === undefined) throw failedPrecondition(`checkpoint ${r.checkpointId} cannot be moved: its disk layer ${id} has no recorded digest`);
+  const unlike = (what: string) => failedPrecondition(`checkpoint ${r.checkpointId} cannot be moved: its manifest's ${what} is not what the store records for it`);
+  if (m.chain[0] !== r.checkpointId) throw unlike('top disk layer');
+  if (m.memoryMib !== r.expected.memoryMib) throw unlike('memory size');
+  if (m.vcpus !== r.expected.vcpus) throw unlike('vCPU count');
+  if (m.hasRam !== (m.digests.ram !== null)) throw unlike('RAM file');
   return m;
 }
 
@@ -98,12 +110,18 @@ async function takeLayer(r: ImportRequest, manifest: CheckpointManifest, layerId
 async function takeFile(source: CheckpointSource, file: string, path: string, expected: string, maxBytes: number): Promise<void> {
   const what = file === 'state' || file === 'ram' ? `its ${file} file` : `its disk layer ${file}`;
   let got: string;
+  const frames = await source.open(file);
   try {
-    got = await writeSparseFrames(await source.open(file), path, maxBytes);
+    got = await writeSparseFrames(frames, path, maxBytes);
   } catch (err) {
     if (err instanceof VesselError) throw err;
     if (err instanceof SparseStreamError) throw failedPrecondition(`${what} arrived malformed: ${err.message}`);
+    // A local file's error names its path: it is logged whole, and the caller hears 'internal'.
+    if ((err as NodeJS.ErrnoException).path !== undefined) throw new Error(`could not write ${what} here`, { cause: err });
     throw unavailable(`copying ${what} from the host that holds it failed: ${(err as Error).message}`);
+  } finally {
+    // Read to its end or not, the answer goes: the holder's file is not held open for nothing.
+    (frames as Partial<Readable>).destroy?.();
   }
   if (got !== expected) throw failedPrecondition(`${what} arrived different from what was captured`);
   sealFile(path);

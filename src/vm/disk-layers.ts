@@ -78,7 +78,9 @@ export class DiskLayers {
     try {
       raw = JSON.parse(readFileSync(this.manifestFile(checkpointId), 'utf8'));
     } catch (err) {
-      return { problem: (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'its files are missing' : `its manifest cannot be read (${(err as Error).message})` };
+      // The error's code, not its message: that names the file's path, and problems reach responses.
+      const code = (err as NodeJS.ErrnoException).code;
+      return { problem: code === 'ENOENT' ? 'its files are missing' : `its manifest cannot be read (${code ?? 'not JSON'})` };
     }
     const problem = manifestProblem(raw);
     return problem === null ? { manifest: raw as CheckpointManifest } : { problem };

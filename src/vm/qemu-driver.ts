@@ -531,18 +531,21 @@ export class QemuDriver implements VmDriver {
     return sparseFrames(path);
   }
 
-  async importCheckpoint(checkpointId: string, source: CheckpointSource): Promise<void> {
+  async importCheckpoint(checkpointId: string, source: CheckpointSource, expected: { memoryMib: number; vcpus: number }): Promise<void> {
     const imageDigest = await this.#imageContent();
-    const run = this.#imports.then(() =>
-      importCheckpoint({
+    const run = this.#imports.then(async () => {
+      // A copy left here (a move back after a drop that never came) is used only if it is intact.
+      if (existsSync(this.#layers.manifestFile(checkpointId)) && (await this.verifyCheckpoint(checkpointId)) !== null) await this.deleteCheckpoint(checkpointId);
+      await importCheckpoint({
         checkpointId,
         source,
         layers: this.#layers,
         qemuVersion: this.opts.qemuVersion,
         imageDigest,
         layerVerified: (id, digest) => this.#verifiedLayers.get(id) === digest,
-      }),
-    );
+        expected,
+      });
+    });
     this.#imports = run.catch(() => undefined);
     try {
       await run;

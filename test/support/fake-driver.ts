@@ -203,8 +203,11 @@ export class FakeDriver implements VmDriver {
     return Readable.from([Buffer.from(`${checkpointId}/${file}`)]);
   }
   /** Takes the checkpoint when its source describes it as this fake's own would, having read its state file. */
-  async importCheckpoint(checkpointId: string, source: CheckpointSource): Promise<void> {
+  /** The shapes importCheckpoint was told to expect, per checkpoint. */
+  readonly importedShapes = new Map<string, { memoryMib: number; vcpus: number }>();
+  async importCheckpoint(checkpointId: string, source: CheckpointSource, expected: { memoryMib: number; vcpus: number }): Promise<void> {
     if (source.description.image !== 'fake-image') throw new Error('another guest image');
+    this.importedShapes.set(checkpointId, expected);
     for await (const piece of await source.open('state')) void piece;
     this.checkpoints.add(checkpointId);
   }

@@ -116,7 +116,7 @@ function sourceOf(layers: DiskLayers, id: string, manifest: unknown, opts: { ima
 }
 
 const importInto = (layers: DiskLayers, id: string, source: CheckpointSource) =>
-  importCheckpoint({ checkpointId: id, source, layers, qemuVersion: 'QEMU 10.0.2', imageDigest: 'image-1', layerVerified: () => false });
+  importCheckpoint({ checkpointId: id, source, layers, qemuVersion: 'QEMU 10.0.2', imageDigest: 'image-1', layerVerified: () => false, expected: { memoryMib: 8, vcpus: 1 } });
 
 test('an import takes every file byte for byte, manifest last, and reuses a layer it holds', async () => {
   const a = new DiskLayers(scratch('host-a'));
@@ -152,10 +152,11 @@ test('an import takes every file byte for byte, manifest last, and reuses a laye
 test('a file that differs from its digest, another image or QEMU, or a bad manifest leaves nothing behind', async () => {
   const a = new DiskLayers(scratch('host-a'));
   const { id, manifest } = await capturedCheckpoint(a);
-  const refusedBy = async (source: CheckpointSource, why: RegExp, opts: { qemu?: string } = {}) => {
+  const refusedBy = async (source: CheckpointSource, why: RegExp, opts: { qemu?: string; memoryMib?: number } = {}) => {
     const b = new DiskLayers(scratch('host-b'));
+    const expected = { memoryMib: opts.memoryMib ?? 8, vcpus: 1 };
     await assert.rejects(
-      importCheckpoint({ checkpointId: id, source, layers: b, qemuVersion: opts.qemu ?? 'QEMU 10.0.2', imageDigest: 'image-1', layerVerified: () => false }),
+      importCheckpoint({ checkpointId: id, source, layers: b, qemuVersion: opts.qemu ?? 'QEMU 10.0.2', imageDigest: 'image-1', layerVerified: () => false, expected }),
       (err: Error) => err instanceof VesselError && err.code === 'failed_precondition' && why.test(err.message),
     );
     assert.equal(existsSync(b.checkpointDir(id)), false, 'no directory of it is left');
@@ -168,5 +169,10 @@ test('a file that differs from its digest, another image or QEMU, or a bad manif
   await refusedBy(sourceOf(a, id, manifest, { image: 'image-2' }), /guest image whose files differ/);
   await refusedBy(sourceOf(a, id, manifest), /made by QEMU 10.0.2, and this host runs QEMU 9/, { qemu: 'QEMU 9.2.0' });
   await refusedBy(sourceOf(a, id, { ...manifest, chain: ['../../etc/passwd'] }), /manifest is damaged/);
-  await refusedBy(sourceOf(a, id, { ...manifest, memoryMib: 1 }), /ram file arrived malformed: .*over its bound/);
+  // The peer's manifest sets the bounds and the forks' size: it must be what the store counted.
+  await refusedBy(sourceOf(a, id, { ...manifest, memoryMib: 64 }), /manifest's memory size is not what the store records/);
+  await refusedBy(sourceOf(a, id, { ...manifest, vcpus: 2 }), /manifest's vCPU count/);
+  await refusedBy(sourceOf(a, id, { ...manifest, hasRam: false }), /manifest's RAM file/);
+  await refusedBy(sourceOf(a, id, { ...manifest, chain: [...manifest.chain].reverse() }), /manifest's top disk layer/);
+  await refusedBy(sourceOf(a, id, { ...manifest, memoryMib: 1 }), /ram file arrived malformed: .*over its bound/, { memoryMib: 1 });
 });

@@ -122,3 +122,30 @@ test('a move that loses its row to another host keeps nothing; a restart drops c
     assert.deepEqual(driverA.heldCheckpointIds(), [own.id]);
   });
 });
+
+test('a restart drops checkpoint files that no record names (a delete that raced a move, a cut-short runtime move)', async () => {
+  await fleetOf(async ({ a, driverA, store }) => {
+    const own = checkpoint({});
+    await store.checkpoints.insert(own);
+    const stray = randomUUID();
+    for (const id of [own.id, stray]) driverA.checkpoints.add(id);
+    await a.checkpoints.reconcile();
+    assert.deepEqual(driverA.heldCheckpointIds(), [own.id]);
+  });
+});
+
+test('the old host checking its dropped copy after a move does not fail the checkpoint that moved', async () => {
+  await fleetOf(async ({ a, b, driverA, store }) => {
+    const cp = checkpoint({});
+    await store.checkpoints.insert(cp);
+    driverA.checkpoints.add(cp.id);
+    await b.checkpoints.moveHere('acme', cp.id, through(a, 'acme'));
+    // Host a's background check, listed before the move, reaches its copy once it is gone.
+    await a.checkpoints.dropMovedFiles('acme', cp.id);
+    driverA.damaged.add(cp.id);
+    await assert.rejects(a.checkpoints.ensureIntact(cp), refused('failed_precondition', /has its files on VM host 'host-b' now/));
+    const row = await store.checkpoints.find('acme', cp.id);
+    assert.equal(row?.state, 'ready', 'host b\'s good copy is not marked failed');
+    assert.equal(row?.node, 'host-b');
+  });
+});
