@@ -5,10 +5,14 @@
  * - a fork on the host that holds the checkpoint (the baseline), deleted again;
  * - the holder drained and a fork through the API node: placed on the other host, the files
  *   moved there first; deleted again, and the host undrained. The next round moves it back.
- * Reported: p50 of each, their ratio, and the bytes a move carried.
+ * Then the runtime itself moves between the hosts, keeping its id (docs/scaling.md, "Moving
+ * runtimes"), BENCH_ROUNDS times, each beside a checkpoint of it on the host it is on (the
+ * baseline: a move is a capture, a copy and a restore). Its guest is paused for the whole move.
+ * Reported: p50 of each, their ratios, and the bytes a move carried.
  */
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
+import { moveRuntime } from '../src/cluster/runtime-moves.js';
 import { startPostgres } from '../test/support/postgres-cluster.js';
 import { Service } from '../test/support/service.js';
 
@@ -75,6 +79,27 @@ async function main(): Promise<void> {
       await db.query('UPDATE nodes SET draining = false WHERE name = $1', [from]);
       await settle();
     }
+    // The runtime itself, back and forth, beside a checkpoint of it where it is.
+    const captures: number[] = [];
+    const moves: number[] = [];
+    const source = (await db.query("SELECT id, tenant_id, node FROM runtimes WHERE display_name = 'source'")).rows[0] as { id: string; tenant_id: string; node: string };
+    const principal = { tokenId: 'bench', tenantId: source.tenant_id, scopes: new Set(['runtimes:write'] as const) };
+    for (let i = 0; i < ROUNDS; i++) {
+      let t = performance.now();
+      const extra = await call('POST', '/v1/runtimes/source/checkpoints', { name: `extra-${i}` }, 201);
+      while ((await call('GET', `/v1/checkpoints/${extra.id}`)).state === 'creating') await new Promise((r) => setTimeout(r, 50));
+      captures.push(performance.now() - t);
+      await call('DELETE', `/v1/checkpoints/${extra.id}`);
+      const from = (await db.query('SELECT node FROM runtimes WHERE id = $1', [source.id])).rows[0].node as string;
+      const to = from === 'host-1' ? 'host-2' : 'host-1';
+      const internalUrl = (await db.query('SELECT internal_url FROM nodes WHERE name = $1', [from])).rows[0].internal_url as string;
+      t = performance.now();
+      await moveRuntime(shared.VESSEL_INTERNAL_SECRET, { name: from, internalUrl }, principal, randomUUID(), source.id, to);
+      moves.push(performance.now() - t);
+      if ((await db.query('SELECT node FROM runtimes WHERE id = $1', [source.id])).rows[0].node !== to) throw new Error('the runtime did not move');
+      if ((await call('POST', '/v1/runtimes/source/exec', { command: 'test -s /root/dirty && echo ok' })).stdout !== 'ok\n') throw new Error('the moved runtime lost its disk');
+    }
+    const [c, r] = [pct(captures, 50), pct(moves, 50)];
     const [l, m] = [pct(local, 50), pct(moved, 50)];
     process.stdout.write(
       [
@@ -84,6 +109,13 @@ async function main(): Promise<void> {
         `| on the host that holds the checkpoint | ${l.toFixed(0)} ms | ${pct(local, 90).toFixed(0)} ms |`,
         `| on another host, the checkpoint moved first | ${m.toFixed(0)} ms | ${pct(moved, 90).toFixed(0)} ms |`,
         `ratio (moved / local, p50): ${(m / l).toFixed(2)}×`,
+        '',
+        `runtime moves (${ROUNDS} rounds, the same runtime back and forth, its id kept)`,
+        '| operation | p50 | p90 |',
+        '|---|---|---|',
+        `| a checkpoint of it where it is, to ready | ${c.toFixed(0)} ms | ${pct(captures, 90).toFixed(0)} ms |`,
+        `| a move to the other host (guest paused throughout) | ${r.toFixed(0)} ms | ${pct(moves, 90).toFixed(0)} ms |`,
+        `ratio (move / checkpoint, p50): ${(r / c).toFixed(2)}×`,
         '',
       ].join('\n'),
     );

@@ -37,6 +37,7 @@ import { secretRoutes, ruleRoutes, auditRoutes } from './routes/secrets.js';
 import { bearerFromProtocols, selectProtocol } from './websocket-auth.js';
 import { SeenHops, verifyHop } from '../cluster/hop.js';
 import { checkpointMoveRoutes } from '../cluster/checkpoint-moves.js';
+import { runtimeMoveRoutes } from '../cluster/runtime-moves.js';
 import { routeKind, type Forwarder } from '../cluster/forwarder.js';
 
 declare module 'fastify' {
@@ -291,6 +292,9 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   await app.register(tokenRoutes, { core });
   await app.register(consoleLogRoutes, { core });
   await app.register(consoleRoutes, options.console ?? {});
-  if (options.hop !== undefined) await app.register(checkpointMoveRoutes, { core, secret: options.hop.secret });
+  if (options.hop !== undefined) {
+    await app.register(checkpointMoveRoutes, { core, secret: options.hop.secret });
+    await app.register(runtimeMoveRoutes, { core, secret: options.hop.secret });
+  }
   return app;
 }

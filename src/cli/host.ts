@@ -41,6 +41,19 @@ export const drainNode = (name: string, draining: boolean): Promise<void> =>
     process.stdout.write(`${JSON.stringify({ name, draining })}\n`);
   });
 
+/** Drains the host, then moves what runs and what is kept there to other hosts (src/cluster/evacuation.ts). */
+export const evacuateNode = (name: string): Promise<void> =>
+  withStore(async (store, config) => {
+    const secret = config.fleet.internalSecret;
+    if (secret === undefined) throw new Error('VESSEL_INTERNAL_SECRET must be set: moves are calls between VM hosts, signed with it');
+    const { evacuate } = await import('../cluster/evacuation.js');
+    const stayed = await evacuate(store, secret, name, (line) => process.stdout.write(`${JSON.stringify(line)}\n`));
+    if (stayed > 0) {
+      process.stderr.write(`${stayed} runtime(s) or checkpoint(s) stayed on '${name}': see the lines with "moved":false\n`);
+      process.exitCode = 1;
+    }
+  });
+
 /**
  * The CLI works on the service's store directly, also while the service runs: the data
  * directory's SQLite file (WAL), or the PostgreSQL that VESSEL_DATABASE_URL names.

@@ -132,11 +132,13 @@ async function startVmHost(config: Config, role: Role, secret: string | undefine
   const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'a database connection failed; it is replaced') });
   // A fleet's hosts share one CA: a checkpoint's guest trusts it on whichever host its files move to.
   const ca = role === 'node' ? await CertificateAuthority.shared((proposed) => store.nodes.shared('egress-ca', proposed), secretBox) : await CertificateAuthority.loadOrCreate(config.dataDir);
-  const detected = VmCgroups.detect();
+  // Its VMs' cgroups and its gateway's TAPs and nftables table are named after the data directory.
+  const instance = createHash('sha256').update(config.dataDir).digest('hex').slice(0, 8);
+  const detected = VmCgroups.detect(instance);
   if (detected.cgroups === null) log.warn({ reason: detected.reason }, 'VMs run without cgroup limits');
   else log.info({ version: detected.cgroups.version }, 'each VM runs in a cgroup of its own');
   const driver = new QemuDriver({ dataDir: config.dataDir, image, accel, qemuVersion, guestCaPem: ca.certPem, memoryOvercommit: config.memoryOvercommit, cgroups: detected.cgroups, log });
-  const gateway = new Gateway({ instance: createHash('sha256').update(config.dataDir).digest('hex').slice(0, 8), ca, ...config.egress, log });
+  const gateway = new Gateway({ instance, ca, ...config.egress, log });
   await gateway.start();
   const node = role === 'node' ? config.fleet.nodeName : null;
   const core = new Core({ store, driver, gateway, secretBox, log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize, node });

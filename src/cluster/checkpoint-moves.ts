@@ -15,12 +15,12 @@ import type { Principal } from '../core/types.js';
 import { callHop, readBounded, type HopTarget, type OwnHopCall } from './hop-proxy.js';
 
 /** A host that sends nothing for this long while a file is on its way is taken to be gone. */
-const MOVE_IDLE_MS = 60_000;
+export const MOVE_IDLE_MS = 60_000;
 /**
  * The API node waits this long for a host to take a checkpoint: nothing flows on that call until
  * every file has crossed (a busy 16 GiB guest's RAM at tens of MB/s is minutes).
  */
-const MOVE_HERE_MS = 15 * 60_000;
+export const MOVE_HERE_MS = 15 * 60_000;
 /** A manifest names its layers and digests: a few KiB, even for a chain of thousands. */
 const MAX_DESCRIPTION_BYTES = 1024 * 1024;
 
@@ -30,7 +30,7 @@ const FileParams = Type.Object({ checkpoint_id: Type.String({ format: 'uuid' }),
 const path = (checkpointId: string, rest: string): string => `/internal/checkpoints/${checkpointId}/${rest}`;
 
 /** The calls one request makes of its own: each needs a request id of its own, since a signature is good once. */
-function ownCalls(principal: Principal, requestId: string): (method: OwnHopCall['method'], path: string) => OwnHopCall {
+export function ownCalls(principal: Principal, requestId: string): (method: OwnHopCall['method'], path: string) => OwnHopCall {
   let n = 0;
   return (method, p) => ({ principal, method, path: p, requestId: `${requestId.slice(0, 48)}.m${++n}` });
 }
@@ -44,6 +44,21 @@ export async function moveCheckpoint(secret: string, target: HopTarget, principa
 async function readDescription(answer: AsyncIterable<Buffer>): Promise<CheckpointDescription | null> {
   const parsed = JSON.parse((await readBounded(answer, MAX_DESCRIPTION_BYTES)).toString('utf8')) as { manifest?: unknown; image?: unknown } | null;
   return typeof parsed?.image === 'string' ? { manifest: parsed.manifest, image: parsed.image } : null;
+}
+
+/** A live VM host to call for a move; `what` says what it holds, for the refusal. */
+export async function reachHost(core: Core, name: string, what: string): Promise<HopTarget> {
+  const node = await core.nodes.find(name);
+  if (node?.alive !== true) throw new VesselError('unavailable', `VM host '${name}', which holds ${what}, holds no lease`, { retryAfterSecs: 5 });
+  return node;
+}
+
+/** The files another host offers under `base` (`${base}/description`, `${base}/files/:file`), as an import reads them. */
+export async function remoteSource(secret: string, source: HopTarget, call: ReturnType<typeof ownCalls>, base: string): Promise<CheckpointSource> {
+  const answer = await callHop(secret, source, call('GET', `${base}/description`), MOVE_IDLE_MS);
+  const description = await readDescription(answer).catch(() => null);
+  if (description === null) throw new VesselError('unavailable', `VM host '${source.name}' did not describe the files as a VM host does`);
+  return { description, open: (file) => callHop(secret, source, call('GET', `${base}/files/${file}`), MOVE_IDLE_MS) };
 }
 
 /** The routes a VM host serves for moves: offering its files, and taking another host's. */
@@ -62,21 +77,8 @@ export const checkpointMoveRoutes: FastifyPluginAsyncTypebox<{ core: Core; secre
 
   app.post('/internal/checkpoints/:checkpoint_id/move-here', { config, schema: { ...hidden, params: Params } }, async (req) => {
     const call = ownCalls(req.principal, req.id);
-    const reach = async (name: string): Promise<HopTarget> => {
-      const node = await core.nodes.find(name);
-      if (node?.alive !== true) throw new VesselError('unavailable', `VM host '${name}', which holds the checkpoint's files, holds no lease`, { retryAfterSecs: 5 });
-      return node;
-    };
-    const connect = async (name: string, id: string): Promise<CheckpointSource> => {
-      const source = await reach(name);
-      const answer = await callHop(secret, source, call('GET', path(id, 'description')), MOVE_IDLE_MS);
-      const description = await readDescription(answer).catch(() => null);
-      if (description === null) throw new VesselError('unavailable', `VM host '${name}' did not describe the checkpoint as a VM host does`);
-      return {
-        description,
-        open: (file) => callHop(secret, source, call('GET', path(id, `files/${file}`)), MOVE_IDLE_MS),
-      };
-    };
+    const reach = (name: string) => reachHost(core, name, "the checkpoint's files");
+    const connect = async (name: string, id: string): Promise<CheckpointSource> => remoteSource(secret, await reach(name), call, `/internal/checkpoints/${id}`);
     const { checkpoint, from } = await core.checkpoints.moveHere(req.principal.tenantId, req.params.checkpoint_id, connect);
     if (from !== null) {
       // Its copy there is of no use now; if it cannot be told, it drops it at its next start.

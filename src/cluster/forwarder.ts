@@ -139,11 +139,14 @@ export class Forwarder {
     const demand = { memoryMib: cp.resources.limits.memory_mib, vcpus: cp.resources.vcpus };
     const holder = await this.#live(cp.node, `checkpoint '${cp.displayName}' has its files on VM host '${cp.node}'`);
     if (!holder.draining) return { target: holder, placed: { node: holder.name, demand } };
+    if (cp.tenantId === null) {
+      // A system template is its host's own and never moves; every host has one of each shape.
+      throw failedPrecondition(`checkpoint '${cp.displayName}' is VM host '${cp.node}''s template and that host is draining: create without a checkpoint, with the same resources, for another host's`);
+    }
     // Its host takes no new runtimes: the fork goes where placement says, and the checkpoint's
-    // files go there first (docs/scaling.md, "Moving checkpoints"). A system template is each
-    // host's own, and the chosen host forks its own.
+    // files go there first (docs/scaling.md, "Moving checkpoints").
     const target = await this.#place(demand);
-    if (cp.tenantId !== null) await moveCheckpoint(this.secret, target, call.principal, call.requestId, cp.id);
+    await moveCheckpoint(this.secret, target, call.principal, call.requestId, cp.id);
     return { target, placed: { node: target.name, demand } };
   }
 

@@ -309,6 +309,7 @@ export class CheckpointService {
       try {
         const rt = await this.store.runtimes.findById(runtimeId);
         if (rt === undefined) throw new Error('the runtime was deleted before the capture');
+        if (rt.node !== this.node) throw new Error(`the runtime moved to VM host '${rt.node}' before the capture; checkpoint it there`);
         requireState('checkpoint', rt.status, rt.displayName);
         const { bytes } = await this.driver.checkpoint(runtimeId, cp.id);
         // The runtime's overlay now sits on the checkpoint's frozen layer.

@@ -7,6 +7,7 @@ import { ProcessService } from './processes.js';
 import type { NetworkGateway, Store, VmDriver } from './ports.js';
 import { TenantQuotas } from './quotas.js';
 import { RuleService } from './rules.js';
+import { RuntimeMoves } from './runtime-moves.js';
 import { RuntimeService, type Logger } from './runtimes.js';
 import type { SecretBox } from './secret-box.js';
 import { SecretService } from './secrets.js';
@@ -47,6 +48,8 @@ export class Core {
   readonly nodes: NodeDirectory;
   /** Runtimes as shown: `unavailable` where their VM host lost its lease. */
   readonly shown: ShownRuntimes;
+  /** Moves of runtimes between VM hosts; null on a single host. */
+  readonly runtimeMoves: RuntimeMoves | null;
   readonly #pool: WarmPool;
   /** The background check of every checkpoint's files after a start. */
   #verifying: Promise<void> = Promise.resolve();
@@ -71,6 +74,7 @@ export class Core {
     this.consoleLogs = new ConsoleLogService(this.runtimes, driver);
     this.rules = new RuleService(store, this.runtimes, this.secrets);
     this.checkpoints = new CheckpointService(store, this.runtimes, driver, quotas, log, node);
+    this.runtimeMoves = node === null ? null : new RuntimeMoves(store, this.runtimes, driver, this.egress, log, node);
     // A PATCHed policy or a rule change applies to the gateway's next connection.
     this.runtimes.observe({ policyChanged: (rt) => void this.egress.refresh(rt.id) });
     this.rules.onChange((runtimeId) => void this.egress.refresh(runtimeId));

@@ -47,6 +47,12 @@ export interface Store {
      * running, and those stopped with auto_delete_secs set. Each host asks every second, for its own.
      */
     listTimed(node: string | null): Promise<Runtime[]>;
+    /**
+     * A compare-and-swap for moving a runtime between VM hosts (core/runtime-moves.ts): sets its
+     * node and status message, and stamps it `next.updatedAt`, only if its node and `updatedAt`
+     * are still those expected. True when it did; of two racing, exactly one does.
+     */
+    handOver(id: string, expected: { node: string; updatedAt: string }, next: { node: string; statusMessage: string | null; updatedAt: string }): Promise<boolean>;
   };
   readonly secrets: TenantRepo<Secret>;
   readonly rules: RuleRepo;

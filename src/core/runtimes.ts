@@ -18,6 +18,8 @@ import type { WarmPool } from './warm-pool.js';
 export const DEFAULT_MEMORY_MIB = 512;
 export const MAX_ALLOWED_HOSTS = 128;
 export const STOP_DEADLINE_MS = 10_000;
+/** A runtime's status message while it moves to another VM host (runtime-moves.ts); the host's name follows. */
+export const MOVING_MESSAGE = 'moving to VM host';
 
 export interface RuntimeCreateInput {
   display_name: string;
@@ -126,6 +128,8 @@ export class RuntimeService {
   /** A sweep of the timers is under way: the next tick skips rather than pile up behind a slow one. */
   #sweeping = false;
   #observer: RuntimeObserver | null = null;
+  /** Runtimes on their way to another VM host (runtime-moves.ts), by the host they go to. */
+  readonly #moving = new Map<string, string>();
 
   constructor(
     private readonly store: Store,
@@ -161,6 +165,8 @@ export class RuntimeService {
     if (this.node !== null && rt.node !== this.node) {
       throw new VesselError('unavailable', `runtime '${rt.displayName}' is not on this VM host; retry`, { retryAfterSecs: 1 });
     }
+    const to = this.#moving.get(rt.id);
+    if (to !== undefined) throw new VesselError('unavailable', `runtime '${rt.displayName}' is moving to VM host '${to}'; retry`, { retryAfterSecs: 2 });
     return rt;
   }
 
@@ -402,7 +408,8 @@ export class RuntimeService {
   /** With the runtime's lock held: takes the action its timers call for now, if any still does. */
   async #expire(runtimeId: string, now: number): Promise<void> {
     const rt = await this.store.runtimes.findById(runtimeId);
-    if (rt === undefined) return;
+    // Moved to another host while this sweep waited for its lock: that host times it now.
+    if (rt === undefined || rt.node !== this.node) return;
     const due = dueAction(rt, this.#activityOf(rt.id), now, this.#defaultIdleSecs);
     if (due === null) return;
     try {
@@ -480,6 +487,21 @@ export class RuntimeService {
   }
 
   /**
+   * Runs a move of the runtime to VM host `to` with its lock held; meanwhile every call for it
+   * here is told to retry, and after it the API nodes route them to wherever it then is.
+   */
+  whileMoving<T>(runtimeId: string, to: string, work: () => Promise<T>): Promise<T> {
+    return this.#lock.run(runtimeId, async () => {
+      this.#moving.set(runtimeId, to);
+      try {
+        return await work();
+      } finally {
+        this.#moving.delete(runtimeId);
+      }
+    });
+  }
+
+  /**
    * At start-up: find every VM the store believes is alive. One that still runs is adopted;
    * one that is gone is crashed; a delete or create that was cut short is finished or failed.
    */
@@ -487,7 +509,18 @@ export class RuntimeService {
     let adopted = 0;
     let crashed = 0;
     const all = (await this.store.runtimes.listAll()).filter((rt) => rt.node === this.node);
+    const movedAway = new Set<string>();
     for (const rt of all) {
+      if (this.node !== null && rt.statusMessage?.startsWith(MOVING_MESSAGE) === true) {
+        // A move cut short by this restart: the store decides where the runtime is, and this
+        // compare-and-swap keeps a late commit by the other host from taking it now.
+        const stamp = new Date().toISOString();
+        if (!(await this.store.runtimes.handOver(rt.id, { node: this.node, updatedAt: rt.updatedAt }, { node: this.node, statusMessage: null, updatedAt: stamp }))) {
+          movedAway.add(rt.id);
+          continue;
+        }
+        Object.assign(rt, { statusMessage: null, updatedAt: stamp });
+      }
       if (rt.status === 'deleting') {
         await this.#finishDelete(rt);
         continue;
@@ -515,7 +548,7 @@ export class RuntimeService {
     }
     // The reverse case: files, maybe a running VM, whose record is gone (lost in a crash between
     // the two, or the store restored from a backup). Nothing owns them; they are removed, loudly.
-    const known = new Set(all.map((rt) => rt.id));
+    const known = new Set(all.filter((rt) => !movedAway.has(rt.id)).map((rt) => rt.id));
     let orphans = 0;
     for (const id of this.driver.runtimeIds()) {
       if (known.has(id)) continue;
@@ -558,7 +591,8 @@ export class RuntimeService {
   async #markCrashed(runtimeId: string): Promise<void> {
     await this.#lock.run(runtimeId, async () => {
       const rt = await this.store.runtimes.findById(runtimeId);
-      if (rt === undefined || !(rt.status === 'running' || rt.status === 'paused')) return;
+      // A VM that exits here after its runtime moved to another host says nothing of the one there.
+      if (rt === undefined || rt.node !== this.node || !(rt.status === 'running' || rt.status === 'paused')) return;
       this.log.warn({ runtimeId }, 'VM process exited unexpectedly; runtime marked crashed');
       await this.#save(rt, { status: 'crashed', statusMessage: 'the VM process exited unexpectedly' });
     });

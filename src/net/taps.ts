@@ -26,8 +26,14 @@ async function deviceExists(name: string): Promise<boolean> {
  * before any runtime exists (a TAP rather than a dummy device: some kernels lack the module).
  */
 export async function ensureGatewayDevice(): Promise<void> {
-  if (await deviceExists(GATEWAY_DEVICE)) return;
-  await ipBatch([`tuntap add dev ${GATEWAY_DEVICE} mode tap`, `addr add ${GUEST_NETWORK.gateway}/32 dev ${GATEWAY_DEVICE}`, `link set ${GATEWAY_DEVICE} up`]);
+  if (!(await deviceExists(GATEWAY_DEVICE))) {
+    // Two services starting at once on one machine (a fleet's hosts in a test) race to make it:
+    // the one that loses finds it made, and both then set it up, which is idempotent.
+    await runCommand('ip', ['tuntap', 'add', 'dev', GATEWAY_DEVICE, 'mode', 'tap']).catch(async (err: unknown) => {
+      if (!(await deviceExists(GATEWAY_DEVICE))) throw err;
+    });
+  }
+  await ipBatch([`addr replace ${GUEST_NETWORK.gateway}/32 dev ${GATEWAY_DEVICE}`, `link set ${GATEWAY_DEVICE} up`]);
 }
 
 export async function createTap(tap: string, owner: TapOwner, identity: string): Promise<void> {

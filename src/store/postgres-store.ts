@@ -224,6 +224,11 @@ class PgRuntimeTable extends PgTenantTable<Runtime> {
     `SELECT * FROM runtimes WHERE node IS NOT DISTINCT FROM $2 AND (status = 'running' OR (auto_delete_secs IS NOT NULL AND stopped_at IS NOT NULL AND status = ANY($1::text[]))) ORDER BY seq`,
   );
 
+  readonly #handOver = new Sql(
+    `UPDATE runtimes SET node = $5, status_message = $6, updated_at = $7
+     WHERE id = $1 AND node = $2 AND updated_at = $3 AND status != $4 RETURNING id`,
+  );
+
   constructor(db: pg.Pool) {
     super(db, 'runtime', 'runtimes', RUNTIME_COLUMNS, runtimeToRow, runtimeFromRow);
   }
@@ -235,6 +240,11 @@ class PgRuntimeTable extends PgTenantTable<Runtime> {
 
   async listTimed(node: string | null): Promise<Runtime[]> {
     return (await this.#timed.rows(this.db, [STOPPED_STATUSES, node])).map(this.fromRow);
+  }
+
+  async handOver(id: string, expected: { node: string; updatedAt: string }, next: { node: string; statusMessage: string | null; updatedAt: string }): Promise<boolean> {
+    const params = [id, expected.node, expected.updatedAt, 'deleting', next.node, next.statusMessage, next.updatedAt];
+    return (await this.#handOver.rows(this.db, params)).length > 0;
   }
 }
 

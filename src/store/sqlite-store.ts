@@ -186,9 +186,14 @@ class TenantTable<T extends { id: string; tenantId: string; displayName: string 
 class RuntimeTable extends TenantTable<Runtime> {
   readonly #matching: Statement;
   readonly #timed: Statement;
+  readonly #handOver: Statement;
 
   constructor(db: Db) {
     super(db, 'runtime', 'runtimes', RUNTIME_COLUMNS, runtimeToRow, runtimeFromRow);
+    this.#handOver = db.prepare(
+      `UPDATE runtimes SET node = @to, status_message = @message, updated_at = @stamp
+       WHERE id = @id AND node = @from AND updated_at = @seen AND status != 'deleting'`,
+    );
     this.#matching = db.prepare(
       `SELECT * FROM runtimes r WHERE tenant_id = @tenant AND seq < @after
          AND (json_array_length(@statuses) = 0 OR status IN (SELECT value FROM json_each(@statuses)))
@@ -216,6 +221,11 @@ class RuntimeTable extends TenantTable<Runtime> {
 
   async listTimed(node: string | null): Promise<Runtime[]> {
     return (this.#timed.all(node, JSON.stringify(STOPPED_STATUSES)) as Row[]).map(this.fromRow);
+  }
+
+  async handOver(id: string, expected: { node: string; updatedAt: string }, next: { node: string; statusMessage: string | null; updatedAt: string }): Promise<boolean> {
+    const params = { id, from: expected.node, seen: expected.updatedAt, to: next.node, message: next.statusMessage, stamp: next.updatedAt };
+    return this.#handOver.run(params).changes > 0;
   }
 }
 

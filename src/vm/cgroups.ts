@@ -1,10 +1,12 @@
 /**
  * One cgroup per VM, so that a QEMU (and whatever a guest makes it do) is held to its memory, CPU
  * and process limits by the kernel. Both layouts are supported and detected at start:
- * - cgroup v2 (a stock Debian host): `<root>/vessel/<runtime>` with memory.max, cpu.max and
- *   pids.max, the controllers enabled in the parents' cgroup.subtree_control;
- * - cgroup v1 (some container hosts): `<root>/<controller>/vessel/<runtime>` for the memory, cpu
- *   and pids hierarchies, with memory.limit_in_bytes, cpu.cfs_quota_us and pids.max.
+ * - cgroup v2 (a stock Debian host): `<root>/vessel/<instance>/<runtime>` with memory.max,
+ *   cpu.max and pids.max, the controllers enabled in the parents' cgroup.subtree_control;
+ * - cgroup v1 (some container hosts): `<root>/<controller>/vessel/<instance>/<runtime>` for the
+ *   memory, cpu and pids hierarchies, with memory.limit_in_bytes, cpu.cfs_quota_us and pids.max.
+ * `<instance>` names the service (its data directory): two on one machine, such as a fleet's
+ * hosts in a test, each keep their own, also for one runtime that moves from one to the other.
  * A host with neither gets none, and says so once.
  */
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
@@ -39,15 +41,14 @@ export class VmCgroups {
   private constructor(private readonly layout: Layout) {}
 
   /** The cgroups of this host, or null (with the reason) when VMs cannot be put in any. */
-  static detect(root = CGROUP_ROOT): { cgroups: VmCgroups } | { cgroups: null; reason: string } {
+  static detect(instance: string, root = CGROUP_ROOT): { cgroups: VmCgroups } | { cgroups: null; reason: string } {
     const v2 = readSafe(join(root, 'cgroup.controllers')).split(/\s+/);
     if (CONTROLLERS.every((c) => v2.includes(c))) {
       try {
-        const dir = join(root, PARENT);
+        const dir = join(root, PARENT, instance);
         mkdirSync(dir, { recursive: true });
         const enable = CONTROLLERS.map((c) => `+${c}`).join(' ');
-        writeFileSync(join(root, 'cgroup.subtree_control'), enable);
-        writeFileSync(join(dir, 'cgroup.subtree_control'), enable);
+        for (const parent of [root, join(root, PARENT), dir]) writeFileSync(join(parent, 'cgroup.subtree_control'), enable);
         return { cgroups: new VmCgroups({ version: 2, dir }) };
       } catch (err) {
         return { cgroups: null, reason: `cgroup v2 at ${root}, but its controllers cannot be delegated: ${(err as Error).message}` };
@@ -56,8 +57,8 @@ export class VmCgroups {
     const v1 = { memory: join(root, 'memory'), cpu: join(root, 'cpu'), pids: join(root, 'pids') };
     if (CONTROLLERS.every((c) => existsSync(join(v1[c], 'cgroup.procs')))) {
       try {
-        for (const c of CONTROLLERS) mkdirSync(join(v1[c], PARENT), { recursive: true });
-        const dirs = { memory: join(v1.memory, PARENT), cpu: join(v1.cpu, PARENT), pids: join(v1.pids, PARENT) };
+        const dirs = { memory: join(v1.memory, PARENT, instance), cpu: join(v1.cpu, PARENT, instance), pids: join(v1.pids, PARENT, instance) };
+        for (const c of CONTROLLERS) mkdirSync(dirs[c], { recursive: true });
         return { cgroups: new VmCgroups({ version: 1, dirs }) };
       } catch (err) {
         return { cgroups: null, reason: `cgroup v1 at ${root}, but no cgroup can be made there: ${(err as Error).message}` };

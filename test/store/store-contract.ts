@@ -335,6 +335,24 @@ export function storeContract(subject: StoreUnderTest): void {
     assert.equal((await store.checkpoints.listAll()).find((c) => c.id === gone.id)?.node, 'host-a');
   });
 
+  withStore('runtimes: a hand-over to another VM host is a compare-and-swap on node and updated_at, never for a runtime being deleted', async (store) => {
+    const rt = { ...runtime('acme', 'mover'), node: 'host-a' };
+    const dying = { ...runtime('acme', 'dying', 'deleting'), node: 'host-a' };
+    for (const r of [rt, dying]) await store.runtimes.insert(r);
+    const seen = { node: 'host-a', updatedAt: rt.updatedAt };
+    const stamp = '2030-01-01T00:00:00.000Z';
+    // The target's commit and the source's fence race on the same expectation: one wins.
+    const racers = await Promise.all([
+      store.runtimes.handOver(rt.id, seen, { node: 'host-b', statusMessage: null, updatedAt: stamp }),
+      store.runtimes.handOver(rt.id, seen, { node: 'host-a', statusMessage: null, updatedAt: stamp }),
+    ]);
+    assert.equal(racers.filter(Boolean).length, 1, 'exactly one of the two takes it');
+    const after = await store.runtimes.findById(rt.id);
+    assert.deepEqual(after, { ...rt, node: racers[0] ? 'host-b' : 'host-a', statusMessage: null, updatedAt: stamp }, 'only node, message and stamp change');
+    assert.equal(await store.runtimes.handOver(rt.id, seen, { node: 'host-c', statusMessage: null, updatedAt: stamp }), false, 'a stale stamp takes nothing');
+    assert.equal(await store.runtimes.handOver(dying.id, { node: 'host-a', updatedAt: dying.updatedAt }, { node: 'host-b', statusMessage: null, updatedAt: stamp }), false);
+  });
+
   withStore('fleet settings: the first value proposed is everyone\'s, however many propose at once', async (store) => {
     const proposals = await Promise.all(['a', 'b', 'c', 'd'].map((v) => store.nodes.shared('egress-ca', v)));
     assert.equal(new Set(proposals).size, 1, 'every proposer is told the same value');

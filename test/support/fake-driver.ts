@@ -202,9 +202,9 @@ export class FakeDriver implements VmDriver {
     if (!this.checkpoints.has(checkpointId)) throw new Error('its files are missing');
     return Readable.from([Buffer.from(`${checkpointId}/${file}`)]);
   }
-  /** Takes the checkpoint when its source describes it as this fake's own would, having read its state file. */
   /** The shapes importCheckpoint was told to expect, per checkpoint. */
   readonly importedShapes = new Map<string, { memoryMib: number; vcpus: number }>();
+  /** Takes the checkpoint when its source describes it as this fake's own would, having read its state file. */
   async importCheckpoint(checkpointId: string, source: CheckpointSource, expected: { memoryMib: number; vcpus: number }): Promise<void> {
     if (source.description.image !== 'fake-image') throw new Error('another guest image');
     this.importedShapes.set(checkpointId, expected);

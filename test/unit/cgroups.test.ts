@@ -16,13 +16,15 @@ test('cgroup v2: controllers are delegated, limits written, the process attached
   const root = fakeRoot();
   try {
     writeFileSync(join(root, 'cgroup.controllers'), 'cpuset cpu io memory hugetlb pids rdma misc\n');
-    const detected = VmCgroups.detect(root);
+    const detected = VmCgroups.detect('inst1', root);
     assert.ok(detected.cgroups !== null);
     assert.equal(detected.cgroups.version, 2);
     assert.equal(readFileSync(join(root, 'cgroup.subtree_control'), 'utf8'), '+memory +cpu +pids');
     assert.equal(readFileSync(join(root, 'vessel', 'cgroup.subtree_control'), 'utf8'), '+memory +cpu +pids');
+    assert.equal(readFileSync(join(root, 'vessel', 'inst1', 'cgroup.subtree_control'), 'utf8'), '+memory +cpu +pids');
     detected.cgroups.prepare('rt-1', limits);
-    const dir = join(root, 'vessel', 'rt-1');
+    // Under the service's instance: another service on the machine has its own, for the same runtime id too.
+    const dir = join(root, 'vessel', 'inst1', 'rt-1');
     assert.equal(readFileSync(join(dir, 'memory.max'), 'utf8'), String(limits.memoryBytes));
     assert.equal(readFileSync(join(dir, 'cpu.max'), 'utf8'), '200000 100000');
     assert.equal(readFileSync(join(dir, 'pids.max'), 'utf8'), '256');
@@ -43,16 +45,16 @@ test('cgroup v1: one group per controller hierarchy', () => {
       mkdirSync(join(root, c));
       writeFileSync(join(root, c, 'cgroup.procs'), '');
     }
-    const detected = VmCgroups.detect(root);
+    const detected = VmCgroups.detect('inst1', root);
     assert.ok(detected.cgroups !== null);
     assert.equal(detected.cgroups.version, 1);
     detected.cgroups.prepare('rt-2', { ...limits, cpuCores: 1.5 });
-    assert.equal(readFileSync(join(root, 'memory', 'vessel', 'rt-2', 'memory.limit_in_bytes'), 'utf8'), String(limits.memoryBytes));
-    assert.equal(readFileSync(join(root, 'cpu', 'vessel', 'rt-2', 'cpu.cfs_quota_us'), 'utf8'), '150000');
-    assert.equal(readFileSync(join(root, 'cpu', 'vessel', 'rt-2', 'cpu.cfs_period_us'), 'utf8'), '100000');
-    assert.equal(readFileSync(join(root, 'pids', 'vessel', 'rt-2', 'pids.max'), 'utf8'), '256');
+    assert.equal(readFileSync(join(root, 'memory', 'vessel', 'inst1', 'rt-2', 'memory.limit_in_bytes'), 'utf8'), String(limits.memoryBytes));
+    assert.equal(readFileSync(join(root, 'cpu', 'vessel', 'inst1', 'rt-2', 'cpu.cfs_quota_us'), 'utf8'), '150000');
+    assert.equal(readFileSync(join(root, 'cpu', 'vessel', 'inst1', 'rt-2', 'cpu.cfs_period_us'), 'utf8'), '100000');
+    assert.equal(readFileSync(join(root, 'pids', 'vessel', 'inst1', 'rt-2', 'pids.max'), 'utf8'), '256');
     detected.cgroups.attach('rt-2', 77);
-    for (const c of ['memory', 'cpu', 'pids']) assert.equal(readFileSync(join(root, c, 'vessel', 'rt-2', 'cgroup.procs'), 'utf8'), '77');
+    for (const c of ['memory', 'cpu', 'pids']) assert.equal(readFileSync(join(root, c, 'vessel', 'inst1', 'rt-2', 'cgroup.procs'), 'utf8'), '77');
   } finally {
     rmSync(root, { recursive: true, force: true });
   }
@@ -62,7 +64,7 @@ test('a v2 root without the controllers, or no cgroups at all, is reported with 
   const root = fakeRoot();
   try {
     writeFileSync(join(root, 'cgroup.controllers'), 'cpu io\n');
-    const detected = VmCgroups.detect(root);
+    const detected = VmCgroups.detect('inst1', root);
     assert.equal(detected.cgroups, null);
     assert.match((detected as { reason: string }).reason, /no memory, cpu and pids controllers/);
     assert.equal(existsSync(join(root, 'vessel')), false, 'nothing was made');

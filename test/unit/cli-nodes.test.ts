@@ -1,4 +1,4 @@
-/** `vessel node ls|drain|undrain`: a fleet's VM hosts in the shared store, which API nodes place by. */
+/** `vessel node ls|drain|undrain|evacuate`: a fleet's VM hosts in the shared store, which API nodes place by. */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -37,6 +37,17 @@ test('vessel node: ls shows leases, capacity and load; drain and undrain flip pl
     const unknown = vessel('node', 'drain', 'host-z');
     assert.equal(unknown.status, 1);
     assert.match(unknown.err, /no VM host is registered as 'host-z'/);
+    // Evacuation moves files between hosts with signed calls: it needs the cluster secret.
+    const unsigned = vessel('node', 'evacuate', 'host-a');
+    assert.notEqual(unsigned.status, 0);
+    assert.match(unsigned.err, /VESSEL_INTERNAL_SECRET must be set/);
+    assert.equal(vessel('node', 'ls').lines[0].draining, false, 'nothing was done without it');
+    const r = spawnSync(process.execPath, [join(REPO_ROOT, 'dist/src/cli/main.js'), 'node', 'evacuate', 'host-z'], {
+      env: { ...process.env, VESSEL_DATA_DIR: dataDir, VESSEL_INTERNAL_SECRET: 'x'.repeat(32) },
+      encoding: 'utf8',
+    });
+    assert.notEqual(r.status, 0);
+    assert.match(r.stderr, /no VM host is registered as 'host-z'/);
   } finally {
     rmSync(dataDir, { recursive: true, force: true });
   }

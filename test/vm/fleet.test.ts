@@ -8,7 +8,7 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
@@ -27,6 +27,8 @@ let databaseUrl: string;
 let db: pg.Client;
 let hosts: Service[];
 let apis: Service[];
+/** The cluster secret: the operator's CLI signs its moves with it, as API nodes do. */
+let internalSecret: string;
 
 before(async () => {
   postgres = startPostgres();
@@ -35,7 +37,7 @@ before(async () => {
   await db.connect();
   const shared = {
     VESSEL_DATABASE_URL: url,
-    VESSEL_INTERNAL_SECRET: randomBytes(32).toString('hex'),
+    VESSEL_INTERNAL_SECRET: (internalSecret = randomBytes(32).toString('hex')),
     VESSEL_MASTER_KEY: randomBytes(32).toString('hex'),
     VESSEL_ADMIN_TOKEN: `vsl_test_${randomBytes(12).toString('hex')}`,
     VESSEL_WARM_POOL: '0',
@@ -234,3 +236,59 @@ test('draining host 2: a fork of its checkpoint lands on host 1, the files moved
   assert.ok(!held(hosts[0]!), 'deleted on the host that holds it');
 });
 
+
+test('evacuating host 2: its running and paused runtimes move to host 1 with their ids, memory, processes and disk; its checkpoint too', TIMEOUT, async () => {
+  const onHost2 = (await db.query("SELECT id, display_name FROM runtimes WHERE node = 'host-2' AND status = 'running' ORDER BY display_name")).rows as Array<{ id: string; display_name: string }>;
+  assert.ok(onHost2.length >= 3, 'the creates of the first test left runtimes on host 2');
+  const [live, paused, stopped, ...rest] = onHost2;
+  // Fewer to move: the others go.
+  for (const r of rest) ok(await apis[0]!.call('DELETE', `/v1/runtimes/${r.id}`));
+  const exec = async (id: string, command: string) => ok(await apis[1]!.call('POST', `/v1/runtimes/${id}/exec`, { command })).stdout as string;
+  // RAM (a tmpfs file and a process), and disk: all must arrive.
+  await exec(live!.id, 'echo in-memory > /dev/shm/mark && echo on-disk > /root/disk-mark && sync');
+  const pid = (await exec(live!.id, 'nohup sleep 100000 >/dev/null 2>&1 & echo $!')).trim();
+  ok(await apis[0]!.call('POST', `/v1/runtimes/${paused!.id}/pause`));
+  ok(await apis[0]!.call('POST', `/v1/runtimes/${stopped!.id}/stop`));
+  const cp = ok(await apis[0]!.call('POST', `/v1/runtimes/${live!.id}/checkpoints`, { name: 'evac-snap' }), 201);
+  await until('the checkpoint is ready', 300_000, async () => ((ok(await apis[1]!.call('GET', `/v1/checkpoints/${cp.id}`))).state === 'ready' ? true : undefined));
+
+  // Not spawnSync: this process reads the hosts' logs meanwhile.
+  const evacuation = await new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve, reject) => {
+    const cli = spawn(process.execPath, [join(REPO_ROOT, 'dist/src/cli/main.js'), 'node', 'evacuate', 'host-2'], {
+      env: { ...process.env, VESSEL_DATABASE_URL: databaseUrl, VESSEL_INTERNAL_SECRET: internalSecret },
+    });
+    const out = { stdout: '', stderr: '' };
+    cli.stdout.on('data', (d) => (out.stdout += d));
+    cli.stderr.on('data', (d) => (out.stderr += d));
+    cli.once('error', reject);
+    cli.once('close', (status) => resolve({ status, ...out }));
+  });
+  assert.equal(evacuation.status, 1, `the stopped runtime stays, and says so: ${evacuation.stderr}`);
+  const lines = evacuation.stdout.trim().split('\n').map((l) => JSON.parse(l) as { id: string; node: string; moved: boolean; reason?: string });
+  if (lines.some((l) => !l.moved && l.id !== stopped!.id)) process.stderr.write(`host 1:\n${hosts[0]!.log}\nhost 2:\n${hosts[1]!.log}\n`);
+  const line = (id: string) => lines.find((l) => l.id === id);
+  assert.deepEqual([line(live!.id)?.moved, line(live!.id)?.node], [true, 'host-1'], JSON.stringify(lines));
+  assert.deepEqual([line(paused!.id)?.moved, line(paused!.id)?.node], [true, 'host-1'], JSON.stringify(lines));
+  assert.equal(line(stopped!.id)?.moved, false);
+  assert.match(line(stopped!.id)?.reason ?? '', /only a running or paused runtime moves/);
+  assert.deepEqual([line(cp.id)?.moved, line(cp.id)?.node], [true, 'host-1'], JSON.stringify(lines));
+
+  // The same runtime, by id and by name, on host 1: its memory, its process and its disk came along.
+  const shown = ok(await apis[0]!.call('GET', `/v1/runtimes/${live!.display_name}`));
+  assert.deepEqual([shown.id, shown.status, shown.status_message ?? null], [live!.id, 'running', null]);
+  assert.equal(await nodeOf(live!.display_name), 'host-1');
+  assert.equal(await exec(live!.id, 'cat /dev/shm/mark /root/disk-mark'), 'in-memory\non-disk\n');
+  assert.equal((await exec(live!.id, `kill -0 ${pid} && echo alive`)).trim(), 'alive');
+  assert.equal(await nodeOf(paused!.display_name), 'host-1');
+  assert.equal(ok(await apis[1]!.call('GET', `/v1/runtimes/${paused!.id}`)).status, 'paused');
+  ok(await apis[1]!.call('POST', `/v1/runtimes/${paused!.id}/resume`));
+  assert.equal(await exec(paused!.id, 'echo back'), 'back\n');
+  // Host 2 keeps nothing of what moved; its stopped runtime stays whole.
+  const runtimeDirs = (host: Service, id: string) => existsSync(join(host.dataDir, 'runtimes', id));
+  assert.deepEqual([runtimeDirs(hosts[1]!, live!.id), runtimeDirs(hosts[1]!, paused!.id), runtimeDirs(hosts[1]!, stopped!.id)], [false, false, true]);
+  assert.ok(!existsSync(join(hosts[1]!.dataDir, 'checkpoints', cp.id)) && existsSync(join(hosts[0]!.dataDir, 'checkpoints', cp.id)));
+  // The moved checkpoint forks on host 1, with what its runtime had on disk.
+  const fork = ok(await apis[0]!.call('POST', '/v1/runtimes', { display_name: 'evac-fork', checkpoint: 'evac-snap' }), 201);
+  assert.equal(await nodeOf('evac-fork'), 'host-1');
+  assert.equal(await exec(fork.id, 'cat /root/disk-mark'), 'on-disk\n');
+});

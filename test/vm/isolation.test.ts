@@ -54,9 +54,10 @@ test('QEMU runs under a uid of its runtime, chrooted into an empty directory, in
   assert.notEqual(readlinkSync(`/proc/${pa}/ns/net`), readlinkSync(`/proc/${pb}/ns/net`));
   // Its cgroup (v1 here, v2 on a stock host) holds its memory limit: the guest's and QEMU's own.
   const cgroups = readFileSync(`/proc/${pa}/cgroup`, 'utf8');
-  assert.match(cgroups, new RegExp(`/vessel/${a}$`, 'm'));
-  const v1 = `/sys/fs/cgroup/memory/vessel/${a}/memory.limit_in_bytes`;
-  const limit = Number(readFileSync(existsSync(v1) ? v1 : `/sys/fs/cgroup/vessel/${a}/memory.max`, 'utf8'));
+  const group = new RegExp(`/vessel/([0-9a-f]{8})/${a}$`, 'm').exec(cgroups);
+  assert.ok(group !== null, `under the service's own group: ${cgroups}`);
+  const v1 = `/sys/fs/cgroup/memory/vessel/${group[1]}/${a}/memory.limit_in_bytes`;
+  const limit = Number(readFileSync(existsSync(v1) ? v1 : `/sys/fs/cgroup/vessel/${group[1]}/${a}/memory.max`, 'utf8'));
   assert.equal(limit, (512 + 256) * 1024 * 1024);
   // A restart of the VM keeps its uid: the uid belongs to the runtime while its directory exists.
   const uid = uidOf(pa);

@@ -25,6 +25,10 @@ export function registerHostCommands(program: Command): void {
     .description('no new runtimes on this host; those it runs go on until they are moved or deleted')
     .action(async (name: string) => (await host()).drainNode(name, true));
   node
+    .command('evacuate <name>')
+    .description('drains the host, then moves its running and paused runtimes (ids, names and URLs kept) and its checkpoints to other hosts; needs VESSEL_INTERNAL_SECRET')
+    .action(async (name: string) => (await host()).evacuateNode(name));
+  node
     .command('undrain <name>')
     .description('puts a drained host back into placement')
     .action(async (name: string) => (await host()).drainNode(name, false));
