@@ -22,7 +22,7 @@ import { Forwarder } from '../cluster/forwarder.js';
 import { cutHops } from '../cluster/hop-proxy.js';
 import { MIN_SECRET_CHARS } from '../cluster/hop.js';
 import { IngressEntry } from '../cluster/ingress-entry.js';
-import { NodeLease, freeDiskBytes } from '../cluster/node-lease.js';
+import { NodeLease, freeDiskBytes, hostIdentity } from '../cluster/node-lease.js';
 import { noGateway, noVmDriver } from '../cluster/no-vm-host.js';
 import { MAX_SLOT } from '../net/addressing.js';
 import type { Config } from './config.js';
@@ -149,6 +149,12 @@ async function startVmHost(config: Config, role: Role, secret: string | undefine
       ? null
       : new NodeLease(store.nodes, {
           name: node,
+          holder: hostIdentity(config.dataDir),
+          onTaken: (err) => {
+            // Another host acts for this name now: this one serving on would be two hosts at once.
+            log.fatal({ err: err.message }, 'this VM host lost its name to another host; it stops (its VMs keep running)');
+            process.exit(1);
+          },
           internalUrl: `http://${advertiseHost}:${internalPort}`,
           ingressAddress: `${advertiseHost}:${config.egress.ingress.port}`,
           leaseSecs,

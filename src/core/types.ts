@@ -146,6 +146,11 @@ export interface NodeLoad {
 /** What a VM host says of itself each time it renews its lease. */
 export interface NodeRegistration {
   name: string;
+  /**
+   * The host's own id, kept in its data directory: while one host's lease on a name runs, a
+   * renewal under that name by another host is refused (docs/scaling.md, "Leases").
+   */
+  holder: string;
   /** Where API nodes reach its hop listener: `http://host:port`. */
   internalUrl: string;
   /** Where its runtime ingress listener is reached, `host:port`; null when it runs none. */

@@ -147,4 +147,12 @@ export const MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
       );
     `,
   },
+  {
+    // The id of the host that holds each name (in its data directory): a second one is refused
+    // while the first one's lease runs. Hosts registered before have none until they renew.
+    version: 6,
+    sql: `
+      ALTER TABLE nodes ADD COLUMN holder TEXT;
+    `,
+  },
 ];

@@ -27,6 +27,7 @@ import {
   checkpointFromRow,
   checkpointToRow,
   checkLeaseSecs,
+  nameHeld,
   decodePageToken,
   nodeFromRow,
   nodeRegistrationToRow,
@@ -502,6 +503,7 @@ function nodeRepo(db: pg.Pool): NodeRepo {
     `INSERT INTO nodes (${cols.join(', ')}, lease_expires_at, registered_at)
      VALUES (${placeholders(cols.length)}, now() + $${cols.length + 1}::double precision * interval '1 second', now())
      ON CONFLICT (name) DO UPDATE SET ${[...cols.slice(1), 'lease_expires_at'].map((c) => `${c} = EXCLUDED.${c}`).join(', ')}
+     WHERE nodes.holder IS NULL OR nodes.holder = EXCLUDED.holder OR nodes.lease_expires_at <= now()
      RETURNING ${node}`,
   );
   const list = new Sql(`SELECT ${node} FROM nodes ORDER BY name COLLATE "C"`);
@@ -518,7 +520,9 @@ function nodeRepo(db: pg.Pool): NodeRepo {
   return {
     renew: async (reg, leaseSecs) => {
       checkLeaseSecs(leaseSecs);
-      return toNode((await renew.one(db, [...valuesOf(nodeRegistrationToRow(reg), cols), leaseSecs]))!);
+      const row = await renew.one(db, [...valuesOf(nodeRegistrationToRow(reg), cols), leaseSecs]);
+      if (row === undefined) throw nameHeld(reg.name, toNode((await find.one(db, [reg.name]))!).leaseExpiresAt);
+      return toNode(row);
     },
     list: async () => (await list.rows(db)).map(toNode),
     find: async (name) => {

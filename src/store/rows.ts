@@ -3,7 +3,7 @@
  * page tokens. A column added later is added here once; each store then needs only its migration.
  * JSON and timestamps are stored as text in every store, so that one mapping serves all of them.
  */
-import { invalidArgument } from '../core/errors.js';
+import { VesselError, invalidArgument } from '../core/errors.js';
 import type { Audit, Checkpoint, InjectionRule, NodeRegistration, Page, Runtime, Secret, TenantLimits, Token, VmNode } from '../core/types.js';
 
 export type Row = Record<string, unknown>;
@@ -208,9 +208,10 @@ export const LIMIT_NAMES = Object.keys(LIMIT_COLUMNS) as Array<keyof TenantLimit
  * Columns of nodes that a renewal sets, in this order; the lease, `draining` and `registered_at`
  * are each store's own (its clock; kept across renewals).
  */
-export const NODE_REGISTRATION_COLUMNS = ['name', 'internal_url', 'ingress_address', 'memory_mib', 'vcpus', 'runtimes', 'disk_bytes'];
+export const NODE_REGISTRATION_COLUMNS = ['name', 'holder', 'internal_url', 'ingress_address', 'memory_mib', 'vcpus', 'runtimes', 'disk_bytes'];
 export const nodeRegistrationToRow = (n: NodeRegistration): Row => ({
   name: n.name,
+  holder: n.holder,
   internal_url: n.internalUrl,
   ingress_address: n.ingressAddress,
   memory_mib: n.capacity.memoryMib,
@@ -221,6 +222,8 @@ export const nodeRegistrationToRow = (n: NodeRegistration): Row => ({
 /** `alive` is the store's to judge, by the clock it keeps leases on. */
 export const nodeFromRow = (r: Row, alive: boolean): VmNode => ({
   name: str(r.name),
+  // Empty for a host registered before version 6 that has not renewed since.
+  holder: strOrNull(r.holder) ?? '',
   internalUrl: str(r.internal_url),
   ingressAddress: strOrNull(r.ingress_address),
   capacity: { memoryMib: Number(r.memory_mib), vcpus: Number(r.vcpus), runtimes: Number(r.runtimes), diskBytes: Number(r.disk_bytes) },
@@ -229,6 +232,13 @@ export const nodeFromRow = (r: Row, alive: boolean): VmNode => ({
   leaseExpiresAt: iso(r.lease_expires_at),
   registeredAt: iso(r.registered_at),
 });
+
+/** A renewal under a name that another host holds, while that host's lease runs. */
+export const nameHeld = (name: string, until: string): VesselError =>
+  new VesselError(
+    'failed_precondition',
+    `VM host name '${name}' is held by another host (another data directory) whose lease runs until ${until}: give each VM host its own VESSEL_NODE_NAME`,
+  );
 
 /** A lease is a whole or fractional number of seconds, none below zero (zero: expired at once). */
 export function checkLeaseSecs(leaseSecs: number): void {

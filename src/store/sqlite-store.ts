@@ -23,6 +23,7 @@ import {
   checkpointFromRow,
   checkpointToRow,
   checkLeaseSecs,
+  nameHeld,
   decodePageToken,
   nodeFromRow,
   nodeRegistrationToRow,
@@ -463,6 +464,7 @@ function nodeRepo(db: Db): NodeRepo {
   const renew = db.prepare(
     `INSERT INTO nodes (${cols.join(', ')}, lease_expires_at, registered_at) VALUES (${cols.map((c) => '@' + c).join(', ')}, @expires, @now)
      ON CONFLICT (name) DO UPDATE SET ${[...cols.slice(1), 'lease_expires_at'].map((c) => `${c} = excluded.${c}`).join(', ')}
+     WHERE nodes.holder IS NULL OR nodes.holder = excluded.holder OR nodes.lease_expires_at <= @now
      RETURNING *`,
   );
   const list = db.prepare('SELECT * FROM nodes ORDER BY name');
@@ -477,7 +479,8 @@ function nodeRepo(db: Db): NodeRepo {
     renew: async (reg, leaseSecs) => {
       checkLeaseSecs(leaseSecs);
       const now = Date.now();
-      const row = renew.get({ ...nodeRegistrationToRow(reg), expires: new Date(now + leaseSecs * 1000).toISOString(), now: new Date(now).toISOString() }) as Row;
+      const row = renew.get({ ...nodeRegistrationToRow(reg), expires: new Date(now + leaseSecs * 1000).toISOString(), now: new Date(now).toISOString() }) as Row | undefined;
+      if (row === undefined) throw nameHeld(reg.name, String((find.get(reg.name) as Row).lease_expires_at));
       return toNode(row);
     },
     list: async () => (list.all() as Row[]).map(toNode),

@@ -98,6 +98,7 @@ const token = (tenantId: string, name: string): Token => ({
 
 const registration = (name: string, extra: Partial<NodeRegistration> = {}): NodeRegistration => ({
   name,
+  holder: `holder-of-${name}`,
   internalUrl: `http://${name}.internal:8082`,
   ingressAddress: `${name}.internal:8081`,
   capacity: { memoryMib: 16_384, vcpus: 8, runtimes: 50, diskBytes: 500_000_000_000 },
@@ -477,6 +478,18 @@ export function storeContract(subject: StoreUnderTest): void {
     assert.deepEqual(await store.nodes.find('host-a'), again);
     assert.equal(await store.nodes.setDraining('host-a', false), true);
     assert.equal((await store.nodes.renew(moved, 60)).draining, false, 'undrained stays undrained');
+  });
+
+  withStore("nodes: a name is its holder's while its lease runs; another host under it is refused, then takes it once the lease ran out", async (store) => {
+    const first = await store.nodes.renew(registration('host-a'), 30);
+    assert.equal(first.holder, 'holder-of-host-a');
+    await rejectsWith(store.nodes.renew(registration('host-a', { holder: 'another-host', internalUrl: 'http://elsewhere:8082' }), 30), 'failed_precondition');
+    const kept = await store.nodes.find('host-a');
+    assert.deepEqual([kept?.holder, kept?.internalUrl], ['holder-of-host-a', first.internalUrl], 'the refused one changed nothing');
+    assert.equal((await store.nodes.renew(registration('host-a'), 0)).holder, 'holder-of-host-a', 'its own host renews (here, to a lapsed lease)');
+    const taken = await store.nodes.renew(registration('host-a', { holder: 'another-host' }), 30);
+    assert.deepEqual([taken.holder, taken.alive], ['another-host', true], 'a lapsed lease is taken');
+    await rejectsWith(store.nodes.renew(registration('host-a'), 30), 'failed_precondition');
   });
 
   withStore('nodes: draining one that never registered is false, and registers nothing', async (store) => {

@@ -19,8 +19,8 @@ test('vessel node: ls shows leases, capacity and load; drain and undrain flip pl
     const store = new SqliteStore(join(dataDir, 'vessel.db'));
     try {
       const capacity = { memoryMib: 65_536, vcpus: 16, runtimes: 1000, diskBytes: 500 * 1024 ** 3 };
-      await store.nodes.renew({ name: 'host-a', internalUrl: 'http://10.0.0.1:8082', ingressAddress: '10.0.0.1:8081', capacity }, 60);
-      await store.nodes.renew({ name: 'host-b', internalUrl: 'http://10.0.0.2:8082', ingressAddress: null, capacity }, 0);
+      await store.nodes.renew({ name: 'host-a', holder: 'h-a', internalUrl: 'http://10.0.0.1:8082', ingressAddress: '10.0.0.1:8081', capacity }, 60);
+      await store.nodes.renew({ name: 'host-b', holder: 'h-b', internalUrl: 'http://10.0.0.2:8082', ingressAddress: null, capacity }, 0);
     } finally {
       await store.close();
     }

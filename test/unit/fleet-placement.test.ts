@@ -6,6 +6,7 @@ import type { NodeLoad, VmNode } from '../../src/core/types.js';
 
 const node = (name: string, over: Partial<VmNode> = {}, memoryMib = 16_384): VmNode => ({
   name,
+  holder: `id-of-${name}`,
   internalUrl: `http://${name}:8082`,
   ingressAddress: `${name}:8081`,
   capacity: { memoryMib, vcpus: 8, runtimes: 100, diskBytes: 100 * 1024 ** 3 },

@@ -117,7 +117,7 @@ test('a version 3 store gains VM hosts: its runtimes and checkpoints are on no n
   }
 });
 
-test('a version 4 store gains fleet settings, none set; its hosts and runtimes are intact', async () => {
+test('a version 4 store gains fleet settings, none set, and name holders; its hosts and runtimes are intact', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'vessel-upgrade-'));
   try {
     const file = join(dir, 'vessel.db');
@@ -135,13 +135,18 @@ test('a version 4 store gains fleet settings, none set; its hosts and runtimes a
       assert.deepEqual((await store.nodes.list()).map((n) => [n.name, n.draining, n.alive]), [['host-a', true, false]]);
       assert.equal(await store.nodes.shared('egress-ca', 'first'), 'first');
       assert.equal(await store.nodes.shared('egress-ca', 'second'), 'first');
+      // A host registered before holders existed holds none: its next renewal, whoever makes it, takes the name.
+      assert.equal((await store.nodes.find('host-a'))?.holder, '');
+      const capacity = { memoryMib: 1024, vcpus: 2, runtimes: 100, diskBytes: 1_000_000 };
+      const renewed = await store.nodes.renew({ name: 'host-a', holder: 'h-1', internalUrl: 'http://10.0.0.1:8082', ingressAddress: null, capacity }, 30);
+      assert.deepEqual([renewed.holder, renewed.draining, renewed.alive], ['h-1', true, true]);
     } finally {
       await store.close();
     }
     const versions = new Database(file);
     try {
       const { v } = versions.prepare('SELECT max(version) AS v FROM schema_migrations').get() as { v: number };
-      assert.equal(v, 5);
+      assert.equal(v, 6);
       assert.equal(v, MIGRATIONS.at(-1)!.version, 'this test covers the latest migration');
     } finally {
       versions.close();
