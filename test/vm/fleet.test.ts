@@ -3,8 +3,9 @@
  * nodes (`--role api`), each a real `vessel serve` with its own data directory, ports, TAPs and
  * nftables table (the gateway names both after the data directory). Runtimes are real VMs. The
  * test drives what a user of the fleet does: creates that spread, calls through either API node,
- * a host killed with -9 and brought back, forks of a checkpoint through both API nodes, and a
- * host drained, its checkpoint's files moving to the other host for a fork.
+ * a host killed with -9 and brought back, forks of a checkpoint through both API nodes, a host
+ * drained, its checkpoint's files moving to the other host for a fork, and a host evacuated, its
+ * runtimes moving to the other host with their ids, memory, processes and disk.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
