@@ -51,12 +51,16 @@ export async function evacuate(store: Store, secret: string, name: string, repor
       say({ ...line, node: name, moved: false, reason: `it is ${rt.status}; only a running or paused runtime moves` });
       continue;
     }
+    let target: VmNode | null = null;
     try {
-      const target = await place({ memoryMib: rt.resources.limits.memory_mib, vcpus: rt.resources.vcpus });
+      target = await place({ memoryMib: rt.resources.limits.memory_mib, vcpus: rt.resources.vcpus });
       await moveRuntime(secret, await source(), operatorFor(rt.tenantId), randomUUID(), rt.id, target.name);
       say({ ...line, node: target.name, moved: true });
     } catch (err) {
-      say({ ...line, node: name, moved: false, reason: (err as Error).message });
+      // The answer is not the truth when it was lost (a timeout, a cut connection): the row is.
+      const now = await store.runtimes.findById(rt.id).catch(() => undefined);
+      if (target !== null && now?.node === target.name) say({ ...line, node: target.name, moved: true });
+      else say({ ...line, node: now?.node ?? name, moved: false, reason: (err as Error).message });
     }
   }
 

@@ -2,7 +2,7 @@
  * Moving a runtime between VM hosts over the hop (docs/scaling.md, "Moving runtimes";
  * core/runtime-moves.ts). The host that runs it is asked to move it (`move-to`); it captures the
  * runtime and asks the other host to take it (`take`), which pulls the capture's files straight
- * from it (`move/description`, `move/files/:file`), restores it, and commits. Every call is a
+ * from it (`move/:capture/description`, `move/:capture/files/:file`), restores it, and commits. Every call is a
  * signed hop under the caller's principal, so only the runtime's own tenant (or an operator
  * holding the cluster secret) moves it.
  */
@@ -17,13 +17,13 @@ import { callHop, type HopTarget } from './hop-proxy.js';
 
 const NodeName = Type.String({ minLength: 1, maxLength: 63, pattern: '^[A-Za-z0-9][A-Za-z0-9._-]*$' });
 const Params = Type.Object({ runtime_id: Type.String({ format: 'uuid' }) });
-const FileParams = Type.Object({ runtime_id: Type.String({ format: 'uuid' }), file: Type.String({ pattern: '^(state|ram|[0-9a-f-]{36})$' }) });
+const CaptureParams = Type.Object({ runtime_id: Type.String({ format: 'uuid' }), capture_id: Type.String({ format: 'uuid' }) });
+const FileParams = Type.Object({ runtime_id: Type.String({ format: 'uuid' }), capture_id: Type.String({ format: 'uuid' }), file: Type.String({ pattern: '^(state|ram|[0-9a-f-]{36})$' }) });
 const MoveTo = Type.Object({ node: NodeName });
 const Take = Type.Object({
   from: NodeName,
   capture: Type.String({ format: 'uuid' }),
   stamp: Type.String({ minLength: 1, maxLength: 64 }),
-  status: Type.Union([Type.Literal('running'), Type.Literal('paused')]),
 });
 
 const base = (runtimeId: string): string => `/internal/runtimes/${runtimeId}`;
@@ -52,19 +52,19 @@ export const runtimeMoveRoutes: FastifyPluginAsyncTypebox<{ core: Core; secret: 
     const call = ownCalls(req.principal, req.id);
     const target = await reachHost(core, req.query.node, 'no files yet, and is to take the runtime');
     const moved = await moves().moveOut(req.principal.tenantId, req.params.runtime_id, target.name, async (offer) => {
-      const query = new URLSearchParams({ from: offer.from, capture: offer.captureId, stamp: offer.stamp, status: offer.status });
+      const query = new URLSearchParams({ from: offer.from, capture: offer.captureId, stamp: offer.stamp });
       // Nothing flows on this call until the other host has the runtime running: every file first.
       (await callHop(secret, target, call('POST', `${base(offer.runtimeId)}/take?${query}`), MOVE_HERE_MS)).resume();
     });
     return { data: { node: moved.node } };
   });
 
-  app.get('/internal/runtimes/:runtime_id/move/description', { config, schema: { ...hidden, params: Params } }, async (req) =>
-    moves().describeCapture(req.principal.tenantId, req.params.runtime_id),
+  app.get('/internal/runtimes/:runtime_id/move/:capture_id/description', { config, schema: { ...hidden, params: CaptureParams } }, async (req) =>
+    moves().describeCapture(req.principal.tenantId, req.params.runtime_id, req.params.capture_id),
   );
 
-  app.get('/internal/runtimes/:runtime_id/move/files/:file', { config, schema: { ...hidden, params: FileParams } }, async (req, reply) => {
-    const frames = await moves().readCapture(req.principal.tenantId, req.params.runtime_id, req.params.file);
+  app.get('/internal/runtimes/:runtime_id/move/:capture_id/files/:file', { config, schema: { ...hidden, params: FileParams } }, async (req, reply) => {
+    const frames = await moves().readCapture(req.principal.tenantId, req.params.runtime_id, req.params.capture_id, req.params.file);
     return reply.type('application/octet-stream').send(frames);
   });
 
@@ -73,9 +73,9 @@ export const runtimeMoveRoutes: FastifyPluginAsyncTypebox<{ core: Core; secret: 
     // a commit here must not come after it.
     let callerGone = false;
     reply.raw.once('close', () => void (callerGone = true));
-    const { from, capture, stamp, status } = req.query;
-    const source = await remoteSource(secret, await reachHost(core, from, 'the runtime'), ownCalls(req.principal, req.id), `${base(req.params.runtime_id)}/move`);
-    const offer = { runtimeId: req.params.runtime_id, from, captureId: capture, stamp, status };
+    const { from, capture, stamp } = req.query;
+    const source = await remoteSource(secret, await reachHost(core, from, 'the runtime'), ownCalls(req.principal, req.id), `${base(req.params.runtime_id)}/move/${capture}`);
+    const offer = { runtimeId: req.params.runtime_id, from, captureId: capture, stamp };
     const taken = await moves().takeHere(req.principal.tenantId, req.params.runtime_id, offer, source, () => !callerGone && !req.raw.socket.destroyed);
     return { data: { node: taken.node } };
   });

@@ -190,6 +190,11 @@ export interface VmSpec {
   hostname: string;
   /** The host TAP device of the VM's NIC; null gives a NIC that is connected to nothing. */
   tap: string | null;
+  /**
+   * With `fromCheckpointId`: restored and left paused, nothing of the guest run, until resume()
+   * (a runtime moving here, which must not run before it is this host's: runtime-moves.ts).
+   */
+  paused?: boolean;
 }
 
 /** What the gateway enforces for one runtime: its policy and its injection rules. */

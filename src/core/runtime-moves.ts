@@ -14,7 +14,7 @@ import { randomUUID } from 'node:crypto';
 import { VesselError, failedPrecondition, notFound, unavailable } from './errors.js';
 import type { CheckpointDescription, CheckpointSource, Store, VmDriver } from './ports.js';
 import type { Readable } from 'node:stream';
-import { MOVING_MESSAGE, type Logger, type RuntimeNetwork, type RuntimeService } from './runtimes.js';
+import { MOVING_MESSAGE, stampAfter, type Logger, type RuntimeNetwork, type RuntimeService } from './runtimes.js';
 import type { Runtime } from './types.js';
 
 /** What the moving host tells the one that takes the runtime. */
@@ -26,13 +26,14 @@ export interface MoveOffer {
   captureId: string;
   /** The row's `updated_at` when the move began: the commit swaps on it. */
   stamp: string;
-  /** Whether it runs again once there, or stays paused as it was. */
-  status: 'running' | 'paused';
 }
 
-/** How often, and how long apart, a moving host tries to settle with the store an outcome it could not hear. */
-const SETTLE_TRIES = 6;
-const SETTLE_PAUSE_MS = 5000;
+/** How long apart a host tries again to learn from the store an outcome it could not hear. */
+const SETTLE_PAUSE_MS = 2000;
+/** The target gives up learning after this many tries; its restart then settles it (it keeps the VM paused meanwhile). */
+const TARGET_SETTLE_TRIES = 15;
+
+type Outcome = 'here' | 'there' | 'unknown';
 
 export class RuntimeMoves {
   /** Captures of runtimes moving away from this host, by runtime: what the taking host may read. */
@@ -48,43 +49,45 @@ export class RuntimeMoves {
   ) {}
 
   /**
-   * On the host that runs it: moves the runtime to VM host `to`, which `send` asks to take it
-   * (resolving once it has, rejecting otherwise). Resolves with the row as the store has it then.
-   * A refusal leaves the runtime here as it was, and is rethrown.
+   * On the host that runs it: moves the runtime to VM host `to`, which `send` asks to take it.
+   * Resolves with the row once the store says it is there. Otherwise the runtime stays here as
+   * it was, and the refusal is rethrown.
    */
   async moveOut(tenantId: string, ref: string, to: string, send: (offer: MoveOffer) => Promise<void>): Promise<Runtime> {
     if (to === this.node) throw failedPrecondition(`runtime '${ref}' is on VM host '${to}' already`);
     const found = await this.runtimes.get(tenantId, ref);
     return this.runtimes.whileMoving(found.id, to, async () => {
       const rt = await this.store.runtimes.findById(found.id);
-      if (rt === undefined || rt.node !== this.node) throw notFound('runtime', ref);
+      if (rt === undefined || rt.node !== this.node) throw new VesselError('unavailable', `runtime '${ref}' is no longer on VM host '${this.node}'; retry`, { retryAfterSecs: 1 });
       if (rt.status !== 'running' && rt.status !== 'paused') {
         throw failedPrecondition(`runtime '${rt.displayName}' is ${rt.status}; only a running or paused runtime moves (start it first)`);
       }
-      const status = rt.status;
-      const stamp = new Date().toISOString();
+      const stamp = stampAfter(rt.updatedAt);
       await this.store.runtimes.update({ ...rt, statusMessage: `${MOVING_MESSAGE} '${to}'`, updatedAt: stamp });
       const captureId = randomUUID();
-      try {
-        // Paused for good here: whatever it does after the capture would not go with it.
-        if (status === 'running') await this.driver.pause(rt.id);
-        await this.driver.checkpoint(rt.id, captureId);
-      } catch (err) {
-        await this.#stay(rt, stamp, status, captureId);
-        throw err;
-      }
-      this.#outgoing.set(rt.id, captureId);
       let refusal: unknown = null;
       try {
-        await send({ runtimeId: rt.id, from: this.node, captureId, stamp, status });
+        // Paused for good here: whatever it did after the capture would not go with it.
+        if (rt.status === 'running') await this.driver.pause(rt.id);
+        await this.driver.checkpoint(rt.id, captureId);
+        this.#outgoing.set(rt.id, captureId);
+        await send({ runtimeId: rt.id, from: this.node, captureId, stamp });
       } catch (err) {
         refusal = err;
       } finally {
         this.#outgoing.delete(rt.id);
       }
-      if (refusal !== null && (await this.#stay(rt, stamp, status, captureId))) throw refusal;
-      // Taken: its VM and files here are the past. What cannot be cleared now is the move's
-      // leftover, not its failure: a restart removes VMs and files that no record gives this host.
+      // Whatever the answer said, the store decides; a refusal, or an answer never heard, is
+      // settled by the swap back, which a commit there has either beaten or now cannot make.
+      const moved = (await this.#whereNow(rt.id, to)) === 'there' || !(await this.#stay(rt.id, stamp));
+      if (!moved) {
+        await this.driver.deleteCheckpoint(captureId).catch((err: unknown) => this.log.warn({ runtimeId: rt.id, err }, 'could not drop a move capture'));
+        if (rt.status === 'running') await this.driver.resume(rt.id);
+        this.runtimes.touch(rt.id);
+        throw refusal ?? unavailable(`runtime '${rt.displayName}' stayed on VM host '${this.node}'`);
+      }
+      // Its VM and files here are the past. What cannot be cleared now is the move's leftover,
+      // not its failure: a restart removes VMs and files that no record gives this host.
       for (const clear of [() => this.driver.destroy(rt.id), () => this.network.detach(rt.id), () => this.driver.deleteCheckpoint(captureId)]) {
         await clear().catch((err: unknown) => this.log.warn({ runtimeId: rt.id, err }, 'could not clear what a moved runtime left on its old host'));
       }
@@ -93,80 +96,121 @@ export class RuntimeMoves {
     });
   }
 
+  /** 'there' when the store has the runtime on `to`; never throws (a store away is 'unknown'). */
+  async #whereNow(runtimeId: string, to: string): Promise<Outcome> {
+    const row = await this.store.runtimes.findById(runtimeId).catch(() => null);
+    if (row === null) return 'unknown';
+    return row?.node === to ? 'there' : 'here';
+  }
+
   /**
-   * After a move that did not happen, or whose answer was lost: the swap back to this host
-   * either wins (the runtime stays, and runs again as it was) or loses to the other host's
-   * commit (it moved). True when it stays.
+   * The swap back to this host, tried until the store answers: true when the runtime stays
+   * here, false when the other host's commit came first. One stamp for every try, so that a
+   * swap whose answer was lost is recognized on the next read.
    */
-  async #stay(rt: Runtime, stamp: string, status: 'running' | 'paused', captureId: string): Promise<boolean> {
+  async #stay(runtimeId: string, stamp: string): Promise<boolean> {
+    const next = { node: this.node, statusMessage: null, updatedAt: stampAfter(stamp) };
     for (let attempt = 1; ; attempt++) {
       try {
-        const kept = await this.store.runtimes.handOver(rt.id, { node: this.node, updatedAt: stamp }, { node: this.node, statusMessage: null, updatedAt: new Date().toISOString() });
-        if (!kept) return false;
-        break;
+        if (await this.store.runtimes.handOver(runtimeId, { node: this.node, updatedAt: stamp }, next)) return true;
+        const row = await this.store.runtimes.findById(runtimeId);
+        // Lost answer of an earlier try of this very swap: it stays.
+        return row?.node === this.node && row.updatedAt === next.updatedAt;
       } catch (err) {
-        // Neither resumed nor dropped while the store cannot say which: a restart settles it (RuntimeService.reconcile).
-        if (attempt >= SETTLE_TRIES) throw err;
-        this.log.warn({ runtimeId: rt.id, err: (err as Error).message }, 'cannot settle a runtime move with the store yet');
+        // Neither resumed nor dropped while the store cannot say which: calls are told to retry meanwhile.
+        if (attempt % 15 === 1) this.log.warn({ runtimeId, err: (err as Error).message }, 'cannot settle a runtime move with the store yet; retrying');
         await new Promise((r) => setTimeout(r, SETTLE_PAUSE_MS));
       }
     }
-    await this.driver.deleteCheckpoint(captureId).catch((err: unknown) => this.log.warn({ runtimeId: rt.id, err }, 'could not drop a move capture'));
-    if (status === 'running') await this.driver.resume(rt.id);
-    return true;
   }
 
   /** What the taking host reads of the capture of a runtime moving away from this host. */
-  async describeCapture(tenantId: string, ref: string): Promise<CheckpointDescription> {
-    return this.driver.describeCheckpoint(await this.#captureOf(tenantId, ref));
+  async describeCapture(tenantId: string, ref: string, captureId: string): Promise<CheckpointDescription> {
+    return this.driver.describeCheckpoint(await this.#captureOf(tenantId, ref, captureId));
   }
 
-  async readCapture(tenantId: string, ref: string, file: string): Promise<Readable> {
-    return this.driver.readCheckpointFile(await this.#captureOf(tenantId, ref), file);
+  async readCapture(tenantId: string, ref: string, captureId: string, file: string): Promise<Readable> {
+    return this.driver.readCheckpointFile(await this.#captureOf(tenantId, ref, captureId), file);
   }
 
-  async #captureOf(tenantId: string, ref: string): Promise<string> {
+  async #captureOf(tenantId: string, ref: string, captureId: string): Promise<string> {
     const rt = await this.store.runtimes.find(tenantId, ref);
-    const captureId = rt === undefined ? undefined : this.#outgoing.get(rt.id);
-    if (captureId === undefined) throw failedPrecondition(`runtime '${ref}' is not moving away from VM host '${this.node}'`);
+    if (rt === undefined || this.#outgoing.get(rt.id) !== captureId) throw failedPrecondition(`runtime '${ref}' is not moving away from VM host '${this.node}' with capture ${captureId}`);
     return captureId;
   }
 
   /**
    * On the host that takes it: copies the capture from `offer.from` (through `source`), restores
-   * the VM from it, and commits the runtime as its own, unless `stillWanted` says the moving host
-   * gave up meanwhile. Anything short of the commit leaves nothing here.
+   * the VM from it, paused, and commits the runtime as its own unless `stillWanted` says the
+   * moving host gave up meanwhile; only then does its guest run here. Short of the commit,
+   * nothing of it is left here.
    */
   async takeHere(tenantId: string, ref: string, offer: MoveOffer, source: CheckpointSource, stillWanted: () => boolean): Promise<Runtime> {
-    const rt = await this.store.runtimes.find(tenantId, ref);
-    if (rt === undefined || rt.id !== offer.runtimeId) throw notFound('runtime', ref);
-    if (rt.node !== offer.from || rt.updatedAt !== offer.stamp) {
-      throw failedPrecondition(`runtime '${rt.displayName}' changed since VM host '${offer.from}' began to move it`);
-    }
-    const { captureId } = offer;
-    const moved: Runtime = { ...rt, node: this.node, statusMessage: null };
-    try {
-      await this.driver.importCheckpoint(captureId, source, { memoryMib: rt.resources.limits.memory_mib, vcpus: rt.resources.vcpus });
-      const tap = await this.network.attach(moved);
-      await this.driver.create({ runtimeId: rt.id, resources: rt.resources, fromCheckpointId: captureId, hostname: rt.displayName, tap });
-      if (offer.status === 'paused') await this.driver.pause(rt.id);
-      if (!stillWanted()) throw unavailable(`VM host '${offer.from}' stopped waiting for the move of runtime '${rt.displayName}'`);
-      moved.updatedAt = new Date().toISOString();
-      if (!(await this.store.runtimes.handOver(rt.id, { node: offer.from, updatedAt: offer.stamp }, { node: this.node, statusMessage: null, updatedAt: moved.updatedAt }))) {
-        throw failedPrecondition(`runtime '${rt.displayName}' stayed on VM host '${offer.from}': the move was called off there`);
+    const first = await this.store.runtimes.find(tenantId, ref);
+    if (first === undefined || first.id !== offer.runtimeId) throw notFound('runtime', ref);
+    return this.runtimes.withLock(first.id, async () => {
+      const rt = (await this.store.runtimes.findById(first.id)) ?? first;
+      if (rt.node !== offer.from || rt.updatedAt !== offer.stamp || (rt.status !== 'running' && rt.status !== 'paused')) {
+        throw failedPrecondition(`runtime '${rt.displayName}' changed since VM host '${offer.from}' began to move it`);
       }
-    } catch (err) {
-      await this.driver.destroy(rt.id).catch(() => undefined);
-      await this.network.detach(rt.id).catch(() => undefined);
-      await this.driver.deleteCheckpoint(captureId).catch(() => undefined);
-      if (err instanceof VesselError) throw err;
-      this.log.error({ runtimeId: rt.id, from: offer.from, err }, 'could not take a moving runtime');
-      throw unavailable(`runtime '${rt.displayName}' could not be restored on VM host '${this.node}': ${err instanceof Error ? err.message : String(err)}`);
+      // Files of an earlier take that a crash cut short are not this take's to remove: a restart does.
+      if (this.driver.runtimeIds().includes(rt.id)) throw unavailable(`VM host '${this.node}' still holds files of an earlier move of runtime '${rt.displayName}'; they go at its next start`);
+      const moved: Runtime = { ...rt, node: this.node, statusMessage: null, updatedAt: stampAfter(offer.stamp) };
+      const { captureId } = offer;
+      const undo = async () => {
+        await this.driver.destroy(rt.id).catch(() => undefined);
+        await this.network.detach(rt.id).catch(() => undefined);
+        await this.driver.deleteCheckpoint(captureId).catch(() => undefined);
+      };
+      let outcome: Outcome = 'here';
+      try {
+        await this.driver.importCheckpoint(captureId, source, { memoryMib: rt.resources.limits.memory_mib, vcpus: rt.resources.vcpus });
+        const tap = await this.network.attach(moved);
+        await this.driver.create({ runtimeId: rt.id, resources: rt.resources, fromCheckpointId: captureId, hostname: rt.displayName, tap, paused: true });
+        if (!stillWanted()) throw unavailable(`VM host '${offer.from}' stopped waiting for the move of runtime '${rt.displayName}'`);
+        outcome = await this.#commit(rt.id, offer, moved.updatedAt);
+        if (outcome === 'there') throw failedPrecondition(`runtime '${rt.displayName}' stayed on VM host '${offer.from}': the move was called off there`);
+      } catch (err) {
+        // A commit whose outcome the store would not tell keeps the paused VM: this host's restart
+        // finds the row and either resumes it (the commit happened) or removes it.
+        if (outcome !== 'unknown') await undo();
+        if (err instanceof VesselError) throw err;
+        this.log.error({ runtimeId: rt.id, from: offer.from, err }, 'could not take a moving runtime');
+        throw unavailable(`runtime '${rt.displayName}' could not be restored on VM host '${this.node}': ${err instanceof Error ? err.message : String(err)}`);
+      }
+      if (outcome === 'unknown') throw unavailable(`runtime '${rt.displayName}': the store did not say whether its move committed; VM host '${this.node}' keeps it paused until it restarts`);
+      // This host's now. The VM keeps the capture's RAM it maps, and its disk the layers it stands on.
+      await this.driver.deleteCheckpoint(captureId).catch((err: unknown) => this.log.warn({ runtimeId: rt.id, err }, 'could not drop a move capture'));
+      if (rt.status === 'running') {
+        try {
+          await this.driver.resume(rt.id);
+        } catch (err) {
+          const message = `the VM did not run again after its move: ${err instanceof Error ? err.message : String(err)}`;
+          this.log.error({ runtimeId: rt.id, err }, 'a moved runtime did not run again');
+          await this.store.runtimes.update({ ...moved, status: 'crashed', statusMessage: message });
+          return { ...moved, status: 'crashed', statusMessage: message };
+        }
+      }
+      this.runtimes.touch(rt.id);
+      this.log.info({ runtimeId: rt.id, from: offer.from, to: this.node }, 'runtime moved here');
+      return moved;
+    });
+  }
+
+  /** The commit's swap: 'here' when it took, 'there' when the moving host kept it, 'unknown' when the store would not say. */
+  async #commit(runtimeId: string, offer: MoveOffer, updatedAt: string): Promise<Outcome> {
+    const next = { node: this.node, statusMessage: null, updatedAt };
+    for (let attempt = 1; attempt <= TARGET_SETTLE_TRIES; attempt++) {
+      try {
+        if (attempt === 1 && (await this.store.runtimes.handOver(runtimeId, { node: offer.from, updatedAt: offer.stamp }, next))) return 'here';
+        // A lost answer: the row says which swap won.
+        const row = await this.store.runtimes.findById(runtimeId);
+        return row?.node === this.node && row.updatedAt === updatedAt ? 'here' : 'there';
+      } catch (err) {
+        this.log.warn({ runtimeId, err: (err as Error).message }, 'cannot learn whether a runtime move committed yet; retrying');
+        await new Promise((r) => setTimeout(r, SETTLE_PAUSE_MS));
+      }
     }
-    // Committed. The VM keeps the capture's RAM it maps, and its disk the layers it stands on.
-    await this.driver.deleteCheckpoint(captureId).catch((err: unknown) => this.log.warn({ runtimeId: rt.id, err }, 'could not drop a move capture'));
-    this.runtimes.touch(rt.id);
-    this.log.info({ runtimeId: rt.id, from: offer.from, to: this.node }, 'runtime moved here');
-    return moved;
+    return 'unknown';
   }
 }

@@ -21,6 +21,12 @@ export const STOP_DEADLINE_MS = 10_000;
 /** A runtime's status message while it moves to another VM host (runtime-moves.ts); the host's name follows. */
 export const MOVING_MESSAGE = 'moving to VM host';
 
+/**
+ * An `updated_at` later than `previous`, even within its millisecond: a move's compare-and-swap
+ * (Store.runtimes.handOver) expects one value, and a swap that wrote the same value would pass.
+ */
+export const stampAfter = (previous: string): string => new Date(Math.max(Date.now(), Date.parse(previous) + 1)).toISOString();
+
 export interface RuntimeCreateInput {
   display_name: string;
   resources?: { limits?: { memory_mib: number }; requests?: { memory_mib?: number }; vcpus?: number };
@@ -392,6 +398,8 @@ export class RuntimeService {
     try {
       const due: Runtime[] = [];
       for (const rt of await this.store.runtimes.listTimed(this.node)) {
+        // A moving runtime holds its lock for the whole copy: waiting on it would stall every timer.
+        if (this.#moving.has(rt.id)) continue;
         if (rt.status === 'running' && !this.#activity.has(rt.id)) this.#activity.set(rt.id, now);
         else if (dueAction(rt, this.#activityOf(rt.id), now, this.#defaultIdleSecs) !== null) due.push(rt);
       }
@@ -514,7 +522,7 @@ export class RuntimeService {
       if (this.node !== null && rt.statusMessage?.startsWith(MOVING_MESSAGE) === true) {
         // A move cut short by this restart: the store decides where the runtime is, and this
         // compare-and-swap keeps a late commit by the other host from taking it now.
-        const stamp = new Date().toISOString();
+        const stamp = stampAfter(rt.updatedAt);
         if (!(await this.store.runtimes.handOver(rt.id, { node: this.node, updatedAt: rt.updatedAt }, { node: this.node, statusMessage: null, updatedAt: stamp }))) {
           movedAway.add(rt.id);
           continue;

@@ -10,7 +10,7 @@
  * A host with neither gets none, and says so once.
  */
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 
 export const CGROUP_ROOT = '/sys/fs/cgroup';
 const PARENT = 'vessel';
@@ -101,7 +101,8 @@ export class VmCgroups {
   /** Removes the VM's cgroup once its QEMU has exited. A cgroup that still holds a process stays. */
   release(runtimeId: string): void {
     const dirs = this.layout.version === 2 ? [join(this.layout.dir, runtimeId)] : Object.values(this.#v1Dirs(runtimeId));
-    for (const dir of dirs) {
+    // And where a VM started before cgroups were per instance has its own (`vessel/<runtime>`).
+    for (const dir of [...dirs, ...dirs.map((d) => join(dirname(dirname(d)), runtimeId))]) {
       try {
         rmdirSync(dir);
       } catch (err) {

@@ -79,6 +79,8 @@ const FORK_FOOTPRINT_MIB = 96;
 const BALLOON_SETTLE_MS = 60_000;
 /** How long a resume waits for the guest agent before it leaves the clock as it is. */
 const CLOCK_SYNC_AGENT_MS = 2000;
+/** How long a VM restored from a checkpoint has for its agent to answer once it runs (as a fork's restore). */
+const RESTORED_AGENT_MS = 30_000;
 /** How often the VMs' console and QEMU logs are checked against their cap. */
 const LOG_CHECK_MS = 5000;
 
@@ -107,6 +109,8 @@ export class QemuDriver implements VmDriver {
   readonly #live = new Map<string, LiveVm>();
   /** Warm-pool spares not claimed yet. */
   readonly #spares = new Set<string>();
+  /** VMs restored and left paused (VmSpec.paused) whose guest has not run here yet. */
+  readonly #restoredPaused = new Set<string>();
   readonly #layers: DiskLayers;
   readonly #launcher: VmLauncher;
   readonly #baseSize: number;
@@ -272,6 +276,8 @@ export class QemuDriver implements VmDriver {
   async resume(runtimeId: string): Promise<void> {
     const vm = this.#vm(runtimeId);
     await vm.qmp.execute('cont');
+    // Restored paused, its agent has never answered this host: it does once the guest runs.
+    if (this.#restoredPaused.delete(runtimeId)) await vm.waitForAgent(RESTORED_AGENT_MS);
     await this.#syncClock(runtimeId, vm);
   }
 
@@ -298,6 +304,7 @@ export class QemuDriver implements VmDriver {
 
   async destroy(runtimeId: string): Promise<void> {
     this.#spares.delete(runtimeId);
+    this.#restoredPaused.delete(runtimeId);
     const vm = this.#live.get(runtimeId)?.vm ?? (await QemuVm.adopt(this.runtimeDir(runtimeId)));
     if (vm !== null) await this.#end(runtimeId, vm);
     this.#removeDir(runtimeId);
@@ -685,8 +692,14 @@ export class QemuDriver implements VmDriver {
   /** Starts QEMU for the runtime and gives the guest its identity and its memory request. */
   async #boot(spec: VmSpec, state: VmState, undo: Teardown, restoreFrom?: string): Promise<void> {
     const t0 = performance.now();
-    const vm = await this.#launch(spec.runtimeId, spec.hostname, state, undo, restoreFrom);
+    const paused = restoreFrom !== undefined && spec.paused === true;
+    const vm = await this.#launch(spec.runtimeId, spec.hostname, state, undo, restoreFrom, paused);
     const t1 = performance.now();
+    // Restored as it was, name and balloon included; resume() sets its clock when it runs.
+    if (paused) {
+      this.#restoredPaused.add(spec.runtimeId);
+      return void this.opts.log.info({ runtimeId: spec.runtimeId, how: 'restore, paused', vmMs: Math.round(t1 - t0) }, 'VM ready');
+    }
     // Entropy (with the kernel's generator reseeded), clock and hostname: until then a fork is
     // its checkpoint's twin.
     await giveIdentity(await vm.agent(), spec.hostname, true);
@@ -696,8 +709,8 @@ export class QemuDriver implements VmDriver {
     this.opts.log.info({ runtimeId: spec.runtimeId, how: restoreFrom === undefined ? 'boot' : 'restore', vmMs: ms(t1 - t0), personalizeMs: ms(performance.now() - t1) }, 'VM ready');
   }
 
-  async #launch(runtimeId: string, name: string, state: VmState, undo: Teardown, restoreFrom?: string): Promise<QemuVm> {
-    const vm = await this.#launcher.launch(runtimeId, this.runtimeDir(runtimeId), name, state, undo, restoreFrom);
+  async #launch(runtimeId: string, name: string, state: VmState, undo: Teardown, restoreFrom?: string, paused = false): Promise<QemuVm> {
+    const vm = await this.#launcher.launch(runtimeId, this.runtimeDir(runtimeId), name, state, undo, restoreFrom, paused);
     this.#track(runtimeId, { vm, state });
     this.#saveState(runtimeId, state);
     return vm;

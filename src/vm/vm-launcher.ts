@@ -77,7 +77,7 @@ export class VmLauncher {
    * Starts QEMU for the runtime in `dir` and waits until its guest agent answers. `restoreFrom`
    * is a migration stream to load instead of booting. Registers the undo of everything it starts.
    */
-  async launch(runtimeId: string, dir: string, name: string, state: VmState, undo: Teardown, restoreFrom?: string): Promise<QemuVm> {
+  async launch(runtimeId: string, dir: string, name: string, state: VmState, undo: Teardown, restoreFrom?: string, paused = false): Promise<QemuVm> {
     const paths = vmPaths(dir);
     for (const f of [paths.qmpSocket, paths.agentSocket, paths.pidFile, paths.serialLog, `${paths.serialLog}.1`]) rmSync(f, { force: true });
     // Directories of an earlier layout belonged to the VM's uid; nothing of a runtime does now.
@@ -123,7 +123,7 @@ export class VmLauncher {
         tapFd,
       });
       const onSpawn = (pid: number) => this.opts.cgroups?.attach(runtimeId, pid);
-      return restoreFrom === undefined ? await this.#bootUntilAgent(dir, args, inherited, onSpawn, undo) : await this.#restore(dir, args, inherited, onSpawn, undo);
+      return restoreFrom === undefined ? await this.#bootUntilAgent(dir, args, inherited, onSpawn, undo) : await this.#restore(dir, args, inherited, onSpawn, undo, paused);
     } finally {
       // QEMU has its own copies now.
       for (const fd of inherited) closeSync(fd);
@@ -134,10 +134,11 @@ export class VmLauncher {
     return { memoryBytes: (state.memoryMib + QEMU_OVERHEAD_MIB) * MiB, cpuCores: state.vcpus + 1, pids: QEMU_MAX_PIDS };
   }
 
-  async #restore(dir: string, args: string[], inherited: number[], onSpawn: (pid: number) => void, undo: Teardown): Promise<QemuVm> {
+  async #restore(dir: string, args: string[], inherited: number[], onSpawn: (pid: number) => void, undo: Teardown, paused: boolean): Promise<QemuVm> {
     const vm = await QemuVm.launch(dir, args, inherited, onSpawn);
     undo.push(() => vm.kill());
     await migrateFromFdset(vm.qmp);
+    if (paused) return vm;
     await vm.qmp.execute('cont');
     await vm.waitForAgent(30_000);
     return vm;

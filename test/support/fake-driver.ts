@@ -70,7 +70,8 @@ export class FakeDriver implements VmDriver {
     await this.#delay();
     if (this.spares.delete(spec.runtimeId) && this.vms.has(spec.runtimeId)) return;
     if (this.#used() + spec.resources.limits.memory_mib > this.capacityMib) throw unavailable('not enough host memory');
-    this.vms.set(spec.runtimeId, { state: 'running', files: new Map(), dirs: new Set(), memoryTarget: spec.resources.requests.memory_mib });
+    const state: LiveState = spec.paused === true && spec.fromCheckpointId !== null ? 'paused' : 'running';
+    this.vms.set(spec.runtimeId, { state, files: new Map(), dirs: new Set(), memoryTarget: spec.resources.requests.memory_mib });
     this.#boot(spec.runtimeId);
   }
   async start(spec: VmSpec): Promise<void> {

@@ -6,7 +6,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -45,11 +45,22 @@ async function fleetOf(work: (fleet: Fleet) => Promise<void>): Promise<void> {
 }
 
 /** What host b's `take` route does: reads host a's capture through its core, as the hop would carry it. */
-const captureOf = (a: Core, runtimeId: string): CheckpointSource => ({
+const captureOf = (a: Core, offer: MoveOffer): CheckpointSource => ({
   description: { manifest: null, image: 'fake-image' },
-  open: (file) => a.runtimeMoves!.readCapture('acme', runtimeId, file),
+  open: (file) => a.runtimeMoves!.readCapture('acme', offer.runtimeId, offer.captureId, file),
 });
-const take = (a: Core, b: Core, offer: MoveOffer, stillWanted = () => true) => b.runtimeMoves!.takeHere('acme', offer.runtimeId, offer, captureOf(a, offer.runtimeId), stillWanted);
+const take = (a: Core, b: Core, offer: MoveOffer, stillWanted = () => true) => b.runtimeMoves!.takeHere('acme', offer.runtimeId, offer, captureOf(a, offer), stillWanted);
+
+/** Makes the store's next hand-over to `node` take effect and then fail, as a connection lost before its answer. */
+function loseAnswerOfNextHandOver(store: SqliteStore, node: string): void {
+  const handOver = store.runtimes.handOver.bind(store.runtimes);
+  store.runtimes.handOver = async (id, expected, next) => {
+    const took = await handOver(id, expected, next);
+    if (next.node !== node) return took;
+    store.runtimes.handOver = handOver;
+    throw new Error('Connection terminated unexpectedly');
+  };
+}
 const refused = (code: string, why: RegExp) => (err: unknown) => err instanceof VesselError && err.code === code && why.test(err.message);
 
 test('a running runtime moves with its id; calls meanwhile are told to retry; nothing of it stays behind', async () => {
@@ -59,7 +70,22 @@ test('a running runtime moves with its id; calls meanwhile are told to retry; no
       await assert.rejects(a.runtimes.exec('acme', 'mover', { command: 'true', args: [], cwd: null, env: {}, stdin: null, maxOutputBytes: 10, timeoutSecs: 1 }), refused('unavailable', /moving to VM host 'host-b'; retry/));
       assert.equal((await store.runtimes.findById(rt.id))?.statusMessage, "moving to VM host 'host-b'", 'what a GET shows meanwhile');
       assert.equal(driverA.vms.get(rt.id)?.state, 'paused', 'it runs nowhere while its files are copied');
-      await take(a, b, offer);
+      await assert.rejects(a.runtimeMoves!.readCapture('acme', rt.id, randomUUID(), 'state'), refused('failed_precondition', /not moving away .* with capture/));
+      let ranBeforeCommit = false;
+      const source = captureOf(a, offer);
+      const watched: CheckpointSource = {
+        ...source,
+        open: async (file) => {
+          const frames = await source.open(file);
+          // Checked again once the VM is made, just before the commit (stillWanted is asked then).
+          return frames;
+        },
+      };
+      await b.runtimeMoves!.takeHere('acme', rt.id, offer, watched, () => {
+        ranBeforeCommit = driverB.vms.get(rt.id)?.state === 'running';
+        return true;
+      });
+      assert.equal(ranBeforeCommit, false, 'restored paused: nothing of it runs there before the commit');
     });
     assert.equal(moved.id, rt.id);
     const row = await store.runtimes.findById(rt.id);
@@ -167,7 +193,7 @@ test('a restart of the moving host mid-move: its swap back settles it, and the V
     const row = await store.runtimes.findById(rt.id);
     assert.deepEqual([row?.node, row?.status, row?.statusMessage], ['host-a', 'running', null]);
     assert.equal(driverA.vms.get(rt.id)?.state, 'running', 'resumed');
-    await assert.rejects(b.runtimeMoves!.takeHere('acme', rt.id, offered!, captureOf(a, rt.id), () => true), refused('failed_precondition', /changed since/));
+    await assert.rejects(b.runtimeMoves!.takeHere('acme', rt.id, offered!, captureOf(a, offered!), () => true), refused('failed_precondition', /changed since/));
     assert.ok(!driverB.vms.has(rt.id));
   });
 });
@@ -187,5 +213,46 @@ test('a restart of the moving host after the other committed: the VM left there 
     assert.equal(orphans, 1);
     assert.ok(!driverA.vms.has(rt.id));
     assert.equal((await store.runtimes.findById(rt.id))?.node, 'host-b');
+  });
+});
+
+test('the commit itself decides: a moving host restarted after the taker checked the row keeps the runtime, and the taker keeps nothing', async () => {
+  await fleetOf(async ({ a, b, driverA, driverB, store, restartA }) => {
+    const rt = await a.runtimes.create('acme', { display_name: 'raced' });
+    let offered: MoveOffer | null = null;
+    void a.runtimeMoves!.moveOut('acme', 'raced', 'host-b', (offer) => {
+      offered = offer;
+      return new Promise<void>(() => undefined);
+    });
+    while (offered === null) await new Promise((r) => setTimeout(r, 5));
+    const source = captureOf(a, offered);
+    // Host b has checked the row and is copying when host a restarts and fences the move.
+    const racing: CheckpointSource = { ...source, open: async (file) => { const frames = await source.open(file); await restartA().reconcile(); return frames; } };
+    await assert.rejects(b.runtimeMoves!.takeHere('acme', rt.id, offered, racing, () => true), refused('failed_precondition', /the move was called off there/));
+    assert.ok(!driverB.vms.has(rt.id), 'the taker keeps no VM');
+    const row = await store.runtimes.findById(rt.id);
+    assert.deepEqual([row?.node, row?.status, row?.statusMessage], ['host-a', 'running', null]);
+    assert.equal(driverA.vms.get(rt.id)?.state, 'running');
+  });
+});
+
+test("a lost answer of either side's swap: the row says which won, and the runtime runs in exactly one place", async () => {
+  await fleetOf(async ({ a, b, driverA, driverB, store }) => {
+    // The taker's commit took effect, its answer was lost: it learns from the row, and runs it.
+    const one = await a.runtimes.create('acme', { display_name: 'commit-lost' });
+    loseAnswerOfNextHandOver(store, 'host-b');
+    await a.runtimeMoves!.moveOut('acme', 'commit-lost', 'host-b', (offer) => take(a, b, offer).then(() => undefined));
+    assert.equal((await store.runtimes.findById(one.id))?.node, 'host-b');
+    assert.equal(driverB.vms.get(one.id)?.state, 'running');
+    assert.ok(!driverA.vms.has(one.id));
+
+    // The moving host's swap back took effect, its answer was lost: it keeps the runtime, running.
+    const two = await a.runtimes.create('acme', { display_name: 'stay-lost' });
+    loseAnswerOfNextHandOver(store, 'host-a');
+    await assert.rejects(a.runtimeMoves!.moveOut('acme', 'stay-lost', 'host-b', async () => { throw new Error('socket hang up'); }), /socket hang up/);
+    const row = await store.runtimes.findById(two.id);
+    assert.deepEqual([row?.node, row?.statusMessage], ['host-a', null]);
+    assert.equal(driverA.vms.get(two.id)?.state, 'running');
+    assert.ok(!driverB.vms.has(two.id));
   });
 });

@@ -11,7 +11,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { request as httpRequest } from 'node:http';
 import pg from 'pg';
@@ -288,6 +288,11 @@ test('evacuating host 2: its running and paused runtimes move to host 1 with the
   const runtimeDirs = (host: Service, id: string) => existsSync(join(host.dataDir, 'runtimes', id));
   assert.deepEqual([runtimeDirs(hosts[1]!, live!.id), runtimeDirs(hosts[1]!, paused!.id), runtimeDirs(hosts[1]!, stopped!.id)], [false, false, true]);
   assert.ok(!existsSync(join(hosts[1]!.dataDir, 'checkpoints', cp.id)) && existsSync(join(hosts[0]!.dataDir, 'checkpoints', cp.id)));
+  // The moves' captures are checkpoints of no one's: neither host keeps one.
+  for (const [i, host] of hosts.entries()) {
+    const recorded = new Set((await db.query('SELECT id FROM checkpoints WHERE node = $1', [`host-${i + 1}`])).rows.map((r) => r.id as string));
+    assert.deepEqual(readdirSync(join(host.dataDir, 'checkpoints')).filter((id) => !recorded.has(id)), [], `host ${i + 1} holds only recorded checkpoints`);
+  }
   // The moved checkpoint forks on host 1, with what its runtime had on disk.
   const fork = ok(await apis[0]!.call('POST', '/v1/runtimes', { display_name: 'evac-fork', checkpoint: 'evac-snap' }), 201);
   assert.equal(await nodeOf('evac-fork'), 'host-1');
