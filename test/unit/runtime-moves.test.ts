@@ -51,6 +51,17 @@ const captureOf = (a: Core, offer: MoveOffer): CheckpointSource => ({
 });
 const take = (a: Core, b: Core, offer: MoveOffer, stillWanted = () => true) => b.runtimeMoves!.takeHere('acme', offer.runtimeId, offer, captureOf(a, offer), stillWanted);
 
+/** Starts a move to host b whose process then dies (its call never returns); resolves with what it offered. */
+async function moveThatNeverReturns(a: Core, name: string): Promise<MoveOffer> {
+  let offered: MoveOffer | null = null;
+  void a.runtimeMoves!.moveOut('acme', name, 'host-b', (offer) => {
+    offered = offer;
+    return new Promise<void>(() => undefined);
+  });
+  while (offered === null) await new Promise((r) => setTimeout(r, 5));
+  return offered;
+}
+
 /** Makes the store's next hand-over to `node` take effect and then fail, as a connection lost before its answer. */
 function loseAnswerOfNextHandOver(store: SqliteStore, node: string): void {
   const handOver = store.runtimes.handOver.bind(store.runtimes);
@@ -181,19 +192,14 @@ test('an answer lost before the commit: the moving host keeps it, and a late com
 test('a restart of the moving host mid-move: its swap back settles it, and the VM runs again there', async () => {
   await fleetOf(async ({ a, b, driverA, driverB, store, restartA }) => {
     const rt = await a.runtimes.create('acme', { display_name: 'cut' });
-    let offered: MoveOffer | null = null;
     // The process dies while host b copies: its move never returns.
-    void a.runtimeMoves!.moveOut('acme', 'cut', 'host-b', (offer) => {
-      offered = offer;
-      return new Promise<void>(() => undefined);
-    });
-    while (offered === null) await new Promise((r) => setTimeout(r, 5));
+    const offered = await moveThatNeverReturns(a, 'cut');
     const again = restartA();
     await again.reconcile();
     const row = await store.runtimes.findById(rt.id);
     assert.deepEqual([row?.node, row?.status, row?.statusMessage], ['host-a', 'running', null]);
     assert.equal(driverA.vms.get(rt.id)?.state, 'running', 'resumed');
-    await assert.rejects(b.runtimeMoves!.takeHere('acme', rt.id, offered!, captureOf(a, offered!), () => true), refused('failed_precondition', /changed since/));
+    await assert.rejects(b.runtimeMoves!.takeHere('acme', rt.id, offered, captureOf(a, offered), () => true), refused('failed_precondition', /changed since/));
     assert.ok(!driverB.vms.has(rt.id));
   });
 });
@@ -219,12 +225,7 @@ test('a restart of the moving host after the other committed: the VM left there 
 test('the commit itself decides: a moving host restarted after the taker checked the row keeps the runtime, and the taker keeps nothing', async () => {
   await fleetOf(async ({ a, b, driverA, driverB, store, restartA }) => {
     const rt = await a.runtimes.create('acme', { display_name: 'raced' });
-    let offered: MoveOffer | null = null;
-    void a.runtimeMoves!.moveOut('acme', 'raced', 'host-b', (offer) => {
-      offered = offer;
-      return new Promise<void>(() => undefined);
-    });
-    while (offered === null) await new Promise((r) => setTimeout(r, 5));
+    const offered = await moveThatNeverReturns(a, 'raced');
     const source = captureOf(a, offered);
     // Host b has checked the row and is copying when host a restarts and fences the move.
     const racing: CheckpointSource = { ...source, open: async (file) => { const frames = await source.open(file); await restartA().reconcile(); return frames; } };
