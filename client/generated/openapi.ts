@@ -987,14 +987,14 @@ export interface components {
              */
             count: number;
         };
-        /** @description What a runtime's lifecycle settings did to it, with no request asking */
+        /** @description What happened to a runtime with no request of its tenant asking: its lifecycle settings' actions, and moves between VM hosts */
         LifecycleAudit: {
             /**
-             * @description what the timer did
+             * @description what the timer did, or move: the runtime moved to another VM host of the fleet
              * @enum {string}
              */
-            action: "suspend" | "stop" | "delete";
-            /** @description which setting, and after how long */
+            action: "suspend" | "stop" | "delete" | "move";
+            /** @description which setting, and after how long; for a move, from which host to which */
             reason: string;
             /** @description the runtime's display name when it acted (a deleted runtime has no other) */
             runtime_name: string;

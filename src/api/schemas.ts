@@ -237,11 +237,11 @@ export const IcmpDropAudit = Type.Object(
 
 export const LifecycleAudit = Type.Object(
   {
-    action: StringEnum(['suspend', 'stop', 'delete'] as const, { description: 'what the timer did' }),
-    reason: Type.String({ description: 'which setting, and after how long' }),
+    action: StringEnum(['suspend', 'stop', 'delete', 'move'] as const, { description: 'what the timer did, or move: the runtime moved to another VM host of the fleet' }),
+    reason: Type.String({ description: 'which setting, and after how long; for a move, from which host to which' }),
     runtime_name: Type.String({ description: "the runtime's display name when it acted (a deleted runtime has no other)" }),
   },
-  { $id: 'LifecycleAudit', additionalProperties: false, description: "What a runtime's lifecycle settings did to it, with no request asking" },
+  { $id: 'LifecycleAudit', additionalProperties: false, description: "What happened to a runtime with no request of its tenant asking: its lifecycle settings' actions, and moves between VM hosts" },
 );
 
 export const Audit = Type.Object(

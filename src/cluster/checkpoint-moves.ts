@@ -46,10 +46,10 @@ async function readDescription(answer: AsyncIterable<Buffer>): Promise<Checkpoin
   return typeof parsed?.image === 'string' ? { manifest: parsed.manifest, image: parsed.image } : null;
 }
 
-/** A live VM host to call for a move; `what` says what it holds, for the refusal. */
-export async function reachHost(core: Core, name: string, what: string): Promise<HopTarget> {
+/** A live VM host to call for a move; `role` says what it is to the move, for the refusal. */
+export async function reachHost(core: Core, name: string, role: string): Promise<HopTarget> {
   const node = await core.nodes.find(name);
-  if (node?.alive !== true) throw new VesselError('unavailable', `VM host '${name}', which holds ${what}, holds no lease`, { retryAfterSecs: 5 });
+  if (node?.alive !== true) throw new VesselError('unavailable', `VM host '${name}', ${role}, holds no lease`, { retryAfterSecs: 5 });
   return node;
 }
 
@@ -77,7 +77,7 @@ export const checkpointMoveRoutes: FastifyPluginAsyncTypebox<{ core: Core; secre
 
   app.post('/internal/checkpoints/:checkpoint_id/move-here', { config, schema: { ...hidden, params: Params } }, async (req) => {
     const call = ownCalls(req.principal, req.id);
-    const reach = (name: string) => reachHost(core, name, "the checkpoint's files");
+    const reach = (name: string) => reachHost(core, name, "which holds the checkpoint's files");
     const connect = async (name: string, id: string): Promise<CheckpointSource> => remoteSource(secret, await reach(name), call, `/internal/checkpoints/${id}`);
     const { checkpoint, from } = await core.checkpoints.moveHere(req.principal.tenantId, req.params.checkpoint_id, connect);
     if (from !== null) {

@@ -50,7 +50,7 @@ export const runtimeMoveRoutes: FastifyPluginAsyncTypebox<{ core: Core; secret: 
 
   app.post('/internal/runtimes/:runtime_id/move-to', { config, schema: { ...hidden, params: Params, querystring: MoveTo } }, async (req) => {
     const call = ownCalls(req.principal, req.id);
-    const target = await reachHost(core, req.query.node, 'no files yet, and is to take the runtime');
+    const target = await reachHost(core, req.query.node, 'which was to take the runtime');
     const moved = await moves().moveOut(req.principal.tenantId, req.params.runtime_id, target.name, async (offer) => {
       const query = new URLSearchParams({ from: offer.from, capture: offer.captureId, stamp: offer.stamp });
       // Nothing flows on this call until the other host has the runtime running: every file first.
@@ -74,7 +74,7 @@ export const runtimeMoveRoutes: FastifyPluginAsyncTypebox<{ core: Core; secret: 
     let callerGone = false;
     reply.raw.once('close', () => void (callerGone = true));
     const { from, capture, stamp } = req.query;
-    const source = await remoteSource(secret, await reachHost(core, from, 'the runtime'), ownCalls(req.principal, req.id), `${base(req.params.runtime_id)}/move/${capture}`);
+    const source = await remoteSource(secret, await reachHost(core, from, 'which runs the runtime'), ownCalls(req.principal, req.id), `${base(req.params.runtime_id)}/move/${capture}`);
     const offer = { runtimeId: req.params.runtime_id, from, captureId: capture, stamp };
     const taken = await moves().takeHere(req.principal.tenantId, req.params.runtime_id, offer, source, () => !callerGone && !req.raw.socket.destroyed);
     return { data: { node: taken.node } };

@@ -15,6 +15,7 @@ import { VesselError, failedPrecondition, notFound, unavailable } from './errors
 import type { CheckpointDescription, CheckpointSource, Store, VmDriver } from './ports.js';
 import type { Readable } from 'node:stream';
 import { MOVING_MESSAGE, stampAfter, type Logger, type RuntimeNetwork, type RuntimeService } from './runtimes.js';
+import type { AuditService } from './audits.js';
 import type { Runtime } from './types.js';
 
 /** What the moving host tells the one that takes the runtime. */
@@ -44,6 +45,8 @@ export class RuntimeMoves {
     private readonly runtimes: RuntimeService,
     private readonly driver: VmDriver,
     private readonly network: RuntimeNetwork,
+    /** Where a move is recorded for the runtime's tenant to see. */
+    private readonly audits: Pick<AuditService, 'record'>,
     private readonly log: Logger,
     private readonly node: string,
   ) {}
@@ -193,6 +196,10 @@ export class RuntimeMoves {
       }
       this.runtimes.touch(rt.id);
       this.log.info({ runtimeId: rt.id, from: offer.from, to: this.node }, 'runtime moved here');
+      const lifecycle = { action: 'move' as const, reason: `moved from VM host '${offer.from}' to '${this.node}'`, runtime_name: rt.displayName };
+      await this.audits
+        .record([{ id: randomUUID(), tenantId: rt.tenantId, runtimeId: rt.id, category: 'lifecycle', payload: { lifecycle }, createdAt: moved.updatedAt }])
+        .catch((err: unknown) => this.log.warn({ runtimeId: rt.id, err }, 'could not record a runtime move'));
       return moved;
     });
   }

@@ -215,7 +215,8 @@ export type EgressAuditDetail = EgressAuditDetails[EgressAuditKind];
 
 /** What a lifecycle timer did to a runtime on its own (docs/api.md, "Lifecycle settings"). */
 export interface LifecycleAuditDetail {
-  action: 'suspend' | 'stop' | 'delete';
+  /** What a lifecycle timer did, or `move`: an operator moved the runtime to another VM host. */
+  action: 'suspend' | 'stop' | 'delete' | 'move';
   reason: string;
   /** The runtime's display name then: after a delete, nothing else tells the user which it was. */
   runtime_name: string;

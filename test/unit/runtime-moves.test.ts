@@ -107,6 +107,9 @@ test('a running runtime moves with its id; calls meanwhile are told to retry; no
     assert.ok(!driverA.vms.has(rt.id), 'the old host keeps no VM');
     const captures = (d: FakeDriver) => d.heldCheckpointIds().filter((id) => id !== rt.baseCheckpointId);
     assert.deepEqual([captures(driverA), captures(driverB)], [[], []], 'the capture is no checkpoint of anyone\'s');
+    // Its tenant sees the move in its audits, once.
+    const audits = (await a.audits.list('acme', { runtime: rt.id, category: 'lifecycle', limit: 10 })).items;
+    assert.deepEqual(audits.map((x) => x.payload), [{ lifecycle: { action: 'move', reason: "moved from VM host 'host-a' to 'host-b'", runtime_name: 'mover' } }]);
     // Host b owns it now; host a refuses it, and the API nodes route it to b.
     assert.equal((await b.runtimes.exec('acme', rt.id, { command: 'true', args: [], cwd: null, env: {}, stdin: null, maxOutputBytes: 10, timeoutSecs: 1 })).exit_code, 0);
     await assert.rejects(a.runtimes.get('acme', rt.id), refused('unavailable', /not on this VM host/));

@@ -279,6 +279,8 @@ test('evacuating host 2: its running and paused runtimes move to host 1 with the
   assert.deepEqual([shown.id, shown.status, shown.status_message ?? null], [live!.id, 'running', null]);
   assert.equal(await nodeOf(live!.display_name), 'host-1');
   assert.equal(await exec(live!.id, 'cat /dev/shm/mark /root/disk-mark'), 'in-memory\non-disk\n');
+  const audits = ok(await apis[1]!.call('GET', `/v1/audits?runtime=${live!.id}&category=lifecycle`)) as Array<{ payload: { lifecycle: { action: string; reason: string } } }>;
+  assert.deepEqual(audits.map((a) => a.payload.lifecycle), [{ action: 'move', reason: "moved from VM host 'host-2' to 'host-1'", runtime_name: live!.display_name }], 'its tenant sees the move');
   assert.equal((await exec(live!.id, `kill -0 ${pid} && echo alive`)).trim(), 'alive');
   assert.equal(await nodeOf(paused!.display_name), 'host-1');
   assert.equal(ok(await apis[1]!.call('GET', `/v1/runtimes/${paused!.id}`)).status, 'paused');
