@@ -1,5 +1,5 @@
 /**
- * Emptying a VM host (`vessel node evacuate NAME`; docs/scaling.md, "Draining and evacuating"):
+ * Emptying a VM host (`vessel node evacuate NAME`; docs/scaling.md, "Draining" and "Moving runtimes"):
  * it is drained, then each of its running or paused runtimes moves to the host placement picks,
  * keeping its id, and each of its tenants' ready checkpoints moves there too. One at a time, so
  * that placement sees each move's load before the next. What cannot move is said, with why.
