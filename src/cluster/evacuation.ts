@@ -1,11 +1,13 @@
 /**
  * Emptying a VM host (`vessel node evacuate NAME`; docs/scaling.md, "Draining" and "Moving runtimes"):
- * it is drained, then each of its running or paused runtimes moves to the host placement picks,
- * keeping its id, and each of its tenants' ready checkpoints moves there too. One at a time, so
+ * it is drained, then each of its runtimes moves to the host placement picks, keeping its id
+ * (running and paused ones whole, shut-down and crashed ones as their disk; core/runtime-moves.ts),
+ * and each of its tenants' ready checkpoints moves there too. One at a time, so
  * that placement sees each move's load before the next. What cannot move is said, with why.
  */
 import { randomUUID } from 'node:crypto';
 import type { Store } from '../core/ports.js';
+import { MOVABLE } from '../core/runtime-moves.js';
 import type { Principal, VmNode } from '../core/types.js';
 import { moveCheckpoint } from './checkpoint-moves.js';
 import { placeRuntime, type Demand } from './placement.js';
@@ -47,8 +49,8 @@ export async function evacuate(store: Store, secret: string, name: string, repor
 
   for (const rt of (await store.runtimes.listAll()).filter((r) => r.node === name)) {
     const line = { kind: 'runtime' as const, id: rt.id, name: rt.displayName, tenant: rt.tenantId };
-    if (rt.status !== 'running' && rt.status !== 'paused') {
-      say({ ...line, node: name, moved: false, reason: `it is ${rt.status}; only a running or paused runtime moves` });
+    if (!MOVABLE.includes(rt.status)) {
+      say({ ...line, node: name, moved: false, reason: `it is ${rt.status}; a runtime moves when running, paused, shut down or crashed` });
       continue;
     }
     let target: VmNode | null = null;

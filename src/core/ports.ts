@@ -331,6 +331,13 @@ export interface VmDriver {
   setMemoryTarget(runtimeId: string, mib: number): Promise<void>;
   /** Captures the runtime into the checkpoint's files; resolves with the disk space they take. */
   checkpoint(runtimeId: string, checkpointId: string): Promise<{ bytes: number }>;
+  /**
+   * Captures a runtime with no VM (shut down, crashed) as a checkpoint of its disk alone, under
+   * this shape, for a move (runtime-moves.ts). Its own disk is left as it is.
+   */
+  captureDisk(runtimeId: string, checkpointId: string, shape: { memoryMib: number; vcpus: number }): Promise<void>;
+  /** Makes a runtime with no VM here whose disk is that of a captureDisk checkpoint; start() boots it. */
+  adoptDisk(runtimeId: string, checkpointId: string): Promise<void>;
   /** Checks a ready checkpoint's files against what they were at capture: what is wrong, or null. */
   verifyCheckpoint(checkpointId: string): Promise<string | null>;
   deleteCheckpoint(checkpointId: string): Promise<void>;

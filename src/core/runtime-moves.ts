@@ -16,7 +16,7 @@ import type { CheckpointDescription, CheckpointSource, Store, VmDriver } from '.
 import type { Readable } from 'node:stream';
 import { MOVING_MESSAGE, stampAfter, type Logger, type RuntimeNetwork, type RuntimeService } from './runtimes.js';
 import type { AuditService } from './audits.js';
-import type { Runtime } from './types.js';
+import type { Runtime, RuntimeStatus } from './types.js';
 
 /** What the moving host tells the one that takes the runtime. */
 export interface MoveOffer {
@@ -35,6 +35,14 @@ const SETTLE_PAUSE_MS = 2000;
 const TARGET_SETTLE_TRIES = 15;
 
 type Outcome = 'here' | 'there' | 'unknown';
+
+/**
+ * What moves: a runtime with a VM (running, paused) as its whole machine, one without (shut down,
+ * crashed) as its disk. A suspended one would need its saved memory carried as well: not built.
+ */
+export const MOVABLE: readonly RuntimeStatus[] = ['running', 'paused', 'shutdown', 'crashed'];
+const MOVABLE_SAID = 'a runtime moves when running, paused, shut down or crashed (resume a suspended one first)';
+const hasVm = (rt: Runtime): boolean => rt.status === 'running' || rt.status === 'paused';
 
 export class RuntimeMoves {
   /** Captures of runtimes moving away from this host, by runtime: what the taking host may read. */
@@ -62,17 +70,20 @@ export class RuntimeMoves {
     return this.runtimes.whileMoving(found.id, to, async () => {
       const rt = await this.store.runtimes.findById(found.id);
       if (rt === undefined || rt.node !== this.node) throw new VesselError('unavailable', `runtime '${ref}' is no longer on VM host '${this.node}'; retry`, { retryAfterSecs: 1 });
-      if (rt.status !== 'running' && rt.status !== 'paused') {
-        throw failedPrecondition(`runtime '${rt.displayName}' is ${rt.status}; only a running or paused runtime moves (start it first)`);
-      }
+      if (!MOVABLE.includes(rt.status)) throw failedPrecondition(`runtime '${rt.displayName}' is ${rt.status}; ${MOVABLE_SAID}`);
       const stamp = stampAfter(rt.updatedAt);
       await this.store.runtimes.update({ ...rt, statusMessage: `${MOVING_MESSAGE} '${to}'`, updatedAt: stamp });
       const captureId = randomUUID();
       let refusal: unknown = null;
       try {
-        // Paused for good here: whatever it did after the capture would not go with it.
-        if (rt.status === 'running') await this.driver.pause(rt.id);
-        await this.driver.checkpoint(rt.id, captureId);
+        if (!hasVm(rt)) {
+          // Its disk alone: nothing writes it while the runtime holds this lock.
+          await this.driver.captureDisk(rt.id, captureId, { memoryMib: rt.resources.limits.memory_mib, vcpus: rt.resources.vcpus });
+        } else {
+          // Paused for good here: whatever it did after the capture would not go with it.
+          if (rt.status === 'running') await this.driver.pause(rt.id);
+          await this.driver.checkpoint(rt.id, captureId);
+        }
         this.#outgoing.set(rt.id, captureId);
         await send({ runtimeId: rt.id, from: this.node, captureId, stamp });
       } catch (err) {
@@ -153,7 +164,7 @@ export class RuntimeMoves {
     if (first === undefined || first.id !== offer.runtimeId) throw notFound('runtime', ref);
     return this.runtimes.withLock(first.id, async () => {
       const rt = (await this.store.runtimes.findById(first.id)) ?? first;
-      if (rt.node !== offer.from || rt.updatedAt !== offer.stamp || (rt.status !== 'running' && rt.status !== 'paused')) {
+      if (rt.node !== offer.from || rt.updatedAt !== offer.stamp || !MOVABLE.includes(rt.status)) {
         throw failedPrecondition(`runtime '${rt.displayName}' changed since VM host '${offer.from}' began to move it`);
       }
       // Files of an earlier take that a crash cut short are not this take's to remove: a restart does.
@@ -168,8 +179,13 @@ export class RuntimeMoves {
       let outcome: Outcome = 'here';
       try {
         await this.driver.importCheckpoint(captureId, source, { memoryMib: rt.resources.limits.memory_mib, vcpus: rt.resources.vcpus });
-        const tap = await this.network.attach(moved);
-        await this.driver.create({ runtimeId: rt.id, resources: rt.resources, fromCheckpointId: captureId, hostname: rt.displayName, tap, paused: true });
+        if (!hasVm(rt)) {
+          // A disk to boot at its next start, which attaches its network then.
+          await this.driver.adoptDisk(rt.id, captureId);
+        } else {
+          const tap = await this.network.attach(moved);
+          await this.driver.create({ runtimeId: rt.id, resources: rt.resources, fromCheckpointId: captureId, hostname: rt.displayName, tap, paused: true });
+        }
         if (!stillWanted()) throw unavailable(`VM host '${offer.from}' stopped waiting for the move of runtime '${rt.displayName}'`);
         outcome = await this.#commit(rt.id, offer, moved.updatedAt);
         if (outcome === 'there') throw failedPrecondition(`runtime '${rt.displayName}' stayed on VM host '${offer.from}': the move was called off there`);

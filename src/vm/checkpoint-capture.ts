@@ -148,3 +148,43 @@ function allocatedBytes(path: string): number {
     return 0;
   }
 }
+
+/**
+ * A runtime with no VM (shut down or crashed) as a checkpoint of its disk alone, for a move to
+ * another host (core/runtime-moves.ts): its overlay is linked among the layers as the
+ * checkpoint's, under a manifest with no RAM and an empty device state. The runtime is not
+ * moved onto a new overlay: nothing writes its disk while it has no VM, and a move that fails
+ * drops the link, leaving the disk as it was. The link is not sealed for the same reason.
+ */
+export async function captureStoppedDisk(c: Omit<CaptureRequest, 'vm' | 'recordState'> & { shape: { memoryMib: number; vcpus: number } }): Promise<void> {
+  const { dir, state, checkpointId, layers } = c;
+  const cpDir = layers.checkpointDir(checkpointId);
+  mkdirSync(cpDir, { mode: 0o700 });
+  fsyncDir(layers.checkpointsDir);
+  layers.inFlight.add(checkpointId);
+  try {
+    const layer = layers.layerFile(checkpointId);
+    linkSync(join(dir, diskFileOf(state)), layer);
+    fsyncDir(layers.layersDir);
+    await flushFiles([layer]);
+    const layerDigest = await digestFile(layer);
+    writeFileDurably(layers.layerDigestFile(checkpointId), `${layerDigest}\n`, 0o400);
+    const stateFile = join(cpDir, 'state');
+    writeFileDurably(stateFile, '', 0o400);
+    const manifest: CheckpointManifest = {
+      version: MANIFEST_VERSION,
+      chain: [checkpointId, ...state.chain],
+      hasRam: false,
+      memoryMib: c.shape.memoryMib,
+      vcpus: c.shape.vcpus,
+      diskSizeBytes: state.diskSizeBytes,
+      balloonMib: c.shape.memoryMib,
+      qemuVersion: c.qemuVersion,
+      digests: { state: await digestFile(stateFile), ram: null, layers: { [checkpointId]: layerDigest, ...chainDigests(layers, state.chain) } },
+    };
+    writeFileDurably(layers.manifestFile(checkpointId), JSON.stringify(manifest, null, 2), 0o400);
+    sealFile(layers.manifestFile(checkpointId));
+  } finally {
+    layers.inFlight.delete(checkpointId);
+  }
+}

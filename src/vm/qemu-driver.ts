@@ -20,7 +20,7 @@ import { flushFiles, fsyncDir } from '../platform/durable-files.js';
 import { runCommand } from '../platform/run-command.js';
 import { hostTscKhz, type Accel } from './accel.js';
 import type { VmCgroups } from './cgroups.js';
-import { captureCheckpoint } from './checkpoint-capture.js';
+import { captureCheckpoint, captureStoppedDisk } from './checkpoint-capture.js';
 import { importCheckpoint } from './checkpoint-import.js';
 import { DiskLayers, type CheckpointManifest } from './disk-layers.js';
 import { digestFile } from './file-digest.js';
@@ -489,6 +489,40 @@ export class QemuDriver implements VmDriver {
     } finally {
       await resume();
     }
+  }
+
+  async captureDisk(runtimeId: string, checkpointId: string, shape: { memoryMib: number; vcpus: number }): Promise<void> {
+    if (this.#live.has(runtimeId)) throw failedPrecondition('the runtime has a VM: capture it with checkpoint()');
+    try {
+      await captureStoppedDisk({ dir: this.runtimeDir(runtimeId), state: this.#readState(runtimeId), checkpointId, layers: this.#layers, qemuVersion: this.opts.qemuVersion, shape });
+    } catch (err) {
+      await this.deleteCheckpoint(checkpointId);
+      throw err;
+    }
+  }
+
+  async adoptDisk(runtimeId: string, checkpointId: string): Promise<void> {
+    const read = this.#layers.readManifest(checkpointId);
+    if ('problem' in read) throw failedPrecondition(`checkpoint ${checkpointId} cannot be taken: ${read.problem}`);
+    const { manifest } = read;
+    const dir = this.runtimeDir(runtimeId);
+    await this.#undoOnFailure(async (undo) => {
+      mkdirSync(dir, { mode: 0o700 });
+      fsyncDir(this.#layers.runtimesDir);
+      undo.push(() => this.#removeDir(runtimeId));
+      const state: VmState = {
+        uid: this.#allocateUid(runtimeId),
+        memoryMib: manifest.memoryMib,
+        vcpus: manifest.vcpus,
+        tap: null,
+        disk: 0,
+        chain: manifest.chain,
+        ram: 'shared',
+        diskSizeBytes: manifest.diskSizeBytes,
+      };
+      await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', this.#layers.layerFile(manifest.chain[0]!), '-F', 'qcow2', join(dir, diskFileOf(state)), String(manifest.diskSizeBytes)]);
+      writeVmState(dir, state);
+    });
   }
 
   /**

@@ -203,6 +203,14 @@ export class FakeDriver implements VmDriver {
     if (!this.checkpoints.has(checkpointId)) throw new Error('its files are missing');
     return Readable.from([Buffer.from(`${checkpointId}/${file}`)]);
   }
+  async captureDisk(runtimeId: string, checkpointId: string): Promise<void> {
+    if (this.vms.get(runtimeId)?.state !== 'gone') throw failedPrecondition('the runtime has a VM: capture it with checkpoint()');
+    this.checkpoints.add(checkpointId);
+  }
+  async adoptDisk(runtimeId: string, checkpointId: string): Promise<void> {
+    if (!this.checkpoints.has(checkpointId)) throw new Error('its files are missing');
+    this.vms.set(runtimeId, { state: 'gone', files: new Map(), dirs: new Set(), memoryTarget: 0 });
+  }
   /** The shapes importCheckpoint was told to expect, per checkpoint. */
   readonly importedShapes = new Map<string, { memoryMib: number; vcpus: number }>();
   /** Takes the checkpoint when its source describes it as this fake's own would, having read its state file. */

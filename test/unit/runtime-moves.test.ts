@@ -116,7 +116,7 @@ test('a running runtime moves with its id; calls meanwhile are told to retry; no
   });
 });
 
-test('a paused runtime arrives paused; a stopped one does not move', async () => {
+test('a paused runtime arrives paused; a stopped one moves as its disk and starts there; a suspended one does not move', async () => {
   await fleetOf(async ({ a, b, driverB, store }) => {
     const rt = await a.runtimes.create('acme', { display_name: 'paused' });
     await a.runtimes.lifecycle('acme', 'paused', 'pause');
@@ -124,9 +124,18 @@ test('a paused runtime arrives paused; a stopped one does not move', async () =>
     assert.equal(driverB.vms.get(rt.id)?.state, 'paused');
     assert.equal((await store.runtimes.findById(rt.id))?.status, 'paused');
 
-    await a.runtimes.create('acme', { display_name: 'stopped' });
+    const stopped = await a.runtimes.create('acme', { display_name: 'stopped' });
     await a.runtimes.lifecycle('acme', 'stopped', 'stop');
-    await assert.rejects(a.runtimeMoves!.moveOut('acme', 'stopped', 'host-b', async () => assert.fail('never asked')), refused('failed_precondition', /only a running or paused runtime moves/));
+    await a.runtimeMoves!.moveOut('acme', 'stopped', 'host-b', (offer) => take(a, b, offer).then(() => undefined));
+    assert.deepEqual([(await store.runtimes.findById(stopped.id))?.node, (await store.runtimes.findById(stopped.id))?.status], ['host-b', 'shutdown']);
+    assert.equal(driverB.vms.get(stopped.id)?.state, 'gone', 'a disk, no VM');
+    assert.equal((await b.runtimes.lifecycle('acme', 'stopped', 'start')).status, 'running');
+
+    // A suspended one keeps its memory in files of its own, which a move does not carry yet.
+    await a.runtimes.create('acme', { display_name: 'suspended' });
+    const row = (await store.runtimes.find('acme', 'suspended'))!;
+    await store.runtimes.update({ ...row, status: 'suspended' });
+    await assert.rejects(a.runtimeMoves!.moveOut('acme', 'suspended', 'host-b', async () => assert.fail('never asked')), refused('failed_precondition', /resume a suspended one first/));
   });
 });
 

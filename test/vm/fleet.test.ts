@@ -238,7 +238,7 @@ test('draining host 2: a fork of its checkpoint lands on host 1, the files moved
 });
 
 
-test('evacuating host 2: its running and paused runtimes move to host 1 with their ids, memory, processes and disk; its checkpoint too', TIMEOUT, async () => {
+test('evacuating host 2: its runtimes move to host 1 with their ids (running and paused ones with memory and processes, a shut-down one as its disk); its checkpoint too', TIMEOUT, async () => {
   const onHost2 = (await db.query("SELECT id, display_name FROM runtimes WHERE node = 'host-2' AND status = 'running' ORDER BY display_name")).rows as Array<{ id: string; display_name: string }>;
   assert.ok(onHost2.length >= 3, 'the creates of the first test left runtimes on host 2');
   const [live, paused, stopped, ...rest] = onHost2;
@@ -249,6 +249,7 @@ test('evacuating host 2: its running and paused runtimes move to host 1 with the
   await exec(live!.id, 'echo in-memory > /dev/shm/mark && echo on-disk > /root/disk-mark && sync');
   const pid = (await exec(live!.id, 'nohup sleep 100000 >/dev/null 2>&1 & echo $!')).trim();
   ok(await apis[0]!.call('POST', `/v1/runtimes/${paused!.id}/pause`));
+  await exec(stopped!.id, 'echo stopped-disk > /root/stopped-mark && sync');
   ok(await apis[0]!.call('POST', `/v1/runtimes/${stopped!.id}/stop`));
   const cp = ok(await apis[0]!.call('POST', `/v1/runtimes/${live!.id}/checkpoints`, { name: 'evac-snap' }), 201);
   await until('the checkpoint is ready', 300_000, async () => ((ok(await apis[1]!.call('GET', `/v1/checkpoints/${cp.id}`))).state === 'ready' ? true : undefined));
@@ -264,14 +265,13 @@ test('evacuating host 2: its running and paused runtimes move to host 1 with the
     cli.once('error', reject);
     cli.once('close', (status) => resolve({ status, ...out }));
   });
-  assert.equal(evacuation.status, 1, `the stopped runtime stays, and says so: ${evacuation.stderr}`);
+  assert.equal(evacuation.status, 0, `everything moved: ${evacuation.stdout} ${evacuation.stderr}`);
   const lines = evacuation.stdout.trim().split('\n').map((l) => JSON.parse(l) as { id: string; node: string; moved: boolean; reason?: string });
-  if (lines.some((l) => !l.moved && l.id !== stopped!.id)) process.stderr.write(`host 1:\n${hosts[0]!.log}\nhost 2:\n${hosts[1]!.log}\n`);
+  if (lines.some((l) => !l.moved)) process.stderr.write(`host 1:\n${hosts[0]!.log}\nhost 2:\n${hosts[1]!.log}\n`);
   const line = (id: string) => lines.find((l) => l.id === id);
   assert.deepEqual([line(live!.id)?.moved, line(live!.id)?.node], [true, 'host-1'], JSON.stringify(lines));
   assert.deepEqual([line(paused!.id)?.moved, line(paused!.id)?.node], [true, 'host-1'], JSON.stringify(lines));
-  assert.equal(line(stopped!.id)?.moved, false);
-  assert.match(line(stopped!.id)?.reason ?? '', /only a running or paused runtime moves/);
+  assert.deepEqual([line(stopped!.id)?.moved, line(stopped!.id)?.node], [true, 'host-1'], JSON.stringify(lines));
   assert.deepEqual([line(cp.id)?.moved, line(cp.id)?.node], [true, 'host-1'], JSON.stringify(lines));
 
   // The same runtime, by id and by name, on host 1: its memory, its process and its disk came along.
@@ -286,9 +286,13 @@ test('evacuating host 2: its running and paused runtimes move to host 1 with the
   assert.equal(ok(await apis[1]!.call('GET', `/v1/runtimes/${paused!.id}`)).status, 'paused');
   ok(await apis[1]!.call('POST', `/v1/runtimes/${paused!.id}/resume`));
   assert.equal(await exec(paused!.id, 'echo back'), 'back\n');
-  // Host 2 keeps nothing of what moved; its stopped runtime stays whole.
+  // The shut-down one moved as its disk: it boots on host 1 with what it wrote before it stopped.
+  assert.equal(ok(await apis[1]!.call('GET', `/v1/runtimes/${stopped!.id}`)).status, 'shutdown');
+  ok(await apis[1]!.call('POST', `/v1/runtimes/${stopped!.id}/start`));
+  assert.equal(await exec(stopped!.id, 'cat /root/stopped-mark'), 'stopped-disk\n');
+  // Host 2 keeps nothing of what moved.
   const runtimeDirs = (host: Service, id: string) => existsSync(join(host.dataDir, 'runtimes', id));
-  assert.deepEqual([runtimeDirs(hosts[1]!, live!.id), runtimeDirs(hosts[1]!, paused!.id), runtimeDirs(hosts[1]!, stopped!.id)], [false, false, true]);
+  assert.deepEqual([live, paused, stopped].map((r) => runtimeDirs(hosts[1]!, r!.id)), [false, false, false]);
   assert.ok(!existsSync(join(hosts[1]!.dataDir, 'checkpoints', cp.id)) && existsSync(join(hosts[0]!.dataDir, 'checkpoints', cp.id)));
   // The moves' captures are checkpoints of no one's: neither host keeps one.
   for (const [i, host] of hosts.entries()) {

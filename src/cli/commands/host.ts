@@ -26,7 +26,7 @@ export function registerHostCommands(program: Command): void {
     .action(async (name: string) => (await host()).drainNode(name, true));
   node
     .command('evacuate <name>')
-    .description('drains the host, then moves its running and paused runtimes (ids, names and URLs kept) and its checkpoints to other hosts; needs VESSEL_INTERNAL_SECRET')
+    .description('drains the host, then moves its runtimes (ids, names and URLs kept; suspended ones stay) and its checkpoints to other hosts; needs VESSEL_INTERNAL_SECRET')
     .action(async (name: string) => (await host()).evacuateNode(name));
   node
     .command('undrain <name>')
