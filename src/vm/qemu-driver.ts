@@ -16,7 +16,7 @@ import { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, invalidArgument, unavailable } from '../core/errors.js';
 import type { CheckpointDescription, CheckpointSource, LiveState, VmDriver, VmSpec } from '../core/ports.js';
 import type { AttachRequest, ExecRequest, ExecResult, GuestFileInfo, GuestFileStat, ProcessSpec, ProcessState, ProcessStream, Resources } from '../core/types.js';
-import { flushFiles, fsyncDir } from '../platform/durable-files.js';
+import { flushFiles, fsyncDir, fsyncFile } from '../platform/durable-files.js';
 import { runCommand } from '../platform/run-command.js';
 import { hostTscKhz, type Accel } from './accel.js';
 import type { VmCgroups } from './cgroups.js';
@@ -492,9 +492,14 @@ export class QemuDriver implements VmDriver {
   }
 
   async captureDisk(runtimeId: string, checkpointId: string, shape: { memoryMib: number; vcpus: number }): Promise<void> {
-    if (this.#live.has(runtimeId)) throw failedPrecondition('the runtime has a VM: capture it with checkpoint()');
+    const dir = this.runtimeDir(runtimeId);
+    // Its disk must be still: no QEMU of it at all, even one that stopped answering.
+    if (this.#live.has(runtimeId) || QemuVm.processOf(dir) !== null) throw failedPrecondition('a QEMU of the runtime still runs; stop or delete it first');
+    const state = this.#readState(runtimeId);
+    // Its memory is in its own files (a resume from suspension that failed): the disk alone is not the runtime.
+    if (state.suspended !== undefined) throw failedPrecondition('the runtime holds a saved suspension; start it, then move it');
     try {
-      await captureStoppedDisk({ dir: this.runtimeDir(runtimeId), state: this.#readState(runtimeId), checkpointId, layers: this.#layers, qemuVersion: this.opts.qemuVersion, shape });
+      await captureStoppedDisk({ dir, state, checkpointId, layers: this.#layers, qemuVersion: this.opts.qemuVersion, shape });
     } catch (err) {
       await this.deleteCheckpoint(checkpointId);
       throw err;
@@ -521,6 +526,8 @@ export class QemuDriver implements VmDriver {
         diskSizeBytes: manifest.diskSizeBytes,
       };
       await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', this.#layers.layerFile(manifest.chain[0]!), '-F', 'qcow2', join(dir, diskFileOf(state)), String(manifest.diskSizeBytes)]);
+      // On disk before the move commits: no QEMU flushes it before the runtime's next start.
+      fsyncFile(join(dir, diskFileOf(state)));
       writeVmState(dir, state);
     });
   }

@@ -112,11 +112,18 @@ export class QemuVm {
   }
 
   /** Reattaches to a VM left running by an earlier service process, or returns null. */
-  static async adopt(dir: string): Promise<QemuVm | null> {
+  /** The pid of a QEMU of this runtime directory that is still alive, answering or not; null when there is none. */
+  static processOf(dir: string): number | null {
     const paths = vmPaths(dir);
     if (!existsSync(paths.pidFile)) return null;
     const pid = Number(readFileSync(paths.pidFile, 'utf8'));
-    if (!Number.isInteger(pid) || !isAlive(pid) || !isOurQemu(pid, dir)) return null;
+    return Number.isInteger(pid) && isAlive(pid) && isOurQemu(pid, dir) ? pid : null;
+  }
+
+  static async adopt(dir: string): Promise<QemuVm | null> {
+    const pid = QemuVm.processOf(dir);
+    if (pid === null) return null;
+    const paths = vmPaths(dir);
     try {
       return new QemuVm(dir, pid, await QmpClient.connect(paths.qmpSocket, 3000));
     } catch {

@@ -156,6 +156,24 @@ test('a refusal by the other host leaves the runtime running where it was, its c
   });
 });
 
+test('a refused move of a shut-down runtime leaves its disk where it was, no capture, and it starts there', async () => {
+  await fleetOf(async ({ a, b, driverA, driverB, store }) => {
+    const rt = await a.runtimes.create('acme', { display_name: 'cold' });
+    await a.runtimes.lifecycle('acme', 'cold', 'stop');
+    await assert.rejects(
+      a.runtimeMoves!.moveOut('acme', 'cold', 'host-b', async (offer) => {
+        await take(a, b, offer, () => false);
+      }),
+      refused('unavailable', /stopped waiting/),
+    );
+    const row = await store.runtimes.findById(rt.id);
+    assert.deepEqual([row?.node, row?.status, row?.statusMessage], ['host-a', 'shutdown', null]);
+    assert.ok(driverA.vms.has(rt.id) && !driverB.vms.has(rt.id));
+    assert.deepEqual([driverA.heldCheckpointIds(), driverB.heldCheckpointIds()], [[rt.baseCheckpointId], []], 'no capture on either host');
+    assert.equal((await a.runtimes.lifecycle('acme', 'cold', 'start')).status, 'running');
+  });
+});
+
 test('an answer lost after the commit: the runtime is where the store says, and runs once', async () => {
   await fleetOf(async ({ a, b, driverA, driverB, store }) => {
     const rt = await a.runtimes.create('acme', { display_name: 'lost-answer' });
