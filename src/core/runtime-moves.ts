@@ -91,9 +91,9 @@ export class RuntimeMoves {
       } finally {
         this.#outgoing.delete(rt.id);
       }
-      // Whatever the answer said, the store decides; a refusal, or an answer never heard, is
-      // settled by the swap back, which a commit there has either beaten or now cannot make.
-      const moved = (await this.#whereNow(rt.id, to)) === 'there' || !(await this.#stay(rt.id, stamp));
+      // Whatever the answer said, the store decides: the swap back either loses to a commit
+      // there (the answer, heard or not, was yes) or wins, and no commit can come after it.
+      const moved = !(await this.#stay(rt.id, stamp));
       if (!moved) {
         await this.driver.deleteCheckpoint(captureId).catch((err: unknown) => this.log.warn({ runtimeId: rt.id, err }, 'could not drop a move capture'));
         if (rt.status === 'running') await this.driver.resume(rt.id);
@@ -108,13 +108,6 @@ export class RuntimeMoves {
       this.log.info({ runtimeId: rt.id, from: this.node, to }, 'runtime moved to another VM host');
       return (await this.store.runtimes.findById(rt.id)) ?? rt;
     });
-  }
-
-  /** 'there' when the store has the runtime on `to`; never throws (a store away is 'unknown'). */
-  async #whereNow(runtimeId: string, to: string): Promise<Outcome> {
-    const row = await this.store.runtimes.findById(runtimeId).catch(() => null);
-    if (row === null) return 'unknown';
-    return row?.node === to ? 'there' : 'here';
   }
 
   /**

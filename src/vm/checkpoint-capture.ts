@@ -11,8 +11,7 @@
 import { closeSync, linkSync, mkdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { flushFiles, fsyncDir, fsyncFile, writeFileDurably } from '../platform/durable-files.js';
-import { runCommand } from '../platform/run-command.js';
-import { DiskLayers, MANIFEST_VERSION, sealFile, type CheckpointManifest } from './disk-layers.js';
+import { DiskLayers, MANIFEST_VERSION, createOverlay, sealFile, type CheckpointManifest } from './disk-layers.js';
 import { ChunkedDigest, copySparseWithDigest, digestFile } from './file-digest.js';
 import { migrateToFile } from './migration.js';
 import type { QemuVm } from './qemu-vm.js';
@@ -85,8 +84,7 @@ export async function captureCheckpoint(c: CaptureRequest): Promise<PausedCaptur
         digests: { state: stateDigest.digest(), ram: ramDigest, layers: { [checkpointId]: layerDigest, ...chainDigests(layers, state.chain) } },
       };
       // Last: a checkpoint without its manifest is not complete.
-      writeFileDurably(layers.manifestFile(checkpointId), JSON.stringify(manifest, null, 2), 0o400);
-      sealFile(layers.manifestFile(checkpointId));
+      layers.writeManifest(checkpointId, manifest);
       return { manifest, bytes: [stateFile, ramFile, layer].reduce((sum, f) => sum + allocatedBytes(f), 0) };
     },
   };
@@ -107,7 +105,7 @@ async function switchDisk(c: CaptureRequest, layer: string): Promise<VmState> {
     fsyncDir(layers.layersDir);
     const next: VmState = { ...state, disk: state.disk + 1, chain: [checkpointId, ...state.chain] };
     const nextFile = join(dir, diskFileOf(next));
-    await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', layer, '-F', 'qcow2', nextFile, String(state.diskSizeBytes)]);
+    await createOverlay(layer, nextFile, state.diskSizeBytes);
     fsyncFile(nextFile);
     for (const writable of [true, false]) {
       const fd = openForQemu(nextFile, writable);
@@ -182,8 +180,7 @@ export async function captureStoppedDisk(c: Omit<CaptureRequest, 'vm' | 'recordS
       qemuVersion: c.qemuVersion,
       digests: { state: await digestFile(stateFile), ram: null, layers: { [checkpointId]: layerDigest, ...chainDigests(layers, state.chain) } },
     };
-    writeFileDurably(layers.manifestFile(checkpointId), JSON.stringify(manifest, null, 2), 0o400);
-    sealFile(layers.manifestFile(checkpointId));
+    layers.writeManifest(checkpointId, manifest);
   } finally {
     layers.inFlight.delete(checkpointId);
   }

@@ -58,8 +58,7 @@ export async function importCheckpoint(r: ImportRequest): Promise<void> {
     await takeFile(source, 'state', join(dir, 'state'), manifest.digests.state, memoryBytes + DEVICE_STATE_ALLOWANCE);
     if (manifest.digests.ram !== null) await takeFile(source, 'ram', join(dir, 'ram'), manifest.digests.ram, memoryBytes);
     // Last: a checkpoint without its manifest is not complete.
-    writeFileDurably(layers.manifestFile(checkpointId), JSON.stringify(manifest, null, 2), 0o400);
-    sealFile(layers.manifestFile(checkpointId));
+    layers.writeManifest(checkpointId, manifest);
     fsyncDir(dir);
   } catch (err) {
     rmSync(dir, { recursive: true, force: true });

@@ -8,6 +8,8 @@ import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, readdirSync,
 import { join } from 'node:path';
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
+import { writeFileDurably } from '../platform/durable-files.js';
+import { runCommand } from '../platform/run-command.js';
 import { readVmState, VmStateError } from './vm-state.js';
 
 export const MANIFEST_VERSION = 2;
@@ -49,6 +51,13 @@ export function sealFile(path: string): void {
   chmodSync(path, 0o400);
 }
 
+/**
+ * A new qcow2 overlay of `sizeBytes` on a frozen layer. `-u`: the layer is not opened here, and
+ * the name written into the header is never followed (QEMU is given the chain as descriptors).
+ */
+export const createOverlay = (layerFile: string, file: string, sizeBytes: number): Promise<string> =>
+  runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', layerFile, '-F', 'qcow2', file, String(sizeBytes)]);
+
 export class DiskLayers {
   readonly layersDir: string;
   readonly checkpointsDir: string;
@@ -71,6 +80,12 @@ export class DiskLayers {
   layerDigestFile = (layerId: string): string => join(this.layersDir, `${layerId}.digest`);
   checkpointDir = (checkpointId: string): string => join(this.checkpointsDir, checkpointId);
   manifestFile = (checkpointId: string): string => join(this.checkpointDir(checkpointId), 'manifest.json');
+
+  /** Writes a checkpoint's manifest durably and seals it: written last, it makes the checkpoint complete. */
+  writeManifest(checkpointId: string, manifest: CheckpointManifest): void {
+    writeFileDurably(this.manifestFile(checkpointId), JSON.stringify(manifest, null, 2), 0o400);
+    sealFile(this.manifestFile(checkpointId));
+  }
 
   /** The manifest, or why there is none to use. */
   readManifest(checkpointId: string): { manifest: CheckpointManifest } | { problem: string } {

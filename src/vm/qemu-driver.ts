@@ -22,7 +22,7 @@ import { hostTscKhz, type Accel } from './accel.js';
 import type { VmCgroups } from './cgroups.js';
 import { captureCheckpoint, captureStoppedDisk } from './checkpoint-capture.js';
 import { importCheckpoint } from './checkpoint-import.js';
-import { DiskLayers, type CheckpointManifest } from './disk-layers.js';
+import { DiskLayers, createOverlay, type CheckpointManifest } from './disk-layers.js';
 import { digestFile } from './file-digest.js';
 import { AgentError, type AgentClient } from './agent/agent-client.js';
 import { execInGuest, GUEST_CA_ENV, GUEST_CA_FILE } from './guest-exec.js';
@@ -525,7 +525,7 @@ export class QemuDriver implements VmDriver {
         ram: 'shared',
         diskSizeBytes: manifest.diskSizeBytes,
       };
-      await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', this.#layers.layerFile(manifest.chain[0]!), '-F', 'qcow2', join(dir, diskFileOf(state)), String(manifest.diskSizeBytes)]);
+      await createOverlay(this.#layers.layerFile(manifest.chain[0]!), join(dir, diskFileOf(state)), manifest.diskSizeBytes);
       // On disk before the move commits: no QEMU flushes it before the runtime's next start.
       fsyncFile(join(dir, diskFileOf(state)));
       writeVmState(dir, state);
@@ -725,7 +725,7 @@ export class QemuDriver implements VmDriver {
       diskSizeBytes: manifest.diskSizeBytes,
       ...(manifest.balloonMib < manifest.memoryMib ? { balloonMib: manifest.balloonMib } : {}),
     };
-    await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', this.#layers.layerFile(manifest.chain[0]!), '-F', 'qcow2', join(dir, diskFileOf(state)), String(manifest.diskSizeBytes)]);
+    await createOverlay(this.#layers.layerFile(manifest.chain[0]!), join(dir, diskFileOf(state)), manifest.diskSizeBytes);
     writeVmState(dir, state);
     await this.#boot({ ...spec, resources: { ...spec.resources, limits: { memory_mib: manifest.memoryMib }, vcpus: manifest.vcpus } }, state, undo, join(this.#layers.checkpointDir(checkpointId), 'state'));
   }
