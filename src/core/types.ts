@@ -359,8 +359,11 @@ export interface ProcessStream extends AsyncIterable<ProcessOutput> {
   readonly state: ProcessState;
   /** The final state once the process exited and its output was delivered; null when the stream ended first. */
   readonly done: Promise<ProcessState | null>;
-  /** The offset of each channel's next byte: where a reader resumes with no gap and no repeat. */
-  readonly next: { stdout: number; stderr: number };
+  /**
+   * Where this reader's first byte of each channel is. A reader's position is this plus what it
+   * has taken, never what the stream has received ahead of it: that is what a client resumes from.
+   */
+  readonly start: { stdout: number; stderr: number };
   write(data: Buffer): Promise<void>;
   /** Closes stdin once what was written is taken. */
   endInput(): void;

@@ -71,8 +71,8 @@ class AgentProcessStream implements ProcessStream {
     return this.proc.done.then((info) => (info === null ? null : processState(info)), (err: unknown) => Promise.reject(streamFailure(err)));
   }
 
-  get next(): { stdout: number; stderr: number } {
-    const at = (c: OutputChannel) => Math.max(Number(this.proc.next[c]), this.#from?.[c] ?? 0);
+  get start(): { stdout: number; stderr: number } {
+    const at = (c: OutputChannel) => Math.max(Number(this.proc.start[c]), this.#from?.[c] ?? 0);
     return { stdout: at('stdout'), stderr: at('stderr') };
   }
 

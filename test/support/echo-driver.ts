@@ -84,7 +84,6 @@ export class EchoDriver extends FakeDriver {
   #reader(kept: Kept, from: number, follow: boolean): ProcessStream {
     let detached!: () => void;
     const detach = new Promise<void>((resolve) => (detached = resolve));
-    const next = { stdout: from, stderr: 0 };
     const chunks: ProcessOutput[] = from < kept.output.length ? [{ channel: 'stdout', offset: from, data: kept.output.subarray(from), lost: 0 }] : [];
     const finished = async (): Promise<ProcessState | null> => {
       if (!follow) return kept.state.status === 'running' ? null : { ...kept.state };
@@ -95,15 +94,12 @@ export class EchoDriver extends FakeDriver {
     return {
       state: { ...kept.state },
       done,
-      next,
+      start: { stdout: from, stderr: 0 },
       write: async () => {},
       endInput: () => kept.end('exited', 0),
       detach: () => detached(),
       async *[Symbol.asyncIterator]() {
-        for (const chunk of chunks) {
-          next.stdout = chunk.offset + chunk.data.length;
-          yield chunk;
-        }
+        yield* chunks;
         await done;
       },
     };

@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { WebSocket } from 'ws';
 import { Service } from '../support/service.js';
+import { sseEvents, type Sse } from '../support/sse.js';
 
 const svc = new Service();
 const TIMEOUT = { timeout: 300_000 };
@@ -22,33 +23,6 @@ before(async () => {
   assert.equal(r.status, 201, JSON.stringify(r.body));
 }, { timeout: 900_000 });
 after(() => svc.destroy());
-
-interface Sse {
-  event: string;
-  data: any;
-  id: string | undefined;
-}
-
-/** Server-sent events of a response, parsed as they come. */
-async function* sseEvents(res: Response): AsyncGenerator<Sse> {
-  const decoder = new TextDecoder();
-  let buffer = '';
-  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-    buffer += decoder.decode(chunk, { stream: true });
-    for (let end = buffer.indexOf('\n\n'); end >= 0; end = buffer.indexOf('\n\n')) {
-      const block = buffer.slice(0, end);
-      buffer = buffer.slice(end + 2);
-      const fields = new Map<string, string>();
-      for (const line of block.split('\n')) {
-        if (line.startsWith(':')) continue;
-        const colon = line.indexOf(': ');
-        if (colon > 0) fields.set(line.slice(0, colon), line.slice(colon + 2));
-      }
-      if (!fields.has('event')) continue;
-      yield { event: fields.get('event')!, data: JSON.parse(fields.get('data') ?? 'null'), id: fields.get('id') };
-    }
-  }
-}
 
 const auth = () => ({ authorization: `Bearer ${svc.token}` });
 const text = (e: Sse): string => (e.data.encoding === 'base64' ? Buffer.from(e.data.data, 'base64').toString('utf8') : e.data.data);

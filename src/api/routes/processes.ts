@@ -57,7 +57,7 @@ async function flushOutput(events: EventStream, encoder: OutputEncoder): Promise
   for (const e of encoder.flush()) await events.send(e.channel, e.event, e.id);
 }
 
-const startAt = (stream: ProcessStream) => new OutputEncoder(stream.next);
+const startAt = (stream: ProcessStream) => new OutputEncoder(stream.start);
 
 export const processRoutes: RoutePlugin = async (app, { core }) => {
   const processes = core.processes;
@@ -98,6 +98,7 @@ export const processRoutes: RoutePlugin = async (app, { core }) => {
     events.onClose(() => session.abandon());
     try {
       await events.send('start', processView(session.process));
+      // A spawned process's channels start at 0.
       const encoder = new OutputEncoder({ stdout: 0, stderr: 0 });
       await pumpOutput(events, session.output, encoder);
       if (!events.closed) {

@@ -206,6 +206,12 @@ export class AgentProcess implements AsyncIterable<OutputChunk> {
   #failure: Error | null = null;
   /** The next offset of each channel: pass to attach() to resume with no gap and no duplicate. */
   readonly next = { stdout: 0n, stderr: 0n };
+  /**
+   * Where this stream's first byte of each channel is, fixed once the process is described.
+   * `next` runs ahead of what the reader took (frames wait in the inbox), so a reader's own
+   * position is this plus what it has taken.
+   */
+  readonly start = { stdout: 0n, stderr: 0n };
 
   /** @internal */
   constructor(
@@ -283,6 +289,8 @@ export class AgentProcess implements AsyncIterable<OutputChunk> {
           this.next.stdout = info.stdout[at];
           this.next.stderr = info.stderr[at];
         }
+        this.start.stdout = this.next.stdout;
+        this.start.stderr = this.next.stderr;
         this.#info.resolve(info);
         return;
       }
