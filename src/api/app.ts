@@ -23,6 +23,7 @@ import { Metrics } from './metrics.js';
 import { clientKey } from '../platform/client-key.js';
 import { RateLimiter, type RateLimitConfig } from './rate-limit.js';
 import { TokenLookups } from './token-lookups.js';
+import { lingerAfterEarlyResponses } from './linger.js';
 import { openapiOptions } from './openapi.js';
 import { DataOf, Health, SHARED_SCHEMAS } from './schemas.js';
 import { checkpointRoutes } from './routes/checkpoints.js';
@@ -140,6 +141,8 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
     return contentType === undefined || contentType === 'application/json' ? bodyAjv.compile(schema) : raw;
   });
   app.setErrorHandler(errorHandler);
+  // A refusal sent while its request's body is still coming is delivered before the close.
+  lingerAfterEarlyResponses(app);
 
   // An empty body is fine for operations that take none, even when a client labels it JSON.
   const defaultJson = app.getDefaultJsonParser('error', 'error');
