@@ -46,24 +46,27 @@ interface Outcome {
   errors: string[];
 }
 
-/** node:http: `first` bytes, then, once the response's head is in, the rest of a BODY-byte body. */
-function send(method: string, path: string, first: number, headers: Record<string, string>): Promise<Outcome> {
+/**
+ * node:http: `first` bytes of a `total`-byte body, then, once the response's head is in, the rest
+ * (chunked when total is undefined). Settles once the connection has closed.
+ */
+function send(method: string, path: string, first: number, headers: Record<string, string>, total: number | undefined = BODY): Promise<Outcome> {
   return new Promise((resolve) => {
     const errors: string[] = [];
-    const req = http.request({ host: '127.0.0.1', port, method, path, agent: false, headers: { 'content-length': String(BODY), ...headers } });
+    const length = total === undefined ? {} : { 'content-length': String(total) };
+    const req = http.request({ host: '127.0.0.1', port, method, path, agent: false, headers: { ...length, ...headers } });
+    const chunks: Buffer[] = [];
+    let res: http.IncomingMessage | undefined;
+    const settle = () => resolve({ status: res?.statusCode ?? 0, body: Buffer.concat(chunks).toString(), connection: res?.headers.connection, errors });
     req.on('error', (err: NodeJS.ErrnoException) => errors.push(err.code ?? err.message));
+    // The connection's fate is part of the outcome: settled once it closed (and the response with it).
+    req.on('close', () => (res === undefined || res.destroyed ? settle() : res.once('close', settle)));
     req.write(Buffer.alloc(first, 0x20));
-    // The connection's fate is part of the outcome: done once the response ended and it closed.
-    let outcome: Outcome | undefined;
-    let closed = false;
-    const settle = () => outcome !== undefined && closed && resolve(outcome);
-    req.on('close', () => ((closed = true), settle()));
-    req.on('response', (res) => {
-      req.end(Buffer.alloc(BODY - first, 0x20));
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('error', (err: NodeJS.ErrnoException) => errors.push(err.code ?? err.message));
-      res.on('end', () => ((outcome = { status: res.statusCode!, body: Buffer.concat(chunks).toString(), connection: res.headers.connection, errors }), settle()));
+    req.on('response', (r) => {
+      res = r;
+      req.end(Buffer.alloc((total ?? first + 300 * 1024) - first, 0x20));
+      r.on('data', (c: Buffer) => chunks.push(c));
+      r.on('error', (err: NodeJS.ErrnoException) => errors.push(err.code ?? err.message));
     });
   });
 }
@@ -95,22 +98,7 @@ test('an upload with a bad token: the 401 envelope, then the connection closes c
 });
 
 test('a JSON body over the limit without a Content-Length (chunked) gets its 413 envelope', async () => {
-  const o = await new Promise<Outcome>((resolve) => {
-    const errors: string[] = [];
-    const req = http.request({ host: '127.0.0.1', port, method: 'POST', path: '/v1/runtimes', agent: false, headers: { authorization: `Bearer ${h.admin}`, 'content-type': 'application/json' } });
-    req.on('error', (err: NodeJS.ErrnoException) => errors.push(err.code ?? err.message));
-    req.write(Buffer.alloc(MIB + 64 * 1024, 0x20));
-    let outcome: Outcome | undefined;
-    let closed = false;
-    const settle = () => outcome !== undefined && closed && resolve(outcome);
-    req.on('close', () => ((closed = true), settle()));
-    req.on('response', (res) => {
-      req.end(Buffer.alloc(300 * 1024, 0x20));
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => ((outcome = { status: res.statusCode!, body: Buffer.concat(chunks).toString(), connection: res.headers.connection, errors }), settle()));
-    });
-  });
+  const o = await send('POST', '/v1/runtimes', MIB + 64 * 1024, { authorization: `Bearer ${h.admin}`, 'content-type': 'application/json' }, undefined);
   assert.deepEqual(o.errors, []);
   assert.equal(o.status, 413);
   assert.equal(envelope(o).error.code, 'invalid_argument');
