@@ -16,6 +16,7 @@
  * the socket before the refusal can even be written.
  */
 import type { IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
 import { Readable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 
@@ -37,20 +38,24 @@ export interface LingerLimits {
  */
 export const LINGER_LIMITS: LingerLimits = { maxBytes: 4 * 1024 * 1024, maxMs: 5_000, idleMs: 2_000, maxSockets: 1024 };
 
-/** Sockets whose close waits for their request's body; the count bounds them. */
-let lingering = 0;
-
 /** Registers the hook on the API; it applies to every route, the 404 and error answers included. */
 export function lingerAfterEarlyResponses(app: FastifyInstance, limits: LingerLimits = LINGER_LIMITS): void {
+  /** The sockets lingering now, each with what closes it; their number is bounded. */
+  const lingering = new Map<Socket, () => void>();
   app.addHook('onSend', (request, reply, payload, done) => {
     const req = request.raw;
     // `complete` is false on a real request until its body has been read off the socket whole
     // (and undefined on an injected one, which has no socket to close).
     if (req.complete === false && req.headers.upgrade === undefined) {
       void reply.header('connection', 'close');
-      discardRest(req, limits);
+      discardRest(req, limits, lingering);
     }
     done(null, payload);
+  });
+  // A service shutting down does not wait out its clients' bodies.
+  app.addHook('preClose', (done) => {
+    for (const close of [...lingering.values()]) close();
+    done();
   });
 }
 
@@ -60,21 +65,26 @@ export function lingerAfterEarlyResponses(app: FastifyInstance, limits: LingerLi
  * The close Node will ask for once the response is written (destroySoon, since the response says
  * `Connection: close`) waits for the body's end or a bound.
  */
-function discardRest(req: IncomingMessage, limits: LingerLimits): void {
+function discardRest(req: IncomingMessage, limits: LingerLimits, lingering: Map<Socket, () => void>): void {
   const socket = req.socket;
+  if (Object.hasOwn(socket, 'destroySoon')) return;
   let read = 0;
   /** Set once Node has asked for the close, i.e. the response is written. */
   let lingers = false;
   let done = false;
   let total: NodeJS.Timeout | undefined;
   let idle: NodeJS.Timeout | undefined;
-  const close = (): void => {
-    if (done) return;
+  const stop = (): void => {
     done = true;
     clearTimeout(total);
     clearTimeout(idle);
     req.off('data', count);
     req.off('end', close);
+    lingering.delete(socket);
+  };
+  const close = (): void => {
+    if (done) return;
+    stop();
     // The socket's own again: end once the response is out, then destroy.
     Reflect.deleteProperty(socket, 'destroySoon');
     socket.destroySoon();
@@ -92,14 +102,9 @@ function discardRest(req: IncomingMessage, limits: LingerLimits): void {
   // On this socket alone, and only now that it will serve no other request.
   socket.destroySoon = () => {
     lingers = true;
-    if (req.complete || read > limits.maxBytes || lingering >= limits.maxSockets) return close();
-    lingering++;
-    socket.once('close', () => {
-      lingering--;
-      done = true;
-      clearTimeout(total);
-      clearTimeout(idle);
-    });
+    if (req.complete || read > limits.maxBytes || lingering.size >= limits.maxSockets) return close();
+    lingering.set(socket, close);
+    socket.once('close', stop);
     req.once('end', close);
     total = setTimeout(close, limits.maxMs).unref();
     idle = setTimeout(close, limits.idleMs).unref();

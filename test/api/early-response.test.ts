@@ -104,6 +104,24 @@ test('a JSON body over the limit without a Content-Length (chunked) gets its 413
   assert.equal(envelope(o).error.code, 'invalid_argument');
 });
 
+test('fetch (undici) streaming a body over the limit gets the 413 envelope', async () => {
+  const first = 64 * 1024;
+  let controller!: ReadableStreamDefaultController<Uint8Array>;
+  const body = new ReadableStream<Uint8Array>({ start: (c) => void (controller = c, c.enqueue(new Uint8Array(first).fill(0x20))) });
+  const res = await fetch(`http://127.0.0.1:${port}/v1/runtimes`, {
+    method: 'POST',
+    body,
+    duplex: 'half',
+    headers: { authorization: `Bearer ${h.admin}`, 'content-type': 'application/json', 'content-length': String(BODY) },
+  } as RequestInit);
+  // The response's head came first; the rest of the body follows it.
+  controller.enqueue(new Uint8Array(BODY - first).fill(0x20));
+  controller.close();
+  assert.equal(res.status, 413);
+  assert.equal(res.headers.get('connection'), 'close');
+  assert.deepEqual(await res.json(), { error: { code: 'invalid_argument', message: 'request body is too large' } });
+});
+
 /** A raw client that sends a request head, then body chunks until the server closes; returns what it read and the bytes it got out. */
 function floodUntilClosed(stopAfter?: number): Promise<{ response: string; sent: number }> {
   return new Promise((resolve) => {
