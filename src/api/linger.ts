@@ -15,10 +15,10 @@
  * the request itself (as `for await` does on a throw, and a capped body on its limit) destroys
  * the socket before the refusal can even be written.
  */
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, Server } from 'node:http';
 import type { Socket } from 'node:net';
 import { Readable } from 'node:stream';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply } from 'fastify';
 
 export interface LingerLimits {
   /** Body bytes read and discarded once the response is sent, at most. */
@@ -38,25 +38,39 @@ export interface LingerLimits {
  */
 export const LINGER_LIMITS: LingerLimits = { maxBytes: 4 * 1024 * 1024, maxMs: 5_000, idleMs: 2_000, maxSockets: 1024 };
 
-/** Registers the hook on the API; it applies to every route, the 404 and error answers included. */
-export function lingerAfterEarlyResponses(app: FastifyInstance, limits: LingerLimits = LINGER_LIMITS): void {
+interface Lingering {
+  limits: LingerLimits;
   /** The sockets lingering now, each with what closes it; their number is bounded. */
-  const lingering = new Map<Socket, () => void>();
-  app.addHook('onSend', (request, reply, payload, done) => {
-    const req = request.raw;
-    // `complete` is false on a real request until its body has been read off the socket whole
-    // (and undefined on an injected one, which has no socket to close).
-    if (req.complete === false && req.headers.upgrade === undefined) {
-      void reply.header('connection', 'close');
-      discardRest(req, limits, lingering);
-    }
-    done(null, payload);
-  });
+  sockets: Map<Socket, () => void>;
+}
+
+/** Per HTTP server, which every plugin context of one API shares. */
+const apis = new WeakMap<Server, Lingering>();
+
+/** Turns lingering on for this API; until then lingerIfBodyPending does nothing. */
+export function lingerAfterEarlyResponses(app: FastifyInstance, limits: LingerLimits = LINGER_LIMITS): void {
+  const lingering: Lingering = { limits, sockets: new Map() };
+  apis.set(app.server, lingering);
   // A service shutting down does not wait out its clients' bodies.
   app.addHook('preClose', (done) => {
-    for (const close of [...lingering.values()]) close();
+    for (const close of [...lingering.sockets.values()]) close();
     done();
   });
+}
+
+/**
+ * Called by sendError before it answers, since every early answer is a refusal: a success is
+ * sent once its body has been read, and so this costs it nothing (a hook would cost every reply).
+ */
+export function lingerIfBodyPending(reply: FastifyReply): void {
+  const req = reply.request.raw;
+  // `complete` is false on a real request until its body has been read off the socket whole
+  // (and undefined on an injected one, which has no socket to close).
+  if (req.complete !== false || req.headers.upgrade !== undefined) return;
+  const lingering = apis.get(reply.server.server);
+  if (lingering === undefined) return;
+  void reply.header('connection', 'close');
+  discardRest(req, lingering);
 }
 
 /**
@@ -65,7 +79,7 @@ export function lingerAfterEarlyResponses(app: FastifyInstance, limits: LingerLi
  * The close Node will ask for once the response is written (destroySoon, since the response says
  * `Connection: close`) waits for the body's end or a bound.
  */
-function discardRest(req: IncomingMessage, limits: LingerLimits, lingering: Map<Socket, () => void>): void {
+function discardRest(req: IncomingMessage, { limits, sockets: lingering }: Lingering): void {
   const socket = req.socket;
   if (Object.hasOwn(socket, 'destroySoon')) return;
   let read = 0;
