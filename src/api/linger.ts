@@ -64,13 +64,23 @@ export function lingerAfterEarlyResponses(app: FastifyInstance, limits: LingerLi
  */
 export function lingerIfBodyPending(reply: FastifyReply): void {
   const req = reply.request.raw;
-  // `complete` is false on a real request until its body has been read off the socket whole
-  // (and undefined on an injected one, which has no socket to close).
-  if (req.complete !== false || req.headers.upgrade !== undefined) return;
+  if (!bodyPending(req)) return;
   const lingering = apis.get(reply.server.server);
   if (lingering === undefined) return;
   void reply.header('connection', 'close');
   discardRest(req, lingering);
+}
+
+/**
+ * `complete` is false on a real request until its body has been read off the socket whole (and
+ * undefined on an injected one, which has no socket to close). It is false, too, while a request
+ * without any body is still being dispatched from its head (a refusal in an onRequest hook), so
+ * only a request framed with a body counts: HTTP/1.1 has none without either header.
+ */
+function bodyPending(req: IncomingMessage): boolean {
+  if (req.complete !== false || req.headers.upgrade !== undefined) return false;
+  const length = req.headers['content-length'];
+  return req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
 }
 
 /**

@@ -167,6 +167,27 @@ test('a client that stops sending partway is closed after the idle bound', async
   assert.match(response, /^HTTP\/1\.1 413 /);
 });
 
+test('a refusal of a request without a body keeps its connection (no Connection: close)', async () => {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  try {
+    const get = () =>
+      new Promise<{ status: number; connection: string | undefined; socket: unknown }>((resolve, reject) => {
+        const req = http.get({ host: '127.0.0.1', port, path: '/v1/runtimes', agent, headers: { authorization: 'Bearer nope' } }, (res) => {
+          res.resume();
+          res.on('end', () => resolve({ status: res.statusCode!, connection: res.headers.connection, socket: req.socket }));
+        });
+        req.on('error', reject);
+      });
+    const first = await get();
+    const second = await get();
+    assert.equal(first.status, 401);
+    assert.equal(first.connection, 'keep-alive');
+    assert.equal(second.socket, first.socket, 'the same connection served both');
+  } finally {
+    agent.destroy();
+  }
+});
+
 test('the service goes on serving after all of that', async () => {
   assert.equal((await h.call('GET', '/v1/runtimes/up')).status, 200);
 });
