@@ -22,6 +22,8 @@ import { maskTokens } from './log-options.js';
 import { Metrics } from './metrics.js';
 import { clientKey } from '../platform/client-key.js';
 import { RateLimiter, type RateLimitConfig } from './rate-limit.js';
+import { TokenLookups } from './token-lookups.js';
+import { lingerAfterEarlyResponses } from './linger.js';
 import { openapiOptions } from './openapi.js';
 import { DataOf, Health, SHARED_SCHEMAS } from './schemas.js';
 import { checkpointRoutes } from './routes/checkpoints.js';
@@ -58,6 +60,12 @@ export interface ApiOptions {
   rateLimit: RateLimitConfig;
   /** Per client address, for requests without a valid token (missing, malformed or rejected). */
   unauthenticatedRateLimit: RateLimitConfig;
+  /**
+   * Peers whose X-Forwarded-For is believed (addresses, CIDRs, or proxy-addr's `loopback`,
+   * `linklocal`, `uniquelocal`): the client address, for its bucket, is then the nearest one
+   * not in the list. Empty or absent: the connection's address, and the header is ignored.
+   */
+  trustedProxies?: readonly string[] | undefined;
   /** Largest file a PUT accepts. */
   maxFileBytes: number;
   /** The address the API listens on: beyond loopback, /metrics needs an admin token. */
@@ -80,6 +88,8 @@ export const JSON_BODY_LIMIT = 1024 * 1024;
 
 const tooManyFailures = (retryAfterSecs: number): VesselError =>
   new VesselError('rate_limited', 'too many requests without a valid bearer token from this address', { retryAfterSecs });
+/** One answer for every token refused, whatever the reason: it tells a guesser nothing. */
+const NOT_ACCEPTED = 'the bearer token was not accepted';
 /** A restart takes seconds; a client that waits this long meets the next service, or a closed port. */
 const shuttingDown = (): VesselError => new VesselError('unavailable', 'the service is shutting down', { retryAfterSecs: 1 });
 
@@ -101,6 +111,7 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
     // the onResponse hook below writes one line per request instead, only at info or finer.
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: JSON_BODY_LIMIT,
+    trustProxy: options.trustedProxies !== undefined && options.trustedProxies.length > 0 ? [...options.trustedProxies] : false,
     // Display names run to 128 characters and share the path segment with IDs.
     routerOptions: { maxParamLength: 256 },
     genReqId: (req) => {
@@ -130,6 +141,8 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
     return contentType === undefined || contentType === 'application/json' ? bodyAjv.compile(schema) : raw;
   });
   app.setErrorHandler(errorHandler);
+  // A refusal sent while its request's body is still coming is delivered before the close.
+  lingerAfterEarlyResponses(app);
 
   // An empty body is fine for operations that take none, even when a client labels it JSON.
   const defaultJson = app.getDefaultJsonParser('error', 'error');
@@ -145,6 +158,7 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   const limiter = new RateLimiter(options.rateLimit);
   const unauthenticatedLimiter = new RateLimiter(options.unauthenticatedRateLimit);
   const tokens = options.core.tokens;
+  const lookups = new TokenLookups(tokens);
   app.decorateRequest('principal', null as unknown as Principal);
 
   /**
@@ -152,9 +166,11 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
    * hook, so that a token seen in the last seconds is admitted without a promise in between;
    * only a token not in the cache waits for the store.
    *
-   * A request without a valid token draws on its client address's bucket, so that failed
-   * logins cannot be turned into load: a token not in the cache is charged before it is looked
-   * up (over the limit, the store is never asked), and refunded if it turns out valid.
+   * A valid token is never refused for its client's address: behind a proxy, a NAT or a load
+   * balancer many clients share one, and a stranger's failures there must not lock them out.
+   * Only failures (a missing or malformed header, a token that cannot be ours, one the store
+   * refused) draw on their address's bucket, and over it they are answered 429 instead of 401.
+   * The store is kept from that load by TokenLookups instead (shape, recent failures, shared reads).
    */
   const guard = (scope: Scope, websocketRoute: boolean, bearerOnHost: boolean): onRequestHookHandler => (request, reply, done) => {
     const hop = options.hop;
@@ -166,8 +182,8 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
       request.principal = vouched;
       return done();
     }
-    // The client's address is worked out only for requests without a cached token: the hot path
-    // of a known token does not pay for it.
+    // The client's address is worked out only for failures: the hot path of a known token does
+    // not pay for it. The message never tells why a token was refused (nor repeats it).
     const refuse = (message: string): void => {
       const wait = unauthenticatedLimiter.take(clientKey(request.ip));
       sendError(reply, wait > 0 ? tooManyFailures(wait) : new VesselError('unauthenticated', message));
@@ -186,14 +202,9 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
     };
     const cached = tokens.cachedPrincipal(token);
     if (cached !== undefined) return admit(cached);
-    const client = clientKey(request.ip);
-    const wait = unauthenticatedLimiter.take(client);
-    if (wait > 0) return void sendError(reply, tooManyFailures(wait));
-    tokens.authenticate(token).then((principal) => {
-      if (principal === null) return void sendError(reply, new VesselError('unauthenticated', 'the bearer token was not accepted'));
-      unauthenticatedLimiter.refund(client);
-      admit(principal);
-    }, done);
+    const lookup = lookups.principal(token);
+    if (lookup === null) return refuse(NOT_ACCEPTED);
+    lookup.then((principal) => (principal === null ? refuse(NOT_ACCEPTED) : admit(principal)), done);
   };
 
   const seenHops = new SeenHops();

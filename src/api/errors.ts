@@ -1,6 +1,7 @@
 /** Maps anything thrown during a request to the error envelope and its HTTP status. */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { VesselError } from '../core/errors.js';
+import { lingerIfBodyPending } from './linger.js';
 
 /** Fastify's own request errors that are the caller's fault, with the status DESIGN.md allows. */
 const FRAMEWORK_ERRORS: Record<string, { status: number; message?: string }> = {
@@ -26,6 +27,8 @@ export function toVesselError(err: unknown): VesselError {
 }
 
 export function sendError(reply: FastifyReply, error: VesselError): FastifyReply {
+  // A refusal may come while the client is still sending its body: it must reach the client.
+  lingerIfBodyPending(reply);
   if (error.retryAfterSecs !== undefined) void reply.header('retry-after', String(error.retryAfterSecs));
   if (error.code === 'unauthenticated') void reply.header('www-authenticate', 'Bearer');
   return reply.code(error.httpStatus).type('application/json').send({ error: { code: error.code, message: error.message } });

@@ -36,12 +36,6 @@ export class RateLimiter {
     return Math.max(1, Math.ceil((1 - b.tokens) / ratePerSec));
   }
 
-  /** Gives back what a take() that returned 0 took, for a request that turned out not to count. */
-  refund(key: string): void {
-    const b = this.#buckets.get(key);
-    if (b !== undefined) b.tokens = Math.min(this.config.burst, b.tokens + 1);
-  }
-
   #level(b: Bucket, now: number): number {
     return Math.min(this.config.burst, b.tokens + ((now - b.at) / 1000) * this.config.ratePerSec);
   }

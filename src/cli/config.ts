@@ -1,4 +1,5 @@
 /** Configuration from the environment (DESIGN.md lists every variable), read once at start. */
+import { isIP } from 'node:net';
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 import type { TenantLimits } from '../core/types.js';
@@ -17,6 +18,8 @@ export interface Config {
   rateLimit: { ratePerSec: number; burst: number };
   /** Per client address, for requests without a valid token. */
   unauthenticatedRateLimit: { ratePerSec: number; burst: number };
+  /** Proxies whose X-Forwarded-For names the client (addresses, CIDRs); empty: none. */
+  trustedProxies: string[];
   maxFileBytes: number;
   memoryOvercommit: number;
   logLevel: string;
@@ -72,6 +75,28 @@ function databaseUrl(env: NodeJS.ProcessEnv): string | undefined {
   return url;
 }
 
+/** proxy-addr's names for ranges, which Fastify's trustProxy accepts beside addresses and CIDRs. */
+const PROXY_RANGES = ['loopback', 'linklocal', 'uniquelocal'];
+
+/**
+ * VESSEL_TRUSTED_PROXIES, checked here so that a typo stops the start with its name rather than
+ * failing inside Fastify (or, worse, trusting something else).
+ */
+function trustedProxies(env: NodeJS.ProcessEnv): string[] {
+  const list = (env.VESSEL_TRUSTED_PROXIES ?? '').split(/[\s,]+/).filter((s) => s !== '');
+  for (const entry of list) {
+    if (PROXY_RANGES.includes(entry)) continue;
+    const [address = '', prefix, extra] = entry.split('/');
+    const family = isIP(address);
+    const bits = family === 4 ? 32 : 128;
+    const prefixOk = prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) <= bits);
+    if (family === 0 || !prefixOk || extra !== undefined) {
+      throw new Error(`VESSEL_TRUSTED_PROXIES: '${entry.slice(0, 80)}' is not an IP address, a CIDR or one of ${PROXY_RANGES.join(', ')}`);
+    }
+  }
+  return list;
+}
+
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
@@ -114,6 +139,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     // at once, then 2 a second, keeps failed logins from becoming load (each is a hash and a
     // store read) without getting in the way of a client fixing its configuration.
     unauthenticatedRateLimit: { ratePerSec: int(env, 'VESSEL_UNAUTH_RATE_LIMIT_RPS', 2), burst: int(env, 'VESSEL_UNAUTH_RATE_LIMIT_BURST', 20) },
+    // Off by default: believing X-Forwarded-For from anyone would let each request pick its bucket.
+    trustedProxies: trustedProxies(env),
     maxFileBytes: int(env, 'VESSEL_MAX_FILE_BYTES', 1024 ** 3),
     memoryOvercommit: int(env, 'VESSEL_MEMORY_OVERCOMMIT', 8),
     logLevel: env.VESSEL_LOG_LEVEL ?? 'info',

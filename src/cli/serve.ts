@@ -61,6 +61,7 @@ export async function serve(config: Config, role: Role = 'all'): Promise<void> {
     logger: log,
     rateLimit: config.rateLimit,
     unauthenticatedRateLimit: config.unauthenticatedRateLimit,
+    trustedProxies: config.trustedProxies,
     maxFileBytes: config.maxFileBytes,
     listenHost: config.host,
     ingress,

@@ -1,5 +1,5 @@
 /** Bearer tokens: opaque random strings of which only the SHA-256 is stored. */
-import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { createHash, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
 import { VesselError, failedPrecondition, invalidArgument } from './errors.js';
 import { checkDisplayName, isUuid } from './names.js';
 import type { Store, TokenFilter } from './ports.js';
@@ -10,6 +10,12 @@ export const DEFAULT_TENANT = 'default';
 
 export const hashToken = (token: string): string => createHash('sha256').update(token).digest('hex');
 export const generateTokenValue = (): string => `vsl_${randomBytes(32).toString('base64url')}`;
+
+/**
+ * What generateTokenValue makes, and has made since the first release: `vsl_` and 32 bytes in
+ * base64url, 43 characters whose last holds the final 4 bits and two zero bits (so it is one of 16).
+ */
+const TOKEN_SHAPE = /^vsl_[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]$/;
 
 export const parseScopes = (list: string): Scope[] => checkScopes(list.split(',').map((s) => s.trim()).filter(Boolean));
 
@@ -38,6 +44,8 @@ export class TokenService {
   readonly #cache = new Map<string, { principal: Principal; until: number }>();
   /** Counts revocations made through this process, so that a lookup can tell one overlapped it. */
   #revocations = 0;
+  /** The SHA-256 of the bootstrap admin token installed here, which need not have our shape. */
+  #adminDigest: Buffer | undefined;
 
   constructor(private readonly store: Store) {}
 
@@ -61,6 +69,7 @@ export class TokenService {
 
   /** The bootstrap admin token has a fixed id so that changing VESSEL_ADMIN_TOKEN replaces it. */
   async installAdmin(token: string): Promise<void> {
+    this.#adminDigest = createHash('sha256').update(token).digest();
     await this.store.tokens.put({
       id: ADMIN_TOKEN_ID,
       tenantId: DEFAULT_TENANT,
@@ -115,10 +124,22 @@ export class TokenService {
     return cached !== undefined && cached.until > Date.now() ? cached.principal : undefined;
   }
 
+  /**
+   * Whether `token` could be one of ours by its shape alone: what generateTokenValue makes, or the
+   * bootstrap admin token installed by this process (VESSEL_ADMIN_TOKEN may be any string; it is
+   * compared by digest, in constant time). Anything else is not worth a store read.
+   */
+  couldBeToken(token: string): boolean {
+    if (TOKEN_SHAPE.test(token)) return true;
+    const admin = this.#adminDigest;
+    return admin !== undefined && timingSafeEqual(createHash('sha256').update(token).digest(), admin);
+  }
+
   async authenticate(token: string): Promise<Principal | null> {
     const now = Date.now();
     const cached = this.#cache.get(token);
     if (cached !== undefined && cached.until > now) return cached.principal;
+    if (!this.couldBeToken(token)) return null;
     const revocations = this.#revocations;
     const record = await this.store.tokens.findByHash(hashToken(token));
     // A revocation that ran while the store was read may have revoked this very token: the

@@ -14,16 +14,6 @@ test('token bucket: burst, then refill at the rate, per key', () => {
   assert.equal(new RateLimiter({ ratePerSec: 0, burst: 0 }).take('x'), 0, 'rate 0 disables limiting');
 });
 
-test('a refund gives back what a take took, up to the burst', () => {
-  const rl = new RateLimiter({ ratePerSec: 0.001, burst: 2 });
-  const t = 1_000_000;
-  assert.equal(rl.take('a', t), 0);
-  rl.refund('a');
-  rl.refund('a');
-  assert.deepEqual([rl.take('a', t), rl.take('a', t)], [0, 0], 'two again, never more than the burst');
-  assert.ok(rl.take('a', t) > 0);
-});
-
 test('the buckets are bounded: past 100,000 keys the longest-known are forgotten', () => {
   const rl = new RateLimiter({ ratePerSec: 0.001, burst: 1 });
   const t = 1_000_000;

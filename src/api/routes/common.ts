@@ -4,6 +4,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyRequest } from 'fastify';
 import type { Core } from '../../core/core.js';
 import type { PageRequest } from '../../core/types.js';
+import { detachableBody } from '../linger.js';
 
 export type RoutePlugin<Extra = object> = FastifyPluginAsyncTypebox<{ core: Core } & Extra>;
 
@@ -16,10 +17,14 @@ export const COMMAND_FAILED = { 422: { $ref: 'ErrorEnvelope#' } } as const;
 /** Raw bytes in OpenAPI, as a request or response body of `mediaType`. */
 export const binary = (mediaType: string) => ({ content: { [mediaType]: { schema: { type: 'string', format: 'binary' } } } });
 
-/** In this plugin scope every request body is a raw byte stream for the handler, whatever its type. */
+/**
+ * In this plugin scope every request body is a raw byte stream for the handler, whatever its
+ * type: a detachable one, so that a handler giving up on it (a body over its limit) leaves the
+ * connection to deliver the refusal (linger.ts).
+ */
 export function acceptRawBodies(app: Parameters<RoutePlugin>[0]): void {
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('*', (_req, payload, done) => done(null, payload));
+  app.addContentTypeParser('*', (_req, payload, done) => done(null, detachableBody(payload)));
 }
 
 /** A request's raw body under acceptRawBodies; a request without one is an empty stream. */
