@@ -35,7 +35,7 @@ export class FakeConnection {
   async write(frame: Buffer): Promise<boolean> {
     if (this.#closed) return false;
     this.sent += frame.length;
-    if (!this.sock.write(frame)) await new Promise<void>((resolve) => this.#waitFor(() => this.sock.writableLength === 0 || this.#closed, resolve, 'drain'));
+    if (!this.sock.write(frame)) await this.#drained();
     return !this.#closed;
   }
 
@@ -72,16 +72,18 @@ export class FakeConnection {
     return true;
   }
 
-  #waitFor(done: () => boolean, resolve: () => void, event: 'drain'): void {
-    const check = () => {
-      if (!done()) return;
-      this.sock.off(event, check);
-      this.sock.off('close', check);
-      resolve();
-    };
-    this.sock.on(event, check);
-    this.sock.on('close', check);
-    check();
+  /** Until the socket takes more, or is gone. */
+  #drained(): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        this.sock.off('drain', done);
+        this.sock.off('close', done);
+        resolve();
+      };
+      this.sock.on('drain', done);
+      this.sock.on('close', done);
+      if (this.#closed) done();
+    });
   }
 
   #notify(): void {
