@@ -9,8 +9,8 @@ import { posix } from 'node:path';
 import { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, invalidArgument } from '../core/errors.js';
 import type { GuestFileInfo, GuestFileStat } from '../core/types.js';
-import { AgentError, type AgentClient, type AgentProcess, type OutputChunk, type ProcessInfo } from './agent/agent-client.js';
-import { diskFull, guestPathError } from './guest-errors.js';
+import { AgentError, AgentReplyTooLargeError, guestDate, type AgentClient, type AgentProcess, type OutputChunk, type ProcessInfo } from './agent/agent-client.js';
+import { agentFailure, diskFull, guestPathError } from './guest-errors.js';
 import { GUEST_BASE_ENV } from './guest-exec.js';
 import { capped } from './guest-files.js';
 
@@ -18,6 +18,12 @@ type Agent = () => Promise<AgentClient>;
 
 /** Entries one listing answers with; a larger directory is refused rather than cut short. */
 export const MAX_LISTED_ENTRIES = 100_000;
+/**
+ * Bytes one listing may hold: per entry 24, its name and its path's prefix (what the answer
+ * repeats in each `path`). An honest directory of 100,000 entries fits with names and prefix of
+ * 143 bytes on average; names full of bytes JSON escapes cost up to six times theirs in the answer.
+ */
+export const MAX_LISTING_BYTES = 16 * 1024 * 1024;
 /** A recursive removal runs inside the agent's loop and may take long on a large tree under TCG. */
 const REMOVE_TIMEOUT_MS = 10 * 60_000;
 /** What is kept of tar's stderr for an error message: its first complaints are the telling ones. */
@@ -34,19 +40,20 @@ interface Described {
 }
 
 function info(name: string, path: string, d: Described): GuestFileInfo {
-  return { name, path, type: d.type, size_bytes: Number(d.size), mode: d.mode, modified_at: new Date(Number(d.mtimeNs / 1_000_000n)).toISOString() };
+  return { name, path, type: d.type, size_bytes: Number(d.size), mode: d.mode, modified_at: guestDate(d.mtimeNs).toISOString() };
 }
 
 /** Sorted by name (UTF-16 code units), so that a listing reads the same every time. */
 export async function listGuestDir(agent: Agent, path: string): Promise<GuestFileInfo[]> {
+  const prefix = path.endsWith('/') ? path : `${path}/`;
   try {
-    const entries = await (await agent()).listDir(path, { maxEntries: MAX_LISTED_ENTRIES });
-    const prefix = path.endsWith('/') ? path : `${path}/`;
+    const entries = await (await agent()).listDir(path, { maxEntries: MAX_LISTED_ENTRIES, maxBytes: MAX_LISTING_BYTES, entryBytes: Buffer.byteLength(prefix) });
     return entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)).map((e) => info(e.name, prefix + e.name, e));
   } catch (err) {
-    // A path the core checked always fits a request, so the client's RangeError is its entry cap.
-    if (err instanceof RangeError) {
-      throw failedPrecondition(`directory '${path}' has more than ${MAX_LISTED_ENTRIES} entries; download it as an archive or list it with exec`);
+    // A huge directory is honest too: the caller's to list another way, not the runtime's fault.
+    if (err instanceof AgentReplyTooLargeError) {
+      const over = err.unit === 'entries' ? `has more than ${err.limit} entries` : `is too large to list (over ${err.limit} bytes of names and paths)`;
+      throw failedPrecondition(`directory '${path}' ${over}; download it as an archive or list it with exec`);
     }
     throw guestPathError(err, path, 'directory');
   }
@@ -100,7 +107,7 @@ const succeeded = (p: ProcessInfo | null): boolean => p?.state === 'exited' && p
 /** A tar that could not even start is the image's fault, not the caller's. */
 function spawnError(err: unknown): unknown {
   if (err instanceof AgentError && (err.kind === 'EXEC' || err.kind === 'CWD')) return failedPrecondition(`tar could not be started in the runtime: ${err.detail}`);
-  return err;
+  return agentFailure(err);
 }
 
 /** Stops tar for good: without it, a cancelled stream would let it run on into its ring. */

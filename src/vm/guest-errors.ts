@@ -2,8 +2,8 @@
  * What the agent's failure on a guest path means for the API caller. Files (guest-files.ts) and
  * directories (guest-directories.ts) share it, so one errno reads the same on every route.
  */
-import { VesselError, failedPrecondition, invalidArgument, notFound } from '../core/errors.js';
-import { AgentError } from './agent/agent-client.js';
+import { VesselError, failedPrecondition, invalidArgument, notFound, unavailable } from '../core/errors.js';
+import { AgentError, AgentProtocolError } from './agent/agent-client.js';
 
 /** Linux errnos the agent reports (its ERROR carries the guest's errno). */
 const E = {
@@ -32,11 +32,21 @@ export type GuestObject = 'file' | 'directory' | 'path';
 
 export const diskFull = (): VesselError => failedPrecondition(`the runtime's disk is full`);
 
+/**
+ * A reply the guest had no business sending (a name over NAME_MAX, a time before 1970, more than
+ * its bound): the runtime is unavailable for this request, which says why; the client has ended
+ * that channel and the next request reconnects. Anything else is returned as it is.
+ */
+export function agentFailure(err: unknown): unknown {
+  if (!(err instanceof AgentProtocolError)) return err;
+  return unavailable(`the runtime's guest agent broke the protocol, so its channel was reset: ${err.message}`);
+}
+
 /** The API error for `err`, or `err` itself when it is no refusal of the guest's (a lost channel: the driver's to judge). */
 export function guestPathError(err: unknown, path: string, object: GuestObject): unknown {
   // A path the agent's frame cannot carry (over 4095 bytes once in UTF-8).
   if (err instanceof RangeError) return invalidArgument(`path '${path.slice(0, 64)}…' is too long for the guest`);
-  if (!(err instanceof AgentError) || err.kind !== 'ERRNO') return err;
+  if (!(err instanceof AgentError) || err.kind !== 'ERRNO') return agentFailure(err);
   switch (err.errno) {
     case E.ENOENT:
       return notFound(object, path);

@@ -9,6 +9,7 @@ import { VesselError } from '../core/errors.js';
 import type { ExecRequest, ExecResult } from '../core/types.js';
 import { AgentError, type AgentClient } from './agent/agent-client.js';
 import { MAX_PAYLOAD } from './agent/frames.js';
+import { agentFailure } from './guest-errors.js';
 
 /** Where the gateway's CA goes in the guest; update-ca-certificates adds it to the bundle. */
 export const GUEST_CA_FILE = '/usr/local/share/ca-certificates/vessel-egress-ca.crt';
@@ -78,7 +79,7 @@ export async function spawnPlan(agent: AgentClient, req: CommandRequest): Promis
 
 /** A command that could not start is the caller's command_failed, saying which step failed. */
 export function startFailure(err: unknown, req: CommandRequest): unknown {
-  if (!(err instanceof AgentError)) return err;
+  if (!(err instanceof AgentError)) return agentFailure(err);
   if (err.kind === 'LIMIT') return new VesselError('failed_precondition', `the guest runs as many processes as it keeps (128); forget exited ones: ${err.detail}`);
   if (err.kind === 'CWD') {
     const why = err.errno === ENOENT ? 'does not exist' : `cannot be entered (${err.detail})`;

@@ -4,12 +4,11 @@
  */
 import { VesselError, failedPrecondition, notFound } from '../core/errors.js';
 import type { AttachRequest, OutputChannel, ProcessOutput, ProcessSpec, ProcessState, ProcessStream } from '../core/types.js';
-import { AgentClosedError, AgentError, type AgentClient, type AgentProcess, type ProcessInfo } from './agent/agent-client.js';
+import { AgentClosedError, AgentError, guestDate, type AgentClient, type AgentProcess, type ProcessInfo } from './agent/agent-client.js';
+import { agentFailure } from './guest-errors.js';
 import { spawnPlan, startFailure } from './guest-exec.js';
 
 type Agent = () => Promise<AgentClient>;
-
-const fromNs = (ns: bigint): Date => new Date(Number(ns / 1_000_000n));
 
 export function processState(info: ProcessInfo): ProcessState {
   return {
@@ -21,8 +20,8 @@ export function processState(info: ProcessInfo): ProcessState {
     signal: info.state === 'signaled' ? info.code : null,
     pty: info.pty,
     stdinOpen: info.stdinOpen,
-    startedAt: fromNs(info.startNs),
-    endedAt: info.endNs === 0n ? null : fromNs(info.endNs),
+    startedAt: guestDate(info.startNs),
+    endedAt: info.endNs === 0n ? null : guestDate(info.endNs),
     stdout: { start: Number(info.stdout.start), end: Number(info.stdout.end) },
     stderr: { start: Number(info.stderr.start), end: Number(info.stderr.end) },
   };
@@ -30,7 +29,7 @@ export function processState(info: ProcessInfo): ProcessState {
 
 /** The agent's answers about one process, as the API's errors. */
 function processFailure(err: unknown, processId: number): unknown {
-  if (!(err instanceof AgentError)) return err;
+  if (!(err instanceof AgentError)) return agentFailure(err);
   if (err.kind === 'NO_PROCESS') return notFound('process', String(processId));
   if (err.kind === 'ERRNO' && err.errno === EBUSY) return failedPrecondition(`process ${processId} is still running; signal it first`);
   if (err.kind === 'ERRNO' && err.errno === ENOTTY) return failedPrecondition(`process ${processId} has no terminal`);
@@ -46,7 +45,7 @@ const ENOTTY = 25;
 
 /** Transport failures mid-stream are the runtime being unavailable, as for every other call. */
 function streamFailure(err: unknown): unknown {
-  return err instanceof AgentClosedError ? new VesselError('unavailable', `the guest agent channel ended: ${err.message}`) : err;
+  return err instanceof AgentClosedError ? new VesselError('unavailable', `the guest agent channel ended: ${err.message}`) : agentFailure(err);
 }
 
 class AgentProcessStream implements ProcessStream {
@@ -135,7 +134,11 @@ export async function spawnProcess(agent: Agent, spec: ProcessSpec): Promise<Pro
 }
 
 export async function listProcesses(agent: Agent): Promise<ProcessState[]> {
-  return (await (await agent()).listProcesses()).map(processState);
+  try {
+    return (await (await agent()).listProcesses()).map(processState);
+  } catch (err) {
+    throw agentFailure(err);
+  }
 }
 
 export async function attachProcess(agent: Agent, processId: number, request: AttachRequest): Promise<ProcessStream> {

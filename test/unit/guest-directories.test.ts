@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { VesselError } from '../../src/core/errors.js';
@@ -86,6 +86,22 @@ test('list, stat, mkdir -p and remove answer as the API does', { skip }, async (
   assert.ok(existsSync(join(a, 'one.txt')), 'removing a link leaves its target');
   await removeGuestPath(agent, join(a, 'b'), true);
   assert.deepEqual((await listGuestDir(agent, a)).map((e) => e.name), ['dangling', 'one.txt']);
+});
+
+test('the real agent: a file of 1960 lists and stats as 1960, and a 255-byte name is a name', { skip }, async () => {
+  const d = join(fx.dir, 'old');
+  mkdirSync(d);
+  const longest = 'n'.repeat(255);
+  writeFileSync(join(d, longest), 'x');
+  writeFileSync(join(d, 'old.txt'), 'x');
+  // Before the epoch: the agent's u64 arithmetic sends it in two's complement, which read
+  // unsigned said 2544.
+  const t1960 = new Date('1960-01-01T00:00:00Z'); // a Date: Node takes a negative number for now
+  utimesSync(join(d, 'old.txt'), t1960, t1960);
+  const list = await listGuestDir(agent, d);
+  assert.deepEqual(list.map((e) => [e.name.length, e.modified_at.slice(0, 4)]), [[255, String(new Date().getUTCFullYear())], [7, '1960']]);
+  assert.equal(list[1]!.modified_at, '1960-01-01T00:00:00.000Z');
+  assert.equal((await statGuestPath(agent, join(d, 'old.txt'), true)).modified_at, '1960-01-01T00:00:00.000Z');
 });
 
 test('an archive download is the tree, checked by the host tar; errors come before the first byte', { skip }, async () => {

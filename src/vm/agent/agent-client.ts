@@ -15,6 +15,11 @@
  * - A malformed frame, a frame of a type a stream cannot carry, or credit overrun ends the
  *   channel: every pending call rejects and every stream fails, with the reason. Only this VM's
  *   channel is affected.
+ * - Every reply is bounded in bytes, not only in frames (docs/agent-protocol.md, "Limits"): a
+ *   one-shot reply by its count of frames of bounded size and an END of the size its request
+ *   allows, a stream by its window, and what a call collects from a stream (a listing) by a byte
+ *   budget of its own. A listing over its budget fails that call alone (AgentReplyTooLargeError)
+ *   and its stream is cancelled; the channel goes on.
  */
 import { randomBytes } from 'node:crypto';
 import { createConnection, type Socket } from 'node:net';
@@ -32,6 +37,7 @@ import {
   decodeStat,
   decodeWindow,
   encodeAttach,
+  guestDate,
   encodeIdentity,
   encodeSpawn,
   u32s,
@@ -44,7 +50,7 @@ import {
   type StatInfo,
 } from './messages.js';
 
-export { AgentError, AgentProtocolError };
+export { AgentError, AgentProtocolError, guestDate };
 export type { AgentLimits, DirEntry, ProcessInfo, StatInfo };
 
 /**
@@ -56,9 +62,20 @@ const MAX_STALE_BYTES = 16 * 1024 * 1024;
 export const DEFAULT_WINDOW = 256 * 1024;
 /** The smallest window a stream may ask for: a directory frame needs 279 bytes of credit. */
 const MIN_WINDOW = 4096;
-/** PROC frames one LIST_PROCS may bring (the agent keeps 128); more is hostile. */
+/**
+ * PROC frames one LIST_PROCS may bring (the agent keeps 128); more is hostile. With a PROC's
+ * size capped (68 + 256 bytes), a process list is at most 41.5 KiB.
+ */
 const MAX_LISTED_PROCS = 128;
 const DEFAULT_MAX_DIR_ENTRIES = 100_000;
+/**
+ * What one listDir() may collect, counted as the agent sends it (24 bytes and the name per
+ * entry) plus what the caller adds per entry. 100,000 entries of 143 bytes fit; a guest cannot
+ * make one listing hold more (names are at most NAME_MAX bytes, the stream's window bounds what
+ * waits beyond the budget).
+ */
+export const DEFAULT_MAX_LISTING_BYTES = 16 * 1024 * 1024;
+
 const DEFAULT_TIMEOUT_MS = 30_000;
 /** After a timed-out run's SIGKILL, how long its exit may take before the stream is abandoned. */
 const KILL_GRACE_MS = 5_000;
@@ -70,6 +87,21 @@ export class AgentClosedError extends Error {
 
 export class AgentTimeoutError extends Error {
   override readonly name = 'AgentTimeoutError';
+}
+
+/**
+ * A reply larger than the call allows (more entries or more bytes than its budget): that call
+ * fails and its stream is cancelled, the channel goes on. A RangeError, as the cap it replaces was.
+ */
+export class AgentReplyTooLargeError extends RangeError {
+  override readonly name = 'AgentReplyTooLargeError';
+  constructor(
+    readonly what: string,
+    readonly limit: number,
+    readonly unit: 'entries' | 'bytes',
+  ) {
+    super(`${what} has more than ${limit} ${unit}`);
+  }
 }
 
 interface Handler {
@@ -448,7 +480,7 @@ export class AgentClient {
 
   async ping(opts?: RequestOptions): Promise<void> {
     const data = randomBytes(8);
-    const { end } = await this.#request(T.PING, data, opts);
+    const { end } = await this.#request(T.PING, data, opts, undefined, data.length);
     if (!end.equals(data)) throw protocol('PING answered with other bytes');
   }
 
@@ -598,27 +630,40 @@ export class AgentClient {
     return await result.promise;
   }
 
-  /** A directory's entries (not . and ..), at most maxEntries of them. */
-  async listDir(path: string, opts: { maxEntries?: number; window?: number } = {}): Promise<DirEntry[]> {
+  /**
+   * A directory's entries (not . and ..): at most `maxEntries` of them, and at most `maxBytes`
+   * counting DIRENT_FIXED_BYTES, the name and `entryBytes` (what the caller will add to each, a
+   * path prefix) per entry. Past either, AgentReplyTooLargeError, and the agent is told to stop:
+   * the host holds at most the budget plus the stream's window.
+   */
+  async listDir(path: string, opts: { maxEntries?: number; maxBytes?: number; entryBytes?: number; window?: number } = {}): Promise<DirEntry[]> {
     const window = windowOf(opts.window);
     const max = opts.maxEntries ?? DEFAULT_MAX_DIR_ENTRIES;
+    const maxBytes = opts.maxBytes ?? DEFAULT_MAX_LISTING_BYTES;
+    const perEntry = opts.entryBytes ?? 0;
+    const payload = withPath(u32s(window), path);
     if (this.#closeError !== null) throw this.#closedError();
     let id = 0;
-    const inbox = new Inbox<DirEntry[]>(window, (n) => this.#send(T.WINDOW, id, u32s(n)));
+    // Each batch carries its frame's payload length: exactly DIRENT_FIXED_BYTES plus the name per entry.
+    const inbox = new Inbox<{ entries: DirEntry[]; bytes: number }>(window, (n) => this.#send(T.WINDOW, id, u32s(n)));
     id = this.#open({
       frame: (f) => {
-        if (f.type === R.DIR) inbox.push(decodeDirEntries(f.payload), f.payload.length);
+        if (f.type === R.DIR) inbox.push({ entries: decodeDirEntries(f.payload), bytes: f.payload.length }, f.payload.length);
         else if (f.type === R.END) this.#finishStream(id, inbox);
         else if (f.type === R.ERROR) this.#finishStream(id, inbox, decodeError(f.payload));
         else throw protocol(`frame type ${typeName(f.type)} on a directory listing`);
       },
       closed: (err) => inbox.finish(err),
     });
-    this.#send(T.LIST_DIR, id, withPath(u32s(window), path));
+    this.#send(T.LIST_DIR, id, payload);
     const entries: DirEntry[] = [];
+    let bytes = 0;
+    // Leaving the loop by a throw cancels the stream (#drainInbox): nothing more is read for it.
     for await (const batch of this.#drainInbox(id, inbox)) {
-      entries.push(...batch);
-      if (entries.length > max) throw new RangeError(`'${path}' has more than ${max} entries`);
+      bytes += batch.bytes + batch.entries.length * perEntry;
+      if (bytes > maxBytes) throw new AgentReplyTooLargeError(`'${path}'`, maxBytes, 'bytes');
+      if (entries.length + batch.entries.length > max) throw new AgentReplyTooLargeError(`'${path}'`, max, 'entries');
+      for (const e of batch.entries) entries.push(e);
     }
     return entries;
   }
@@ -714,9 +759,17 @@ export class AgentClient {
 
   /**
    * A request answered by END (or ERROR), with up to `accept.max` frames of `accept.type` before
-   * it, each decoded as it arrives (a bad one ends the channel at once).
+   * it, each decoded as it arrives (a bad one ends the channel at once), and an END payload of at
+   * most `maxEnd` bytes (only PING's END carries any). So a reply is bounded in bytes by its
+   * frames' count and their sizes, and no guest can make the host keep a 64 KiB END it never reads.
    */
-  #request<V = never>(type: number, payload: Buffer, opts?: RequestOptions, accept?: { type: number; max: number; decode: (p: Buffer) => V }): Promise<{ items: V[]; end: Buffer }> {
+  #request<V = never>(
+    type: number,
+    payload: Buffer,
+    opts?: RequestOptions,
+    accept?: { type: number; max: number; decode: (p: Buffer) => V },
+    maxEnd = 0,
+  ): Promise<{ items: V[]; end: Buffer }> {
     if (this.#closeError !== null) return Promise.reject(this.#closedError());
     const reply = settled<{ items: V[]; end: Buffer }>();
     const items: V[] = [];
@@ -724,8 +777,9 @@ export class AgentClient {
     const id = this.#open({
       frame: (f) => {
         if (f.type === R.END) {
+          if (f.payload.length > maxEnd) throw protocol(`an END of ${f.payload.length} bytes answering request ${typeName(type)}, which allows ${maxEnd}`);
           this.#handlers.delete(id);
-          reply.resolve({ items, end: Buffer.from(f.payload) });
+          reply.resolve({ items, end: f.payload.length === 0 ? EMPTY : Buffer.from(f.payload) });
         } else if (f.type === R.ERROR) {
           this.#handlers.delete(id);
           reply.reject(decodeError(f.payload));

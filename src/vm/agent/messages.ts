@@ -26,6 +26,12 @@ export const MAX_PROC_COMMAND_BYTES = 256;
 export const OUTPUT_PREFIX_BYTES = 12;
 export const STAT_BYTES = 32;
 export const DIRENT_FIXED_BYTES = 24;
+/** Linux's NAME_MAX: a directory entry's name is 1 to 255 bytes. A longer one is a lie. */
+export const NAME_MAX = 255;
+/** Linux's PATH_MAX counts the NUL: a path a request carries is at most 4095 bytes. */
+export const PATH_MAX = 4096;
+/** An ERROR's message as the agent writes it (its MAX_ERROR_TEXT); more is not kept. */
+export const MAX_ERROR_TEXT = 200;
 
 export type FileType = 'other' | 'file' | 'directory' | 'symlink' | 'char' | 'block' | 'fifo' | 'socket';
 const FILE_TYPES: FileType[] = ['other', 'file', 'directory', 'symlink', 'char', 'block', 'fifo', 'socket'];
@@ -47,7 +53,10 @@ export interface ProcessInfo {
   stdinOpen: boolean;
   /** The exit status, or the signal number when signaled; 0 while running. */
   code: number;
-  /** Wall-clock times in the guest, nanoseconds since the epoch; `endNs` is 0n while running. */
+  /**
+   * Wall-clock times in the guest, nanoseconds since the epoch (never negative: Linux does not
+   * set CLOCK_REALTIME before 1970); `endNs` is 0n while running.
+   */
   startNs: bigint;
   endNs: bigint;
   /** What each output ring retains: [start, end) in bytes since the process began. */
@@ -62,6 +71,7 @@ export interface StatInfo {
   uid: number;
   gid: number;
   size: bigint;
+  /** Nanoseconds since the epoch, signed: a file may predate 1970 (see guestDate). */
   mtimeNs: bigint;
 }
 
@@ -133,11 +143,17 @@ export function u32s(...values: number[]): Buffer {
   return b;
 }
 
-/** Fixed fields then an absolute path (no NUL), as READ_FILE, WRITE_FILE, STAT, ... take them. */
+/**
+ * Fixed fields then an absolute path (no NUL, at most PATH_MAX - 1 bytes), as READ_FILE,
+ * WRITE_FILE, STAT, ... take them. A longer path is refused here, where the caller can still say
+ * so, rather than by the agent with BAD_REQUEST.
+ */
 export function withPath(fixed: Buffer, path: string): Buffer {
   if (!path.startsWith('/')) throw new RangeError(`'${path}' is not an absolute path`);
   if (path.includes('\0')) throw new RangeError('a path cannot contain NUL');
-  return checkedPayload([fixed, Buffer.from(path, 'utf8')], 'path');
+  const bytes = Buffer.from(path, 'utf8');
+  if (bytes.length >= PATH_MAX) throw new RangeError(`a path is at most ${PATH_MAX - 1} bytes, not ${bytes.length}`);
+  return checkedPayload([fixed, bytes], 'path');
 }
 
 export function encodeIdentity(clockNs: bigint, hostname: string, entropy: Buffer): Buffer {
@@ -169,6 +185,25 @@ export function decodeWindow(payload: Buffer): number {
 
 const STATES = ['running', 'exited', 'signaled'] as const;
 
+/**
+ * A time field: nanoseconds since the epoch as a signed 64-bit integer, which is what the agent's
+ * `tv_sec * 1e9 + tv_nsec` in u64 arithmetic is for a time before 1970 (two's complement). Read
+ * unsigned, a file of 1960 would say 2544.
+ */
+const readTimeNs = (payload: Buffer, at: number): bigint => payload.readBigInt64LE(at);
+
+/**
+ * A guest time as a Date, rounded down to the millisecond. Total over what a time field can
+ * hold: ±2^63 ns is ±9.2e12 ms (1677-09-21 to 2262-04-11), well inside Date's ±8.64e15 ms and
+ * within RFC 3339's four-digit years, so no guest value makes an Invalid Date or an extended
+ * year. The check below keeps it so should a caller ever pass something wider.
+ */
+export function guestDate(ns: bigint): Date {
+  const ms = ns >= 0n ? ns / 1_000_000n : -((-ns + 999_999n) / 1_000_000n);
+  if (ms < -8_640_000_000_000_000n || ms > 8_640_000_000_000_000n) throw new AgentProtocolError(`time ${ns} ns is out of range`);
+  return new Date(Number(ms));
+}
+
 export function decodeProcInfo(payload: Buffer): ProcessInfo {
   short('PROC', payload, PROC_INFO_BYTES);
   if (payload.length > PROC_INFO_BYTES + MAX_PROC_COMMAND_BYTES) throw new AgentProtocolError(`PROC payload of ${payload.length} bytes`);
@@ -180,6 +215,13 @@ export function decodeProcInfo(payload: Buffer): ProcessInfo {
     if (start > end) throw new AgentProtocolError('PROC output range ends before it starts');
     return { start, end };
   };
+  const time = (at: number, what: string) => {
+    const ns = readTimeNs(payload, at);
+    // The guest's CLOCK_REALTIME: Linux refuses to set it before 1970 (EINVAL), so no honest
+    // agent reports a negative one (in u64 terms, one past 2262).
+    if (ns < 0n) throw new AgentProtocolError(`PROC ${what} time ${ns} ns is before 1970`);
+    return ns;
+  };
   return {
     id: payload.readUInt32LE(0),
     pid: payload.readInt32LE(4),
@@ -187,8 +229,8 @@ export function decodeProcInfo(payload: Buffer): ProcessInfo {
     pty: (payload[9]! & 1) !== 0,
     stdinOpen: (payload[9]! & 2) !== 0,
     code: payload.readInt32LE(12),
-    startNs: payload.readBigUInt64LE(20),
-    endNs: payload.readBigUInt64LE(28),
+    startNs: time(20, 'start'),
+    endNs: time(28, 'end'),
     stdout: range(36),
     stderr: range(52),
     command: payload.subarray(PROC_INFO_BYTES).toString('utf8'),
@@ -222,23 +264,37 @@ export function decodeStat(payload: Buffer): StatInfo {
     uid: payload.readUInt32LE(8),
     gid: payload.readUInt32LE(12),
     size: payload.readBigUInt64LE(16),
-    mtimeNs: payload.readBigUInt64LE(24),
+    mtimeNs: readTimeNs(payload, 24),
   };
 }
 
+const SLASH = 0x2f;
+const DOT = 0x2e;
+
+/**
+ * A DIR frame's entries. Each name is what readdir(3) can return: 1 to NAME_MAX bytes, no '/' and
+ * no NUL, not '.' or '..' (the agent skips those). Anything else is a lie about the directory
+ * (a name that would make its entry's path another file's, or a 64 KiB name to fill the host's
+ * heap) and ends the channel here, before the entry is kept.
+ */
 export function decodeDirEntries(payload: Buffer): DirEntry[] {
   const entries: DirEntry[] = [];
   for (let at = 0; at < payload.length; ) {
     short('DIR entry', payload.subarray(at), DIRENT_FIXED_BYTES);
     const nameLength = payload.readUInt16LE(at + 2);
-    const end = at + DIRENT_FIXED_BYTES + nameLength;
-    if (nameLength === 0 || end > payload.length) throw new AgentProtocolError('DIR entry name runs past its frame');
+    if (nameLength === 0 || nameLength > NAME_MAX) throw new AgentProtocolError(`DIR entry name of ${nameLength} bytes; a name is 1 to ${NAME_MAX} (NAME_MAX)`);
+    const start = at + DIRENT_FIXED_BYTES;
+    const end = start + nameLength;
+    if (end > payload.length) throw new AgentProtocolError('DIR entry name runs past its frame');
+    const name = payload.subarray(start, end);
+    if (name.includes(SLASH) || name.includes(0)) throw new AgentProtocolError(`DIR entry name contains '/' or NUL`);
+    if (name[0] === DOT && (nameLength === 1 || (nameLength === 2 && name[1] === DOT))) throw new AgentProtocolError(`DIR entry '${name.toString('latin1')}'`);
     entries.push({
-      name: payload.subarray(at + DIRENT_FIXED_BYTES, end).toString('utf8'),
+      name: name.toString('utf8'),
       type: fileType(payload[at]!),
       mode: payload.readUInt32LE(at + 4),
       size: payload.readBigUInt64LE(at + 8),
-      mtimeNs: payload.readBigUInt64LE(at + 16),
+      mtimeNs: readTimeNs(payload, at + 16),
     });
     at = end;
   }
@@ -258,7 +314,12 @@ export class AgentError extends Error {
   }
 }
 
+/**
+ * An ERROR. Its message reaches API answers and logs, so only what the agent can write
+ * (MAX_ERROR_TEXT bytes) is kept of it: a longer one is cut, not refused, as the rest of the
+ * frame is sound.
+ */
 export function decodeError(payload: Buffer): AgentError {
   short('ERROR', payload, 8);
-  return new AgentError(KIND_NAMES.get(payload.readUInt16LE(0)) ?? 'UNKNOWN', payload.readInt32LE(4), payload.subarray(8, 8 + 512).toString('utf8'));
+  return new AgentError(KIND_NAMES.get(payload.readUInt16LE(0)) ?? 'UNKNOWN', payload.readInt32LE(4), payload.subarray(8, 8 + MAX_ERROR_TEXT).toString('utf8'));
 }
