@@ -133,10 +133,12 @@ export class HttpForwarder {
     if (!target.ok) return deny(target.reason, 403);
     if (net.closed) return void req.socket.destroy();
 
-    // Every rule for the host is read: a rule's path decides where its secret is injected, not
-    // where it may come back (an upstream can keep one request's header and answer it to another).
-    const hostRules = ctx.tls !== null || this.opts.injectPlainHttp ? net.subject.rules.filter((r) => hostMatches(r.hostPattern, host)) : [];
-    const injection = await injectionFor(hostRules, (r) => pathMatches(r.pathPattern, path), net.subject.tenantId, this.opts.secrets, url);
+    // Every rule for the host is read: a rule's path (and whether plain HTTP may carry secrets)
+    // decides where its secret is injected, not where it may come back: an upstream can keep one
+    // request's header and answer it to another, over TLS or not.
+    const hostRules = net.subject.rules.filter((r) => hostMatches(r.hostPattern, host));
+    const injects = ctx.tls !== null || this.opts.injectPlainHttp;
+    const injection = await injectionFor(hostRules, (r) => injects && pathMatches(r.pathPattern, path), net.subject.tenantId, this.opts.secrets, url);
     const redaction = this.#redaction(ctx, injection.values);
     const redactor = redaction.head;
     // A host a rule names with a secret: its answers are redacted, heads and bodies.
