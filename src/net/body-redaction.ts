@@ -18,10 +18,28 @@ const MASK = 0x2a; // '*'
 /** ASCII letters folded to lowercase; every other byte is itself. */
 const FOLD = new Uint8Array(256).map((_, b) => (b >= 0x41 && b <= 0x5a ? b + 32 : b));
 
+/**
+ * A value that holds another of at least this many characters needs no spellings of its own: each
+ * of its spellings holds the other's (every encoding here but base64 works character by
+ * character, and base64 of the other is matched at every alignment once it is this long), and
+ * masking the other leaves only the rule's own text (`Bearer `). A header `Bearer <secret>` and
+ * a parameter `<secret>` so cost no more than the secret.
+ */
+const CONTAINED_MIN_CHARS = 12;
+
+/**
+ * The most spelling bytes one automaton may hold (each costs some 21 bytes of automaton): what a
+ * 64 KiB ASCII secret needs, with room. Beyond it the request is refused rather than forwarded
+ * with a body that could not be redacted.
+ */
+export const MAX_PATTERN_BYTES = 4 * 1024 * 1024;
+
 /** The spellings of `values` as bytes: UTF-8, and Latin-1 where that differs (header text is Latin-1). */
 function patterns(values: readonly string[]): Buffer[] {
+  const distinct = [...new Set(values.filter((v) => v !== ''))];
+  const needed = distinct.filter((v) => !distinct.some((u) => u !== v && u.length >= CONTAINED_MIN_CHARS && v.includes(u)));
   const out = new Map<string, Buffer>();
-  for (const s of values.flatMap(spellings)) {
+  for (const s of needed.flatMap(spellings)) {
     for (const bytes of [Buffer.from(s, 'utf8'), ...(/^[\x00-\xff]*$/.test(s) ? [Buffer.from(s, 'latin1')] : [])]) {
       const folded = Buffer.from(bytes.map((b) => FOLD[b]!));
       out.set(folded.toString('latin1'), folded);
@@ -52,6 +70,7 @@ export class SecretMatcher {
     const all = patterns(values);
     this.maxLength = all.reduce((m, p) => Math.max(m, p.length), 0);
     const capacity = all.reduce((n, p) => n + p.length, 1);
+    if (capacity > MAX_PATTERN_BYTES) throw new Error(`the injected values' spellings take ${capacity} bytes, over the ${MAX_PATTERN_BYTES} a response can be redacted of`);
     const firstChild = (this.#firstChild = new Int32Array(capacity));
     const nextSibling = (this.#nextSibling = new Int32Array(capacity));
     const label = (this.#label = new Uint8Array(capacity));
@@ -144,6 +163,34 @@ export class SecretMatcher {
     return this.#depth[state]!;
   }
 }
+
+/**
+ * Automatons shared by every connection whose redaction needs the same values (a runtime's
+ * keep-alive connections to one host usually do), counted, and dropped with the last user: one
+ * per distinct set of values in use, never kept past it.
+ */
+const inUse = new Map<string, { matcher: SecretMatcher; users: number }>();
+
+/** The automaton for `values`, shared; `release` once it is no longer used. Throws past MAX_PATTERN_BYTES. */
+export function acquireMatcher(values: readonly string[]): { matcher: SecretMatcher; release(): void } {
+  const key = values.join('\u0000');
+  let entry = inUse.get(key);
+  if (entry === undefined) inUse.set(key, (entry = { matcher: new SecretMatcher(values), users: 0 }));
+  entry.users++;
+  const held = entry;
+  let released = false;
+  return {
+    matcher: entry.matcher,
+    release: () => {
+      if (released) return;
+      released = true;
+      if (--held.users === 0 && inUse.get(key) === held) inUse.delete(key);
+    },
+  };
+}
+
+/** How many automatons are held now (tests). */
+export const matchersInUse = (): number => inUse.size;
 
 /** A stream that passes a body on with every spelling of the matcher's values masked. */
 export class RedactingStream extends Transform {

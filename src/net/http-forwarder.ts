@@ -18,7 +18,7 @@ import { endToEndHeaders, headerValues, requestFraming, responseLength, writeRel
 import type { RuntimeNet } from './runtime-registry.js';
 import type { SecretCache } from './secret-cache.js';
 import { injectionFor } from './secret-injection.js';
-import { RedactingStream, SecretMatcher } from './body-redaction.js';
+import { acquireMatcher, RedactingStream } from './body-redaction.js';
 import { Redactor } from './secret-redaction.js';
 
 export interface HttpContext {
@@ -66,6 +66,9 @@ function plainBody(headers: IncomingMessage['headers']): boolean {
   return codings.every((t) => t === '' || t === 'identity') && (te === undefined || te.trim().toLowerCase() === 'chunked');
 }
 
+/** Redacts nothing: for a host no rule with a secret names. */
+const NO_REDACTION = new Redactor([]);
+
 /** The Host the upstream gets: the decided name, with the port only where it is not the scheme's. */
 export function decidedHost(host: string, port: number, tls: boolean): string {
   return port === (tls ? 443 : 80) ? host : `${host}:${port}`;
@@ -75,23 +78,30 @@ export function decidedHost(host: string, port: number, tls: boolean): string {
 interface Redaction {
   key: string;
   head: Redactor;
-  body: SecretMatcher | null;
+  body: ReturnType<typeof acquireMatcher>;
 }
 
 export class HttpForwarder {
   /**
    * Per guest connection, so that its requests do not each rebuild the automaton (for a 64 KiB
-   * secret, some 10⁶ nodes); it lives as long as the connection and is replaced when the values
-   * change (a secret read again with cache_ttl_secs 0 may have been rotated).
+   * secret, some 10⁶ nodes); the automaton itself is shared by connections with the same values
+   * (body-redaction.ts) and let go when the connection closes or its values change (a secret read
+   * again with cache_ttl_secs 0 may have been rotated).
    */
   readonly #redactions = new WeakMap<HttpContext, Redaction>();
 
   constructor(private readonly opts: HttpForwarderOptions) {}
 
-  #redaction(ctx: HttpContext, values: readonly string[]): Redaction {
+  /** The connection's redactors for `values`; throws when they are too large to redact a body of. */
+  #redaction(ctx: HttpContext, socket: IncomingMessage['socket'], values: readonly string[]): Redaction {
     const key = values.join('\u0000');
-    let r = this.#redactions.get(ctx);
-    if (r?.key !== key) this.#redactions.set(ctx, (r = { key, head: new Redactor(values), body: null }));
+    const had = this.#redactions.get(ctx);
+    if (had?.key === key) return had;
+    const body = acquireMatcher(values);
+    had?.body.release();
+    const r = { key, head: new Redactor(values), body };
+    this.#redactions.set(ctx, r);
+    if (had === undefined) socket.once('close', () => this.#redactions.get(ctx)?.body.release());
     return r;
   }
 
@@ -139,10 +149,11 @@ export class HttpForwarder {
     const hostRules = net.subject.rules.filter((r) => hostMatches(r.hostPattern, host));
     const injects = ctx.tls !== null || this.opts.injectPlainHttp;
     const injection = await injectionFor(hostRules, (r) => injects && pathMatches(r.pathPattern, path), net.subject.tenantId, this.opts.secrets, url);
-    const redaction = this.#redaction(ctx, injection.values);
-    const redactor = redaction.head;
-    // A host a rule names with a secret: its answers are redacted, heads and bodies.
+    // A host a rule names with a secret: its answers are redacted, heads and bodies. The automaton
+    // is made before anything is sent: values too large to redact refuse the request here (502).
     const guarded = injection.values.length > 0;
+    const redaction = guarded ? this.#redaction(ctx, req.socket, injection.values) : null;
+    const redactor = redaction?.head ?? NO_REDACTION;
     const replaced = new Set([...injection.headers.map(([n]) => n.toLowerCase()), ...(guarded ? GUARDED_REQUEST_HEADERS : [])]);
     const headers = [
       'Host', decidedHost(host, ctx.port, ctx.tls !== null),
@@ -186,7 +197,7 @@ export class HttpForwarder {
         return failed('bad_response');
       }
       // A response cut short closes the guest's connection rather than leave it mid-message.
-      if (body) pipeline(up, new RedactingStream((redaction.body ??= new SecretMatcher(injection.values))), res, () => undefined);
+      if (body && redaction !== null) pipeline(up, new RedactingStream(redaction.body.matcher), res, () => undefined);
       else pipeline(up, res, () => undefined);
       done(up.statusCode!, 'host_allowed');
     });
