@@ -65,6 +65,13 @@ export class SecretMatcher {
   /** The longest spelling that ends at the node (its own, or one reached by failure links); 0 if none. */
   readonly #out: Int32Array;
   readonly #depth: Int32Array;
+  /**
+   * Which two-byte pairs begin some spelling, when every spelling has two bytes or more: at the
+   * root, a byte whose pair with the next begins none cannot start a match, and the state after
+   * it is the root's again (a one-byte prefix that cannot grow falls back there), so it is passed
+   * over in a tight loop. Most bytes of a body are.
+   */
+  readonly #pairs: Uint8Array | null;
 
   constructor(values: readonly string[]) {
     const all = patterns(values);
@@ -95,6 +102,8 @@ export class SecretMatcher {
       }
       out[node] = p.length;
     }
+    this.#pairs = all.some((p) => p.length < 2) ? null : new Uint8Array(65_536);
+    for (const p of all) if (this.#pairs !== null) this.#pairs[(p[0]! << 8) | p[1]!] = 1;
     // Failure links breadth first: a node's link is shallower, so it is final by then.
     const queue = new Int32Array(count);
     let tail = 0;
@@ -133,11 +142,17 @@ export class SecretMatcher {
    * step is written out here: this loop is the cost of redaction per byte.
    */
   scan(buf: Buffer, from: number, state: number): number {
-    const root = this.#root, firstChild = this.#firstChild, nextSibling = this.#nextSibling, label = this.#label, fail = this.#fail, out = this.#out;
+    const pairs = this.#pairs, root = this.#root, firstChild = this.#firstChild, nextSibling = this.#nextSibling, label = this.#label, fail = this.#fail, out = this.#out;
     // A plain Uint8Array view: element reads on it are monomorphic, on a Buffer they are not.
     const bytes = new Uint8Array(buf.buffer, buf.byteOffset, buf.length);
     const n = bytes.length;
     for (let i = from; i < n; i++) {
+      // At the root, most bytes begin no spelling: pass over them without the general step.
+      if (state === 0) {
+        if (pairs !== null) while (i + 1 < n && pairs[(FOLD[bytes[i]!]! << 8) | FOLD[bytes[i + 1]!]!] === 0) i++;
+        else while (i < n && root[FOLD[bytes[i]!]!] === 0) i++;
+        if (i === n) break;
+      }
       const b = FOLD[bytes[i]!]!;
       for (;;) {
         if (state === 0) {

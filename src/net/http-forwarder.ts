@@ -152,6 +152,9 @@ export class HttpForwarder {
     // A host a rule names with a secret: its answers are redacted, heads and bodies. The automaton
     // is made before anything is sent: values too large to redact refuse the request here (502).
     const guarded = injection.values.length > 0;
+    // Gone while its secrets were read: nothing to send, and its 'close' (which lets go of the
+    // automaton) has already been emitted.
+    if (req.socket.closed) return;
     const redaction = guarded ? this.#redaction(ctx, req.socket, injection.values) : null;
     const redactor = redaction?.head ?? NO_REDACTION;
     const replaced = new Set([...injection.headers.map(([n]) => n.toLowerCase()), ...(guarded ? GUARDED_REQUEST_HEADERS : [])]);

@@ -81,6 +81,8 @@ test('a body in one-byte chunks, overlapping and repeated secrets, mixed case: a
   const { out } = await redact(values, [...body].map((b) => Buffer.from([b])));
   assert.deepEqual(out.toString('latin1'), reference(values, body).toString('latin1'));
   assert.equal(out.toString('latin1'), '******-*****-******-******-aba***ab-ab');
+  // A one-character secret: every byte may begin a match.
+  assert.equal((await redact(['Q'], [Buffer.from('aq'), Buffer.from('bQq')])).out.toString(), 'a*b**');
 });
 
 test('base64 of a value inside a larger encoding is caught at all three alignments', () => {
