@@ -3,7 +3,7 @@
  * connections, each sending GETs back to back for `seconds`, optionally through an HTTP CONNECT
  * proxy. A minimal HTTP/1.1 client, the same for every path measured, prints one JSON line.
  *
- * argv: JSON { endpoint: "host:port", connect?: "host:port", servername, caFile, workers, seconds }
+ * argv: JSON { endpoint: "host:port", connect?: "host:port", servername, caFile, workers, seconds, path? (default /bench) }
  */
 import { readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
@@ -16,6 +16,7 @@ interface Args {
   caFile: string;
   workers: number;
   seconds: number;
+  path?: string;
 }
 
 const args = JSON.parse(process.argv[2]!) as Args;
@@ -80,7 +81,7 @@ async function open(): Promise<TLSSocket> {
   return tls;
 }
 
-const request = Buffer.from(`GET /bench HTTP/1.1\r\nHost: ${args.servername}\r\nX-Api-Key: from-the-client\r\n\r\n`);
+const request = Buffer.from(`GET ${args.path ?? '/bench'} HTTP/1.1\r\nHost: ${args.servername}\r\nX-Api-Key: from-the-client\r\n\r\n`);
 const latencies: number[] = [];
 const deadline = Date.now() + args.seconds * 1000;
 

@@ -30,12 +30,15 @@ const BASELINE_HOST = '10.199.0.1';
 const TAP = 'vsl65000';
 const INSTANCE = 'bench';
 
-// The baselines are other programs: say how to get them before anything is started.
+// The baselines are other programs: say how to get them before anything is started. Without
+// them, only what needs none is measured: interception with body redaction against without.
 const missing = ['squid', 'mitmdump'].filter((tool) => spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0);
-if (missing.length > 0) {
-  console.error(`bench:egress compares against ${missing.join(' and ')}, which this host lacks. Install them: apt-get install squid mitmproxy`);
-  process.exit(2);
+const baselines = missing.length === 0;
+if (!baselines) {
+  console.error(`bench:egress compares against ${missing.join(' and ')}, which this host lacks (apt-get install squid mitmproxy); measuring body redaction's cost alone`);
 }
+/** The response sizes the redaction rows use: the bench's usual tiny body, and 64 KiB. */
+const REDACTION_BODIES = [0, 65_536];
 
 const dir = mkdtempSync(join(tmpdir(), 'vessel-bench-egress-'));
 const children: ChildProcess[] = [];
@@ -93,8 +96,8 @@ const ownCpuUs = () => {
   return u.user + u.system;
 };
 
-async function load(ns: string, endpoint: string, opts: { connect?: string; caFile: string; workers?: number; proxyCpuUs: () => number }): Promise<Result> {
-  const args = { endpoint, connect: opts.connect, servername: 'bench.test', caFile: opts.caFile, workers: opts.workers ?? WORKERS, seconds: SECONDS };
+async function load(ns: string, endpoint: string, opts: { connect?: string; caFile: string; workers?: number; proxyCpuUs: () => number; path?: string }): Promise<Result> {
+  const args = { endpoint, connect: opts.connect, servername: 'bench.test', caFile: opts.caFile, workers: opts.workers ?? WORKERS, seconds: SECONDS, path: opts.path };
   const cpuBefore = opts.proxyCpuUs();
   const out = await runCommand('ip', ['netns', 'exec', ns, process.execPath, join(REPO_ROOT, 'dist/bench/egress-client.js'), JSON.stringify(args)]);
   const r = JSON.parse(out.trim().split('\n').pop()!) as Omit<Result, 'cpuUs'>;
@@ -141,7 +144,8 @@ try {
   });
   let audits = 0;
   gateway.connect({
-    revealSecret: async () => ({ value: 'bench-secret', cacheTtlSecs: 300 }),
+    // A rule whose secret is gone injects nothing, and nothing is redacted: interception alone.
+    revealSecret: async (_tenant, secretId) => (secretId === 'absent' ? null : { value: 'bench-secret', cacheTtlSecs: 300 }),
     audit: () => void audits++,
     activity: () => undefined,
     ingressTarget: async () => null,
@@ -153,41 +157,8 @@ try {
   const shown = (await runCommand('ip', ['netns', 'exec', NS_GATEWAY, 'getent', 'hosts', 'bench.test'])).trim().split(/\s+/)[0]!;
   const viaGateway = `${shown}:${upPort}`;
 
-  // The baselines' namespace, with squid and mitmproxy on the host end of its link.
-  await ip([`netns add ${NS_BASELINE}`, `link add vbpx0 type veth peer name eth0 netns ${NS_BASELINE}`, `addr add ${BASELINE_HOST}/30 dev vbpx0`, `link set vbpx0 up`]);
-  await clientSide(NS_BASELINE, '10.199.0.2/30', BASELINE_HOST);
-  const squidPort = await freePort();
-  writeFileSync(join(dir, 'squid.conf'), [
-    `http_port ${BASELINE_HOST}:${squidPort}`, 'http_access allow all', 'cache deny all', 'access_log none', 'cache_log /dev/null',
-    `pid_filename ${join(dir, 'squid.pid')}`, `coredump_dir ${dir}`, 'shutdown_lifetime 0 seconds', 'workers 1', '',
-  ].join('\n'));
-  const squidProcess = await start('squid', ['-N', '-f', join(dir, 'squid.conf')], null);
-  const mitmPort = await freePort();
-  const mitmConf = join(dir, 'mitmproxy');
-  const mitmProcess = await start('mitmdump', [
-    '-q', '--listen-host', BASELINE_HOST, '-p', String(mitmPort), '--set', `confdir=${mitmConf}`,
-    '--set', `ssl_verify_upstream_trusted_ca=${upstreamCa}`, '--modify-headers', '/~q/X-Api-Key/bench-secret',
-  ], null);
-  await waitForPort(null, BASELINE_HOST, squidPort);
-  await waitForPort(null, BASELINE_HOST, mitmPort);
-  const mitmCa = join(mitmConf, 'mitmproxy-ca-cert.pem');
   const bothCas = join(dir, 'upstream-and-vessel.pem');
   writeFileSync(bothCas, readFileSync(upstreamCa, 'utf8') + ca.certPem);
-
-  // workers = 1 measures latency without queueing; the default measures throughput under load.
-  const squidCpuUs = () => processCpuUs(squidProcess.pid!);
-  const mitmCpuUs = () => processCpuUs(mitmProcess.pid!);
-  const direct = (workers?: number) => load(NS_BASELINE, `${BASELINE_HOST}:${upPort}`, { caFile: upstreamCa, workers, proxyCpuUs: () => 0 });
-  const squid = (workers?: number) => load(NS_BASELINE, `127.0.0.1:${upPort}`, { connect: `${BASELINE_HOST}:${squidPort}`, caFile: upstreamCa, workers, proxyCpuUs: squidCpuUs });
-  const mitm = (workers?: number) => load(NS_BASELINE, `127.0.0.1:${upPort}`, { connect: `${BASELINE_HOST}:${mitmPort}`, caFile: mitmCa, workers, proxyCpuUs: mitmCpuUs });
-  const vesselSplice = (workers?: number) => load(NS_GATEWAY, viaGateway, { caFile: upstreamCa, workers, proxyCpuUs: ownCpuUs });
-  const vesselInject = (workers?: number) => load(NS_GATEWAY, viaGateway, { caFile: bothCas, workers, proxyCpuUs: ownCpuUs });
-
-  // Warm-up, then ROUNDS rounds that alternate the paths compared, so that drift on a busy
-  // 2-core machine (client, upstream and proxy share it) hits each alike; medians are reported.
-  await direct();
-  await squid();
-  await vesselSplice();
   const rounds = async (runs: Record<string, () => Promise<Result>>): Promise<Record<string, Result>> => {
     const seen: Record<string, Result[]> = {};
     for (let i = 0; i < ROUNDS; i++) for (const [name, run] of Object.entries(runs)) (seen[name] ??= []).push(await run());
@@ -197,35 +168,102 @@ try {
     });
     return Object.fromEntries(Object.entries(seen).map(([name, rs]) => [name, medianOf(rs)]));
   };
-  const passthrough = await rounds({ d: () => direct(), s: () => squid(), vs: () => vesselSplice(), d1: () => direct(1), s1: () => squid(1), vs1: () => vesselSplice(1) });
-  const { d, s, vs, d1, s1, vs1 } = passthrough as Record<'d' | 's' | 'vs' | 'd1' | 's1' | 'vs1', Result>;
-  gateway.update({
-    ...subject,
-    rules: [{ id: 'bench-rule', tenantId: 'bench', runtimeId, secretId: 'bench-secret', hostPattern: 'bench.test', pathPattern: '/**', injection: { headerName: 'X-Api-Key' }, createdAt: '' }],
-  });
-  await mitm();
-  await vesselInject();
-  const interception = await rounds({ m: () => mitm(), vi: () => vesselInject(), m1: () => mitm(1), vi1: () => vesselInject(1) });
-  const { m, vi, m1, vi1 } = interception as Record<'m' | 'vi' | 'm1' | 'vi1', Result>;
-
   const row = (name: string, r: Result, base?: Result) =>
-    `${name.padEnd(34)} ${r.rps.toFixed(0).padStart(7)} req/s   p50 ${r.p50.toFixed(2).padStart(6)} ms   p99 ${r.p99.toFixed(2).padStart(6)} ms` +
+    `${name.padEnd(46)} ${r.rps.toFixed(0).padStart(7)} req/s   p50 ${r.p50.toFixed(2).padStart(6)} ms   p99 ${r.p99.toFixed(2).padStart(6)} ms` +
     (base === undefined ? '' : `   ${(r.rps / base.rps).toFixed(2)}× throughput`);
   const cpu = (name: string, r: Result, base: Result) =>
     `  proxy CPU per request: ${name} ${base.cpuUs.toFixed(1)} µs, vessel ${r.cpuUs.toFixed(1)} µs (${(r.cpuUs / base.cpuUs).toFixed(2)}×)`;
-  const added = (r: Result, base = d) => `added p50 ${(r.p50 - base.p50).toFixed(2)} ms, p99 ${(r.p99 - base.p99).toFixed(2)} ms over direct`;
-  console.log(`HTTPS keep-alive GETs, ${WORKERS} connections (latency also with 1), ${SECONDS} s per run, median of ${ROUNDS} alternating rounds, clients in network namespaces`);
-  console.log(row('direct (no proxy)', d));
-  console.log(row('squid CONNECT passthrough', s));
-  console.log(row('vessel passthrough (spliced)', vs, s) + ' vs squid');
-  console.log(`  under load: squid ${added(s)}; vessel ${added(vs)}`);
-  console.log(`  one connection: squid ${added(s1, d1)}; vessel ${added(vs1, d1)}`);
-  console.log(cpu('squid', vs, s));
-  console.log(row('mitmproxy intercept + header', m));
-  console.log(row('vessel intercept + injection', vi, m) + ' vs mitmproxy');
-  console.log(`  under load: mitmproxy ${added(m)}; vessel ${added(vi)}`);
-  console.log(`  one connection: mitmproxy ${added(m1, d1)}; vessel ${added(vi1, d1)}`);
-  console.log(cpu('mitmproxy', vi, m));
+  if (baselines) {
+    // The baselines' namespace, with squid and mitmproxy on the host end of its link.
+    await ip([`netns add ${NS_BASELINE}`, `link add vbpx0 type veth peer name eth0 netns ${NS_BASELINE}`, `addr add ${BASELINE_HOST}/30 dev vbpx0`, `link set vbpx0 up`]);
+    await clientSide(NS_BASELINE, '10.199.0.2/30', BASELINE_HOST);
+    const squidPort = await freePort();
+    writeFileSync(join(dir, 'squid.conf'), [
+      `http_port ${BASELINE_HOST}:${squidPort}`, 'http_access allow all', 'cache deny all', 'access_log none', 'cache_log /dev/null',
+      `pid_filename ${join(dir, 'squid.pid')}`, `coredump_dir ${dir}`, 'shutdown_lifetime 0 seconds', 'workers 1', '',
+    ].join('\n'));
+    const squidProcess = await start('squid', ['-N', '-f', join(dir, 'squid.conf')], null);
+    const mitmPort = await freePort();
+    const mitmConf = join(dir, 'mitmproxy');
+    const mitmProcess = await start('mitmdump', [
+      '-q', '--listen-host', BASELINE_HOST, '-p', String(mitmPort), '--set', `confdir=${mitmConf}`,
+      '--set', `ssl_verify_upstream_trusted_ca=${upstreamCa}`, '--modify-headers', '/~q/X-Api-Key/bench-secret',
+    ], null);
+    await waitForPort(null, BASELINE_HOST, squidPort);
+    await waitForPort(null, BASELINE_HOST, mitmPort);
+    const mitmCa = join(mitmConf, 'mitmproxy-ca-cert.pem');
+
+    // workers = 1 measures latency without queueing; the default measures throughput under load.
+    const squidCpuUs = () => processCpuUs(squidProcess.pid!);
+    const mitmCpuUs = () => processCpuUs(mitmProcess.pid!);
+    const direct = (workers?: number) => load(NS_BASELINE, `${BASELINE_HOST}:${upPort}`, { caFile: upstreamCa, workers, proxyCpuUs: () => 0 });
+    const squid = (workers?: number) => load(NS_BASELINE, `127.0.0.1:${upPort}`, { connect: `${BASELINE_HOST}:${squidPort}`, caFile: upstreamCa, workers, proxyCpuUs: squidCpuUs });
+    const mitm = (workers?: number) => load(NS_BASELINE, `127.0.0.1:${upPort}`, { connect: `${BASELINE_HOST}:${mitmPort}`, caFile: mitmCa, workers, proxyCpuUs: mitmCpuUs });
+    const vesselSplice = (workers?: number) => load(NS_GATEWAY, viaGateway, { caFile: upstreamCa, workers, proxyCpuUs: ownCpuUs });
+    const vesselInject = (workers?: number) => load(NS_GATEWAY, viaGateway, { caFile: bothCas, workers, proxyCpuUs: ownCpuUs });
+
+    // Warm-up, then ROUNDS rounds that alternate the paths compared, so that drift on a busy
+    // 2-core machine (client, upstream and proxy share it) hits each alike; medians are reported.
+    await direct();
+    await squid();
+    await vesselSplice();
+    const passthrough = await rounds({ d: () => direct(), s: () => squid(), vs: () => vesselSplice(), d1: () => direct(1), s1: () => squid(1), vs1: () => vesselSplice(1) });
+    const { d, s, vs, d1, s1, vs1 } = passthrough as Record<'d' | 's' | 'vs' | 'd1' | 's1' | 'vs1', Result>;
+    const added = (r: Result, base = d) => `added p50 ${(r.p50 - base.p50).toFixed(2)} ms, p99 ${(r.p99 - base.p99).toFixed(2)} ms over direct`;
+    gateway.update({
+      ...subject,
+      rules: [{ id: 'bench-rule', tenantId: 'bench', runtimeId, secretId: 'bench-secret', hostPattern: 'bench.test', pathPattern: '/**', injection: { headerName: 'X-Api-Key' }, createdAt: '' }],
+    });
+    await mitm();
+    await vesselInject();
+    const interception = await rounds({ m: () => mitm(), vi: () => vesselInject(), m1: () => mitm(1), vi1: () => vesselInject(1) });
+    const { m, vi, m1, vi1 } = interception as Record<'m' | 'vi' | 'm1' | 'vi1', Result>;
+
+    console.log(`HTTPS keep-alive GETs, ${WORKERS} connections (latency also with 1), ${SECONDS} s per run, median of ${ROUNDS} alternating rounds, clients in network namespaces`);
+    console.log(row('direct (no proxy)', d));
+    console.log(row('squid CONNECT passthrough', s));
+    console.log(row('vessel passthrough (spliced)', vs, s) + ' vs squid');
+    console.log(`  under load: squid ${added(s)}; vessel ${added(vs)}`);
+    console.log(`  one connection: squid ${added(s1, d1)}; vessel ${added(vs1, d1)}`);
+    console.log(cpu('squid', vs, s));
+    console.log(row('mitmproxy intercept + header', m));
+    console.log(row('vessel intercept + injection', vi, m) + ' vs mitmproxy');
+    console.log(`  under load: mitmproxy ${added(m)}; vessel ${added(vi)}`);
+    console.log(`  one connection: mitmproxy ${added(m1, d1)}; vessel ${added(vi1, d1)}`);
+    console.log(cpu('mitmproxy', vi, m));
+  }
+  // Body redaction's cost: interception of a host with a rule whose secret is injected (every
+  // response body scanned and masked as it streams) against the same rule with its secret gone
+  // (nothing injected, nothing scanned), alternating, for a tiny body and a 64 KiB one.
+  const withRule = (secretId: string) => gateway!.update({
+    ...subject,
+    rules: [{ id: 'bench-rule', tenantId: 'bench', runtimeId, secretId, hostPattern: 'bench.test', pathPattern: '/**', injection: { headerName: 'X-Api-Key' }, createdAt: '' }],
+  });
+  const intercept = (secretId: string, bytes: number, workers?: number) => async () => {
+    withRule(secretId);
+    return load(NS_GATEWAY, viaGateway, { caFile: bothCas, workers, proxyCpuUs: ownCpuUs, path: bytes === 0 ? '/bench' : `/bench?bytes=${bytes}` });
+  };
+  const redactionRuns: Record<string, () => Promise<Result>> = {};
+  for (const bytes of REDACTION_BODIES) {
+    redactionRuns[`plain ${bytes}`] = intercept('absent', bytes);
+    redactionRuns[`redacted ${bytes}`] = intercept('bench-secret', bytes);
+  }
+  redactionRuns['plain 0 x1'] = intercept('absent', 0, 1);
+  redactionRuns['redacted 0 x1'] = intercept('bench-secret', 0, 1);
+  await intercept('bench-secret', 0)();
+  const red = await rounds(redactionRuns);
+  console.log(`Body redaction: HTTPS keep-alive GETs through the gateway's interception, ${WORKERS} connections (latency also with 1), ${SECONDS} s per run, median of ${ROUNDS} alternating rounds`);
+  for (const bytes of REDACTION_BODIES) {
+    const plain = red[`plain ${bytes}`]!;
+    const redacted = red[`redacted ${bytes}`]!;
+    const size = bytes === 0 ? '3 B body' : `${bytes / 1024} KiB body`;
+    console.log(row(`intercept, nothing injected, ${size}`, plain));
+    console.log(row(`intercept + injection + redaction, ${size}`, redacted, plain) + ' vs without');
+    console.log(`  gateway CPU per request: without ${plain.cpuUs.toFixed(1)} µs, with ${redacted.cpuUs.toFixed(1)} µs (${(redacted.cpuUs / plain.cpuUs).toFixed(2)}×)`);
+  }
+  const p1 = red['plain 0 x1']!;
+  const r1 = red['redacted 0 x1']!;
+  console.log(`  one connection, 3 B body: p50 ${p1.p50.toFixed(2)} → ${r1.p50.toFixed(2)} ms, p99 ${p1.p99.toFixed(2)} → ${r1.p99.toFixed(2)} ms`);
   upstream.kill('SIGTERM');
   const seen = await new Promise<string>((r) => upstream.stdout!.on('data', (x) => r(String(x))));
   console.log(`upstream saw ${seen.trim()}; gateway wrote ${audits} audits`);

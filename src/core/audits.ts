@@ -19,6 +19,24 @@ export const AUDIT_RETENTION: AuditRetention = { perTenant: 100_000, perRuntime:
  */
 export const PRUNE_AFTER = 5_000;
 
+/**
+ * `text` as an audit may store it: every control byte (C0, DEL, C1) spelled `\xNN` and a
+ * backslash spelled `\\`, so the escape cannot be forged, cut to at most `max` characters without
+ * splitting an escape. Audit fields are fed from guest bytes (an SNI, a Host header, a path) and
+ * read on operators' terminals: a guest's `ESC ] 52 ; … BEL` (a clipboard write) or `ESC [2K`
+ * must arrive there as text, never as a command. One pass, linear in what is kept.
+ */
+export function auditText(text: string, max: number): { text: string; cut: boolean } {
+  let out = '';
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    const piece = c < 0x20 || (c >= 0x7f && c <= 0x9f) ? `\\x${c.toString(16).padStart(2, '0')}` : c === 0x5c ? '\\\\' : text[i]!;
+    if (out.length + piece.length > max) return { text: out, cut: true };
+    out += piece;
+  }
+  return { text: out, cut: false };
+}
+
 export interface AuditQuery extends PageRequest {
   category?: string | undefined;
   runtime?: string | undefined;

@@ -3,7 +3,7 @@
  * hooks it calls back (secret values, audits, activity), and batching of its audits.
  */
 import { randomUUID } from 'node:crypto';
-import type { AuditService } from './audits.js';
+import { auditText, type AuditService } from './audits.js';
 import type { EgressSubject, GatewayHooks, NetworkGateway, Store } from './ports.js';
 import type { Logger } from './runtimes.js';
 import type { SecretService } from './secrets.js';
@@ -19,21 +19,29 @@ const AUDIT_FLUSH_MS = 250;
 const MAX_UNWRITTEN_AUDITS = 50_000;
 
 /**
- * The longest text an audit keeps of one field (a host, a path, an SNI a guest made up). Retention
- * counts audits, so this is what bounds the store's size: a guest sending 16 KB names would
- * otherwise make each of its tenant's 100,000 audits that large.
+ * The longest text an audit keeps of one field (a host, a path, an SNI a guest made up), escapes
+ * included. Retention counts audits, so this is what bounds the store's size: a guest sending
+ * 16 KB names would otherwise make each of its tenant's 100,000 audits that large.
  */
 export const MAX_AUDIT_FIELD_CHARS = 1024;
 
-/** `detail` with each text field cut to MAX_AUDIT_FIELD_CHARS; `truncated` lists the fields cut. */
-function boundedDetail<D extends EgressAuditDetail>(detail: D): D {
+/**
+ * `detail` as it is stored: each text field (and each text in a list field) escaped by
+ * auditText and cut to MAX_AUDIT_FIELD_CHARS; `truncated` lists the fields cut. Every audit of
+ * the gateway passes here, so no control byte a guest sent is ever stored, whichever field of
+ * the gateway's (today: host from an SNI or a Host header, method, path) it came through.
+ */
+function storedDetail<D extends EgressAuditDetail>(detail: D): D {
   const cut: string[] = [];
   const out: Record<string, unknown> = { ...detail };
+  const text = (field: string, value: string): string => {
+    const safe = auditText(value, MAX_AUDIT_FIELD_CHARS);
+    if (safe.cut && !cut.includes(field)) cut.push(field);
+    return safe.text;
+  };
   for (const [field, value] of Object.entries(detail)) {
-    if (typeof value === 'string' && value.length > MAX_AUDIT_FIELD_CHARS) {
-      out[field] = value.slice(0, MAX_AUDIT_FIELD_CHARS);
-      cut.push(field);
-    }
+    if (typeof value === 'string') out[field] = text(field, value);
+    else if (Array.isArray(value)) out[field] = value.map((v: unknown) => (typeof v === 'string' ? text(field, v) : v));
   }
   if (cut.length > 0) out.truncated = cut;
   return out as D;
@@ -83,7 +91,7 @@ export class EgressService implements GatewayHooks {
   }
 
   audit<K extends EgressAuditKind>(runtimeId: string, tenantId: string, kind: K, detail: EgressAuditDetails[K]): void {
-    const payload = { egress: { kind, [kind]: boundedDetail(detail) } };
+    const payload = { egress: { kind, [kind]: storedDetail(detail) } };
     this.#pending.push({ id: randomUUID(), tenantId, runtimeId, category: 'egress', payload, createdAt: new Date().toISOString() });
     this.#flushTimer ??= setTimeout(() => void this.flush(), AUDIT_FLUSH_MS);
   }

@@ -17,6 +17,7 @@ import { TLSSocket } from 'node:tls';
 import type { GatewayHooks } from '../core/ports.js';
 import type { CertificateAuthority } from './certificate-authority.js';
 import { endToEndHeaders, headerValues, requestFraming, responseLength, writeRelayedHead } from './forwarded-headers.js';
+import { hostOnlyCookies, hostOnlyResponseHead } from './ingress-cookies.js';
 import { closeListener, listenOn } from './listeners.js';
 import { RequestDeadlines, type RequestDeadlineOptions } from './request-deadlines.js';
 import type { RuntimeNet, RuntimeRegistry } from './runtime-registry.js';
@@ -179,7 +180,8 @@ export class Ingress {
     const to = await this.#target(req);
     if ('status' in to) return fail(to.status, to.message);
     const upstream = request({ host: to.net.identity, port: to.port, method: req.method, path: req.url, headers: this.#headersFor(req), setHost: false, agent: to.net.ingressAgent }, (up) => {
-      if (!writeRelayedHead(res, up.statusCode, up.statusMessage, [...endToEndHeaders(up.rawHeaders), ...responseLength(up.headers)])) {
+      // Every cookie host-only: a Domain would reach every other runtime under the ingress domain.
+      if (!writeRelayedHead(res, up.statusCode, up.statusMessage, [...hostOnlyCookies(endToEndHeaders(up.rawHeaders)), ...responseLength(up.headers)])) {
         // Not a response we can pass on (see writeRelayedHead): its connection is not reused either.
         up.destroy();
         return fail(502, `the runtime sent a response on port ${to.port} that cannot be passed on`);
@@ -214,7 +216,11 @@ export class Ingress {
       for (let i = 0; i < headers.length; i += 2) lines.push(`${headers[i]}: ${headers[i + 1]}`);
       upstream.write(`${req.method} ${req.url} HTTP/1.1\r\n${lines.join('\r\n')}\r\n\r\n`);
       readResponseHead(upstream, (answer) => {
-        socket.write(answer);
+        // Its cookies made host-only, as for any response; a head clients may read apart is refused.
+        const end = answer.indexOf('\r\n\r\n') + 4;
+        const relayed = hostOnlyResponseHead(answer.subarray(0, end));
+        if (relayed === null) return void socket.destroy();
+        socket.write(Buffer.concat([relayed, answer.subarray(end)]));
         upstream.pipe(socket);
         if (!/^HTTP\/1\.1 101[ \r]/.test(answer.toString('latin1', 0, 13))) return;
         if (head.length > 0) upstream.write(head);

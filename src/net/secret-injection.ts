@@ -1,7 +1,8 @@
 /**
  * What a request gets from the rules that match it: each rule's header (replacing the guest's
  * own of that name), its query parameter, and the list of values the response must be redacted
- * of. The request target is edited as text, never parsed as a URL: a guest's `//[/x` is a valid
+ * of: those of every rule for the request's host, injected into this request or not (an upstream
+ * may keep what one request carried and show it in the answer to another). The request target is edited as text, never parsed as a URL: a guest's `//[/x` is a valid
  * origin-form path, but a URL parser reads it as an authority and throws.
  */
 import type { InjectionRule } from '../core/types.js';
@@ -14,7 +15,7 @@ export interface Injection {
   /** The request target with every injected parameter set. */
   target: string;
   applied: InjectionRule[];
-  /** Raw secrets and every value rendered from them: none may reach the guest. */
+  /** Raw secrets and every value rendered from them, of every rule given: none may reach the guest. */
   values: string[];
 }
 
@@ -34,19 +35,21 @@ export function withQueryParam(target: string, name: string, value: string): str
   return `${path}?${kept.join('&')}`;
 }
 
-export async function injectionFor(rules: readonly InjectionRule[], tenantId: string, secrets: SecretCache, target: string): Promise<Injection> {
+/**
+ * The injection of the `rules` for a request's host: those for which `applies` holds (its path
+ * matched) are injected; every one's values are listed for redaction. Each secret is read once.
+ */
+export async function injectionFor(rules: readonly InjectionRule[], applies: (rule: InjectionRule) => boolean, tenantId: string, secrets: SecretCache, target: string): Promise<Injection> {
   const out: Injection = { headers: [], target, applied: [], values: [] };
   for (const rule of rules) {
     const secret = await secrets.get(tenantId, rule.secretId);
     if (secret === null) continue;
     const header = headerValue(rule.injection, secret);
-    out.headers.push([rule.injection.headerName, header]);
-    out.values.push(secret, header);
     const param = paramValue(rule.injection, secret);
-    if (param !== null) {
-      out.target = withQueryParam(out.target, rule.injection.paramName!, param);
-      out.values.push(param);
-    }
+    out.values.push(secret, header, ...(param === null ? [] : [param]));
+    if (!applies(rule)) continue;
+    out.headers.push([rule.injection.headerName, header]);
+    if (param !== null) out.target = withQueryParam(out.target, rule.injection.paramName!, param);
     out.applied.push(rule);
   }
   return out;

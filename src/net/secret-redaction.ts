@@ -1,19 +1,14 @@
 /**
- * Removes injected values from what an upstream answers before the guest sees it. A server that
- * canonicalizes a URL (`Location: /foo/?api_key=…`) or reflects a request header would otherwise
- * hand the guest the very secret it must never hold. Response headers (names and values) and the
- * status line are redacted; a response body is not: an upstream the rule trusts with the secret
- * can still echo it there (docs/network.md).
+ * Removes injected values from the head of what an upstream answers before the guest sees it. A
+ * server that canonicalizes a URL (`Location: /foo/?api_key=…`) or reflects a request header
+ * would otherwise hand the guest the very secret it must never hold. Response headers (names and
+ * values) and the status line are redacted here, in every spelling of secret-spellings.ts; the
+ * body is redacted as it streams, by body-redaction.ts.
  */
+import { spellings } from './secret-spellings.js';
 
 /** What replaces a redacted value: a valid header token, so it fits names and values alike. */
 export const REDACTED = 'vessel-redacted';
-
-/** The spellings a value may come back in: as sent, percent-encoded, form-encoded. */
-function spellings(value: string): string[] {
-  const form = new URLSearchParams([['', value]]).toString().slice(1);
-  return [value, encodeURIComponent(value), encodeURI(value), form];
-}
 
 export class Redactor {
   /** Every spelling, lowercased, longest first: a longer spelling is claimed before a part of it. */

@@ -35,6 +35,8 @@ export class EgressHarness {
   readonly up = new Upstreams();
   readonly registry = new RuntimeRegistry();
   readonly audits: Audited[] = [];
+  /** Called with each audit as it is recorded, after it is kept in `audits` (a test's store). */
+  auditSink: ((a: Audited) => void) | null = null;
   readonly secrets = new Map<string, string>();
   limits!: ConnectionLimits;
   decisions!: EgressDecisions;
@@ -64,7 +66,7 @@ export class EgressHarness {
       secrets,
       upstreamTls: createSecureContext({ ca: readFileSync(this.up.caFile, 'utf8') }),
       injectPlainHttp: true,
-      audit: (net, detail) => this.audits.push({ runtimeId: net.id, kind: 'http_request', detail }),
+      audit: (net, detail) => this.#record({ runtimeId: net.id, kind: 'http_request', detail }),
       log: quietLog,
     });
     this.proxy = new EgressProxy({
@@ -72,7 +74,7 @@ export class EgressHarness {
       decisions: this.decisions,
       ca: this.ca,
       forwarder,
-      audit: (net, kind, detail) => this.audits.push({ runtimeId: net.id, kind, detail }),
+      audit: (net, kind, detail) => this.#record({ runtimeId: net.id, kind, detail } as Audited),
       limits: this.limits,
       activity: () => undefined,
       log: quietLog,
@@ -81,6 +83,11 @@ export class EgressHarness {
     });
     this.proxyPort = await freePort();
     await this.proxy.listen('127.0.0.1', this.proxyPort);
+  }
+
+  #record(a: Audited): void {
+    this.audits.push(a);
+    this.auditSink?.(a);
   }
 
   /** A runtime whose guest connects from `identity` (a 127.0.0.x address). */

@@ -55,3 +55,17 @@ test('an audit keeps at most MAX_AUDIT_FIELD_CHARS of each text field, and says 
   assert.equal(long.reason, 'no_host');
   assert.deepEqual(short, { action: 'allow', host: 'api.example', ip: '192.0.2.1', port: 443, reason: 'host_allowed' });
 });
+
+test('a stored text field has no control byte; escapes are never cut in half, and count against the cap', async () => {
+  const written: Audit[] = [];
+  const { egress } = service(async (batch) => void written.push(...batch));
+  const host = 'a' + '\x1b'.repeat(2000);
+  egress.audit('rt', 'tenant', 'http_request', { action: 'deny', host, ip: null, port: 80, reason: 'no_host', status: 403, method: 'GET', path: '/p\x07\\', rule_ids: [] });
+  await egress.flush();
+  const d = (written[0]!.payload as any).egress.http_request;
+  assert.doesNotMatch(JSON.stringify(d).replace(/\\\\/g, ''), /\\u00[01]|\\u007f|[\x00-\x1f\x7f-\x9f]/);
+  assert.equal(d.host, 'a' + '\\x1b'.repeat(255), 'whole escapes only, within the cap');
+  assert.ok(d.host.length <= MAX_AUDIT_FIELD_CHARS);
+  assert.equal(d.path, '/p\\x07\\\\');
+  assert.deepEqual(d.truncated, ['host']);
+});

@@ -272,3 +272,47 @@ test('a body that keeps a fair rate outlives its idle windows, but the whole req
     await quick.close();
   }
 });
+
+/** Each Set-Cookie value of a raw response, and whether any of its attributes is a Domain (however spelled). */
+function setCookies(response: string): Array<{ value: string; domain: boolean }> {
+  const head = response.slice(0, response.indexOf('\r\n\r\n'));
+  return head.split('\r\n').filter((l) => /^set-cookie:/i.test(l)).map((l) => {
+    const value = l.slice(l.indexOf(':') + 1).trim();
+    return { value, domain: value.split(';').slice(1).some((a) => /domain/i.test(a.split('=')[0]!)) };
+  });
+}
+
+test('a runtime cannot set a cookie for the ingress domain: every Set-Cookie reaches the visitor host-only', async () => {
+  const host = `${SCRIPTED_PORT}-${RUNTIME}.localhost`;
+  const cookies = [
+    'a=1; Domain=localhost; Path=/',
+    'b=2; domain=.localhost',
+    'c=3; Path=/; HttpOnly',
+    'd="x; Domain=localhost"; Secure',
+    `e=5; Domain=${host}`,
+    'f=6;DOMAIN = .LOCALHOST ;Max-Age=60;domain=localhost;domain=',
+    'g=7; \tDo\tmain\t=\tlocalhost; SameSite=Lax',
+  ];
+  up.scripts.set('/cookies', `HTTP/1.1 200 OK\r\n${cookies.map((c) => `Set-Cookie: ${c}\r\n`).join('')}Content-Length: 2\r\n\r\nok`);
+  const got = await rawVisit(`GET /cookies HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+  assert.match(got, /^HTTP\/1\.1 200 /);
+  const seen = setCookies(got);
+  assert.deepEqual(seen.map((c) => c.value.split(/[;=]/, 1)[0]), ['a', 'b', 'c', 'd', 'e', 'f', 'g'], 'every cookie is still set');
+  for (const c of seen) assert.equal(c.domain, false, `no Domain attribute left: ${c.value}`);
+  assert.ok(!/domain/i.test(seen.map((c) => c.value).join('\n')), 'no Domain anywhere');
+  assert.deepEqual(seen.slice(0, 3).map((c) => c.value), ['a=1; Path=/', 'b=2', 'c=3; Path=/; HttpOnly'], 'the other attributes are kept byte for byte');
+  assert.equal(seen[5]!.value, 'f=6;Max-Age=60');
+});
+
+test('an upgrade answer sets host-only cookies too; one whose lines clients could read apart is refused', async () => {
+  const host = `${SCRIPTED_PORT}-${RUNTIME}.localhost`;
+  up.scripts.set('/ws-cookie', 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSet-Cookie: w=1; Domain=localhost; Path=/\r\nset-cookie :v=2;domain=.LOCALHOST\r\n\r\n');
+  // A bare LF ends a line for browsers: a Set-Cookie hidden behind it must not be relayed.
+  up.scripts.set('/ws-hidden', 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nX-A: 1\nSet-Cookie: z=1; Domain=localhost\r\nConnection: Upgrade\r\n\r\n');
+  const upgrade = (path: string) => `GET ${path} HTTP/1.1\r\nHost: ${host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n`;
+  const ok = await rawVisit(upgrade('/ws-cookie'), '127.0.0.43');
+  assert.match(ok, /^HTTP\/1\.1 101 /);
+  assert.ok(ok.includes('\r\nSet-Cookie: w=1; Path=/\r\nset-cookie :v=2\r\n\r\n'), JSON.stringify(ok));
+  const hidden = await rawVisit(upgrade('/ws-hidden'), '127.0.0.44');
+  assert.ok(!/domain/i.test(hidden), `nothing of it relayed: ${JSON.stringify(hidden)}`);
+});
