@@ -8,6 +8,7 @@ import { Vessel, VesselError } from 'vessel/client';
 import { CliError, EXIT, exitCodeOf } from './exit-codes.js';
 import { printJson } from './output.js';
 import { resolveSettings } from './settings.js';
+import { visibleLine } from './visible.js';
 
 export interface Context {
   json: boolean;
@@ -31,9 +32,10 @@ export function reportError(err: unknown, json: boolean, stderr: Pick<NodeJS.Wri
     stderr.write(`${JSON.stringify({ error: { code, message } })}\n`);
     return;
   }
+  // A message may quote what a guest wrote (a path, a name): shown, not obeyed, as in tables.
   // The request id finds the failure in the service's log; worth printing where the service failed.
   const requestId = err instanceof VesselError && err.requestId !== undefined && (code === 'internal' || code === 'unavailable') ? `, request ${err.requestId}` : '';
-  stderr.write(`vessel: ${message} (${code}${requestId})\n`);
+  stderr.write(`vessel: ${visibleLine(message)} (${code}${requestId})\n`);
 }
 
 /** Exits once what was written has left: process.exit() drops output still queued on a pipe. */
