@@ -6,6 +6,7 @@
 import type { Audit } from 'vessel/client';
 import { ErrorBox, field, fill, h, table, time } from '../dom.js';
 import { poll, type Poller } from '../poll.js';
+import { visible } from '../visible.js';
 import type { RuntimeContext, View } from '../view.js';
 
 /** The newest audits fetched per look: a screen's worth many times over, and one request. */
@@ -24,12 +25,12 @@ export interface Decision {
   reason: string;
 }
 
-/** Of an egress audit: the view asks for category egress only. */
+/** Of an egress audit: the view asks for category egress only. Its fields as shown: their control characters visible. */
 export function decisionOf(audit: Audit): Decision {
   const egress = audit.payload.egress as EgressPayload;
   const { kind } = egress;
   const fields = (egress[kind] ?? { action: '' }) as Record<string, unknown>;
-  const text = (name: string): string => (fields[name] === undefined || fields[name] === null ? '' : String(fields[name]));
+  const text = (name: string): string => (fields[name] === undefined || fields[name] === null ? '' : visible(String(fields[name])));
   const request = kind === 'http_request' ? [text('method'), text('path'), text('status')].filter((part) => part !== '').join(' ') : kind === 'icmp_drop' ? `${text('count')} packets` : '';
   return { kind, action: text('action'), host: text('host') || text('ip'), port: text('port'), request, reason: text('reason') };
 }

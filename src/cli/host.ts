@@ -17,6 +17,7 @@ import { ensureHostPackages } from '../vm/host-packages.js';
 import { loadConfig, type Config } from './config.js';
 import { ensureDataDir } from './data-dir.js';
 import { progressDisplay } from './progress.js';
+import { CliError } from './shared/exit-codes.js';
 import { imagesDir, serve, type Role } from './serve.js';
 
 export const serveFromEnv = (role: Role): Promise<void> => serve(loadConfig(), role);
@@ -33,11 +34,7 @@ export const listNodes = (): Promise<void> =>
 
 export const drainNode = (name: string, draining: boolean): Promise<void> =>
   withStore(async (store) => {
-    if (!(await store.nodes.setDraining(name, draining))) {
-      process.stderr.write(`no VM host is registered as '${name}'\n`);
-      process.exitCode = 1;
-      return;
-    }
+    if (!(await store.nodes.setDraining(name, draining))) throw new CliError(`no VM host is registered as '${name}'`);
     process.stdout.write(`${JSON.stringify({ name, draining })}\n`);
   });
 
@@ -48,10 +45,7 @@ export const evacuateNode = (name: string): Promise<void> =>
     if (secret === undefined) throw new Error('VESSEL_INTERNAL_SECRET must be set: moves are calls between VM hosts, signed with it');
     const { evacuate } = await import('../cluster/evacuation.js');
     const stayed = await evacuate(store, secret, name, (line) => process.stdout.write(`${JSON.stringify(line)}\n`));
-    if (stayed > 0) {
-      process.stderr.write(`${stayed} runtime(s) or checkpoint(s) stayed on '${name}': see the lines with "moved":false\n`);
-      process.exitCode = 1;
-    }
+    if (stayed > 0) throw new CliError(`${stayed} runtime(s) or checkpoint(s) stayed on '${name}': see the lines with "moved":false`);
   });
 
 /**
@@ -90,10 +84,7 @@ export const showToken = (dataDir: string, id: string): Promise<void> => withTok
 
 export const revokeToken = (dataDir: string, id: string): Promise<void> =>
   withTokens(dataDir, async (tokens) => {
-    if (!(await tokens.revoke(id))) {
-      process.stderr.write(`no active token with id ${id}\n`);
-      process.exitCode = 1;
-    }
+    if (!(await tokens.revoke(id))) throw new CliError(`no active token with id ${id}`);
   });
 
 const snakeCase = (o: object): Record<string, unknown> =>

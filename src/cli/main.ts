@@ -7,4 +7,7 @@
 import * as nodeModule from 'node:module';
 
 (nodeModule as { enableCompileCache?: () => unknown }).enableCompileCache?.();
-await import('./program.js');
+const { runCli } = await import('./program.js');
+const { exitWith } = await import('./shared/client.js');
+const status = await runCli(process.argv.slice(2));
+if (status !== 0) await exitWith(status);

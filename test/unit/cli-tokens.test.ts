@@ -12,7 +12,6 @@ import { join } from 'node:path';
 import { apiHarness, type ApiHarness } from '../support/api-harness.js';
 import { cliUser, type CliUser } from '../support/cli.js';
 import type { FakeDriver } from '../support/fake-driver.js';
-import { showControls } from '../../src/cli/commands/logs.js';
 import { tokenTarget } from '../../src/cli/commands/token.js';
 import { SqliteStore } from '../../src/store/sqlite-store.js';
 
@@ -129,8 +128,8 @@ describe('vessel logs', () => {
     (h.driver as FakeDriver).consoleLogs.set(rt.id, Buffer.from('Linux version 6\nboot \x1b]0;pwned\x07 done\n'));
     const all = await admin.run(['logs', 'cli-logs']);
     assert.equal(all.status, 0, all.err);
-    // Not a terminal: the bytes pass as they are.
-    assert.equal(all.out, 'Linux version 6\nboot \x1b]0;pwned\x07 done\n');
+    // The guest's control characters are shown, not obeyed (test/unit/cli-guest-text.test.ts).
+    assert.equal(all.out, 'Linux version 6\nboot ^[]0;pwned^G done\n');
     assert.equal(all.err, '');
     const end = await admin.run(['logs', 'cli-logs', '--bytes', '5']);
     assert.equal(end.out, 'done\n'.slice(-5));
@@ -138,9 +137,5 @@ describe('vessel logs', () => {
     assert.deepEqual(json(await admin.run(['logs', 'cli-logs', '--bytes', '5', '--json'])), { output: 'done\n'.slice(-5), bytes: 5, truncated: true });
     assert.equal((await admin.run(['logs', 'missing'])).status, 3);
     assert.equal((await admin.run(['logs', 'cli-logs', '--bytes', '0'])).status, 2);
-  });
-
-  test('on a terminal, control characters are shown, not obeyed', () => {
-    assert.equal(showControls('a\r\nb\x1b[2J\x07\tc\x9b\n'), 'a\nb^[[2J^G\tc<U+009B>\n');
   });
 });

@@ -3,7 +3,8 @@
  * with `vessel login`), against the real service with real VMs: create, ls, exec with its exit
  * code and exact bytes, cp of a file and of a directory both ways, checkpoint and fork, a secret
  * from stdin that shows up in no output or audit, audits, rm. Then `vessel shell` in a real
- * terminal: tmux, read with `capture-pane`.
+ * terminal: tmux, read with `capture-pane`; and with piped input, which the shell reads as its
+ * stdin and whose end ends it, however fast it came.
  *
  * Nothing waits on time: each step waits for what it expects (the CLI's exit, a marker on the
  * pane that only the command's output can contain, an audit in the list), within generous
@@ -233,6 +234,22 @@ test('vessel shell in tmux: size and resize, Ctrl-C, exit 3, the terminal restor
     assert.deepEqual(after[1]!.trim().split(' ').sort(), ['echo', 'icanon']);
   } finally {
     tmux.kill();
+  }
+});
+
+/** What a piped `vessel shell` prints and how it ends: each input is one write, faster than the shell reads it. */
+const PIPED_SHELLS: { name: string; input: string; out: string; status: number }[] = [
+  { name: 'one command, then the end of input', input: 'echo "eof-$((2+2))"\n', out: 'eof-4\n', status: 0 },
+  { name: 'several commands, the last an exit', input: 'echo "a-$((1+1))"\ncd /tmp\necho "b-$(pwd)"\nexit 4\necho never\n', out: 'a-2\nb-/tmp\n', status: 4 },
+  { name: 'no newline after the last command', input: 'echo one\necho "two-$((1+1))"', out: 'one\ntwo-2\n', status: 0 },
+  { name: 'a command that reads the input too', input: 'read line\nfrom-stdin\necho "line=$line"; false\n', out: 'line=from-stdin\n', status: 1 },
+  { name: 'a command still running when the input ends', input: 'sleep 2; echo "late-$((3*3))"\n', out: 'late-9\n', status: 0 },
+];
+
+test('vessel shell with piped input: the commands run in order, and the end of input ends the shell', { timeout: 180_000 }, async () => {
+  for (const c of PIPED_SHELLS) {
+    const r = await user.run(['shell', RT], { input: c.input });
+    assert.deepEqual([r.status, r.out], [c.status, c.out], `${c.name}: ${r.err}`);
   }
 });
 

@@ -5,10 +5,10 @@
 import type { Command } from 'commander';
 import type { ExecStreamRequest } from 'vessel/client';
 import { clientAction, withJson } from '../shared/client.js';
-import { CliError } from '../shared/exit-codes.js';
+import { streamCommand } from '../shared/command-output.js';
 import { printJson } from '../shared/output.js';
 import { keyValue, positiveNumber } from '../shared/parse.js';
-import { readAll, utf8, writeTo } from '../shared/stdio.js';
+import { readAll, utf8 } from '../shared/stdio.js';
 
 interface ExecFlags {
   cwd?: string;
@@ -17,9 +17,6 @@ interface ExecFlags {
   stdin?: boolean;
   json?: boolean;
 }
-
-/** As a shell reports a command that wrote to a pipe nobody reads (SIGPIPE). */
-const EXIT_BROKEN_PIPE = 141;
 
 /** One word is run by /bin/sh -c (so `'make && ./run'` works); several are an argv, run as given. */
 async function execBody(argv: string[], flags: ExecFlags): Promise<ExecStreamRequest> {
@@ -57,19 +54,7 @@ export function registerExecCommand(program: Command): void {
           printJson(result);
           return result.exit_code;
         }
-        const stream = await rt.execStream(body);
-        try {
-          for await (const event of stream) {
-            if (event.type === 'stdout') await writeTo(process.stdout, event.chunk.bytes);
-            else if (event.type === 'stderr') await writeTo(process.stderr, event.chunk.bytes);
-            else if (event.type === 'exit') return event.exit_code;
-          }
-        } catch (err) {
-          // `vessel exec … | head`: leaving the loop closes the stream, which kills the command.
-          if ((err as NodeJS.ErrnoException).code === 'EPIPE') return EXIT_BROKEN_PIPE;
-          throw err;
-        }
-        throw new CliError('the output stream ended without the command exiting');
+        return streamCommand(rt, body);
       }),
     );
 }

@@ -1,20 +1,14 @@
 /**
  * `vessel logs RUNTIME`: the end of a runtime's serial console, for a boot that went wrong. The
- * guest wrote it, so on a terminal its control characters are shown, not obeyed: an escape
- * sequence from a guest must not retitle, recolour or reprogram the user's terminal.
+ * guest wrote it, so its control characters are shown, not obeyed (shared/visible.ts): an escape
+ * sequence from a guest must not retitle, recolour or reprogram the user's terminal, nor write
+ * its clipboard. --raw passes the bytes as they are, for a file or a program that wants them.
  */
 import type { Command } from 'commander';
 import { clientAction, withJson } from '../shared/client.js';
 import { printJson } from '../shared/output.js';
 import { positiveNumber } from '../shared/parse.js';
-
-/** Control characters but tab and newline in caret notation (ESC as ^[), C1 ones as <U+0085>; CR before LF dropped. */
-export function showControls(text: string): string {
-  return text
-    .replace(/\r+\n/g, '\n')
-    .replace(/[\x00-\x08\x0b-\x1f\x7f]/g, (c) => `^${String.fromCharCode(c.charCodeAt(0) ^ 0x40)}`)
-    .replace(/[\x80-\x9f]/g, (c) => `<U+${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}>`);
-}
+import { visibleText } from '../shared/visible.js';
 
 export function registerLogsCommand(program: Command): void {
   withJson(
@@ -22,13 +16,14 @@ export function registerLogsCommand(program: Command): void {
       .command('logs')
       .description("print the end of a runtime's serial console: its kernel's and init's boot messages, in any state")
       .argument('<runtime>', 'id or name')
-      .option('--bytes <n>', 'how much of the end to print (default 65536, at most 1048576)', positiveNumber),
+      .option('--bytes <n>', 'how much of the end to print (default 65536, at most 1048576)', positiveNumber)
+      .option('--raw', 'print control characters as they are, not made visible (^[ for ESC)'),
   ).action(
-    clientAction(async (ctx, ref: string, flags: { bytes?: number }) => {
+    clientAction(async (ctx, ref: string, flags: { bytes?: number; raw?: boolean }) => {
       const log = await ctx.vessel.runtimes.get(ref).then((rt) => rt.consoleLog({ maxBytes: flags.bytes }));
       if (ctx.json) return printJson(log);
       if (log.truncated) process.stderr.write(`vessel: earlier output not shown (--bytes for more)\n`);
-      process.stdout.write(process.stdout.isTTY === true ? showControls(log.output) : log.output);
+      process.stdout.write(flags.raw === true ? log.output : visibleText(log.output));
     }),
   );
 }

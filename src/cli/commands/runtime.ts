@@ -4,6 +4,7 @@ import type { Runtime, RuntimeCreateRequest, RuntimeInfo, RuntimePatchRequest, R
 import { clientAction, pageSize, removeEach, take, withJson, type Context } from '../shared/client.js';
 import { UsageError } from '../shared/exit-codes.js';
 import { age, plural, printFields, printJson, printTable } from '../shared/output.js';
+import { visibleLine } from '../shared/visible.js';
 import { collect, ingressSpec, positiveNumber, type IngressSpec } from '../shared/parse.js';
 import { describeLabels, describeLifecycle, lifecycleBody, patchedLabels, removeLabelOption, settingsBody, withSettingsOptions, type SettingsFlags } from './runtime-settings.js';
 
@@ -146,7 +147,7 @@ export function registerRuntimeCommands(program: Command): void {
       const filter = { labels: labelSelectors(flags.label), status: flags.status?.flatMap((s) => s.split(',')) as RuntimeStatus[] | undefined };
       const all = (await take(ctx.vessel.runtimes.list({ ...pageSize(flags.limit), ...filter }), flags.limit)).map((rt) => rt.info);
       if (ctx.json) return printJson(all);
-      if (flags.quiet === true) return void process.stdout.write(all.map((r) => `${r.display_name}\n`).join(''));
+      if (flags.quiet === true) return void process.stdout.write(all.map((r) => `${visibleLine(r.display_name)}\n`).join(''));
       printTable(
         ['NAME', 'STATUS', 'VCPUS', 'MEMORY', 'EGRESS', 'AGE', 'ID', 'LABELS'],
         all.map((r) => [
@@ -176,7 +177,7 @@ export function registerRuntimeCommands(program: Command): void {
       clientAction(async (ctx, ref: string) => {
         const rt = await (await ctx.vessel.runtimes.get(ref))[op]();
         if (ctx.json) return printJson(rt.info);
-        process.stdout.write(`${rt.name}: ${rt.status}\n`);
+        process.stdout.write(`${visibleLine(rt.name)}: ${rt.status}\n`);
       }),
     );
   }

@@ -3,14 +3,32 @@
  * goes raw, so that every key (Ctrl-C, Ctrl-D, arrows) reaches the remote side, where the
  * remote line discipline does what a local one would; a window resize follows. The terminal is
  * restored however the CLI ends, and the CLI exits with the shell's status.
+ *
+ * With stdin from a pipe or a file there is no terminal: the login shell reads its commands
+ * from that input, as `ssh host < script` does, and its end is the end of the shell's input.
+ * Through a PTY it could not be: a terminal has no end of input, only a ^D byte that means one
+ * to some readers, and not to bash's readline while its line holds text, nor once the kernel
+ * has turned a ^D queued in canonical mode into a NUL byte as readline leaves that mode (input
+ * that arrived while the shell started). Such a session waited for ever after its last line.
  */
 import { constants as osConstants } from 'node:os';
 import type { Command } from 'commander';
+import type { Runtime } from 'vessel/client';
 import { clientAction } from '../shared/client.js';
+import { streamCommand } from '../shared/command-output.js';
 import { CliError, EXIT } from '../shared/exit-codes.js';
+import { readAll, utf8 } from '../shared/stdio.js';
 
-/** What a terminal sends for end of input: a pipe's end becomes it, so `echo ls | vessel shell x` ends. */
-const EOT = Uint8Array.of(4);
+/** The terminal's login shell (docs/processes.md, "Terminals"), for piped input too. */
+const LOGIN_SHELL = { command: '/bin/bash', args: ['-l'] };
+/** The longest the service's timer holds (24.8 days): a shell has no time limit on a terminal either. */
+const NO_TIMEOUT_SECS = Math.floor((2 ** 31 - 1) / 1000);
+
+/** The login shell with the piped input as its stdin; its stdout and stderr as the CLI's own. */
+async function pipedShell(rt: Runtime): Promise<number> {
+  const stdin = utf8(await readAll(), 'the input of vessel shell');
+  return streamCommand(rt, { ...LOGIN_SHELL, stdin, timeout_secs: NO_TIMEOUT_SECS });
+}
 
 export function registerShellCommand(program: Command): void {
   program
@@ -21,12 +39,12 @@ export function registerShellCommand(program: Command): void {
       clientAction(async (ctx, ref: string) => {
         const rt = await ctx.vessel.runtimes.get(ref);
         const { stdin, stdout } = process;
+        if (!stdin.isTTY) return pipedShell(rt);
         const size = stdout.isTTY ? { rows: stdout.rows, cols: stdout.columns } : {};
         const terminal = await rt.terminal({ ...size, onData: (bytes) => stdout.write(bytes) });
 
-        const raw = stdin.isTTY;
         const restore = () => {
-          if (raw && stdin.isRaw) stdin.setRawMode(false);
+          if (stdin.isRaw) stdin.setRawMode(false);
         };
         process.once('exit', restore);
         // A closed terminal (SIGHUP) or a kill ends the CLI without an exit event: restore first.
@@ -36,9 +54,8 @@ export function registerShellCommand(program: Command): void {
             process.exit(128 + osConstants.signals[signal]);
           });
         }
-        if (raw) stdin.setRawMode(true);
+        stdin.setRawMode(true);
         stdin.on('data', (bytes: Buffer) => terminal.write(bytes));
-        stdin.once('end', () => terminal.write(EOT));
         const onResize = () => terminal.resize(stdout.rows, stdout.columns);
         if (stdout.isTTY) stdout.on('resize', onResize);
 

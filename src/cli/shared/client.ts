@@ -8,6 +8,7 @@ import { Vessel, VesselError } from 'vessel/client';
 import { CliError, EXIT, exitCodeOf } from './exit-codes.js';
 import { printJson } from './output.js';
 import { resolveSettings } from './settings.js';
+import { visibleLine } from './visible.js';
 
 export interface Context {
   json: boolean;
@@ -19,23 +20,22 @@ export function withJson(command: Command): Command {
   return command.option('--json', 'print the API objects as JSON instead of a table');
 }
 
-/** Codes of failures of the CLI itself, in the --json envelope beside the API's codes. */
+/** Codes of failures of the CLI itself, beside the API's codes: `usage` for a command line it cannot do as asked, `cli` for the rest. */
 const cliCode = (err: unknown): string => (err instanceof CliError && err.exitCode === EXIT.usage ? 'usage' : 'cli');
 
-export function reportError(err: unknown, json: boolean): void {
-  const message = err instanceof Error ? err.message : String(err);
+/** One failure, once: the API's envelope on stderr with --json, else one line `vessel: <message> (<code>)`. */
+export function reportError(err: unknown, json: boolean, stderr: Pick<NodeJS.WritableStream, 'write'> = process.stderr): void {
+  // A line, whatever the message holds: a script reading stderr line by line sees one error.
+  const message = (err instanceof Error ? err.message : String(err)).replace(/\s*\n\s*/g, ' ');
+  const code = err instanceof VesselError ? err.code : cliCode(err);
   if (json) {
-    const code = err instanceof VesselError ? err.code : cliCode(err);
-    process.stderr.write(`${JSON.stringify({ error: { code, message } })}\n`);
+    stderr.write(`${JSON.stringify({ error: { code, message } })}\n`);
     return;
   }
-  let detail = '';
-  if (err instanceof VesselError) {
-    // The request id finds the failure in the service's log; worth printing where the service failed.
-    const requestId = err.requestId !== undefined && (err.code === 'internal' || err.code === 'unavailable') ? `, request ${err.requestId}` : '';
-    detail = ` (${err.code}${requestId})`;
-  }
-  process.stderr.write(`vessel: ${message}${detail}\n`);
+  // A message may quote what a guest wrote (a path, a name): shown, not obeyed, as in tables.
+  // The request id finds the failure in the service's log; worth printing where the service failed.
+  const requestId = err instanceof VesselError && err.requestId !== undefined && (code === 'internal' || code === 'unavailable') ? `, request ${err.requestId}` : '';
+  stderr.write(`vessel: ${visibleLine(message)} (${code}${requestId})\n`);
 }
 
 /** Exits once what was written has left: process.exit() drops output still queued on a pipe. */

@@ -1,7 +1,10 @@
 /**
  * What the client commands print: the API's own objects as JSON with --json (so a script sees
- * exactly what docs/api.md describes), aligned tables and `key: value` blocks for people.
+ * exactly what docs/api.md describes), aligned tables and `key: value` blocks for people. Every
+ * cell and value of those is printed with its control characters visible (visible.ts): many
+ * hold what a guest wrote, and a terminal would obey them.
  */
+import { visibleLine } from './visible.js';
 
 export function printJson(value: unknown, stream: NodeJS.WritableStream = process.stdout): void {
   stream.write(`${JSON.stringify(value, null, 2)}\n`);
@@ -13,7 +16,8 @@ export function printJsonLine(value: unknown): void {
 }
 
 /** Columns padded to their widest cell; the last one is not padded, so lines carry no trailing blanks. */
-export function formatTable(headers: readonly string[], rows: readonly (readonly string[])[]): string {
+export function formatTable(headers: readonly string[], rawRows: readonly (readonly string[])[]): string {
+  const rows = rawRows.map((r) => r.map(visibleLine));
   const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const line = (cells: readonly string[]) =>
     cells
@@ -29,7 +33,9 @@ export function printTable(headers: readonly string[], rows: readonly (readonly 
 
 /** `key: value` lines with the values aligned; undefined values are left out. */
 export function printFields(fields: Record<string, string | undefined>): void {
-  const shown = Object.entries(fields).filter((e): e is [string, string] => e[1] !== undefined);
+  const shown = Object.entries(fields)
+    .filter((e): e is [string, string] => e[1] !== undefined)
+    .map(([k, v]) => [k, visibleLine(v)] as const);
   const width = Math.max(...shown.map(([k]) => k.length)) + 1;
   process.stdout.write(shown.map(([k, v]) => `${`${k}:`.padEnd(width)} ${v}\n`).join(''));
 }
