@@ -1,0 +1,88 @@
+/**
+ * Runs the compiled test files in two groups: the host's own tests (unit, api, store), which need
+ * no VM and run side by side, then the real-VM tests, one file at a time (they share the
+ * machine's cores with the guests they boot, and a loaded TCG guest is what makes VM tests slow
+ * and their hosts' timeouts near). Each group prints the spec results and each file's duration;
+ * the last line is the counts of both, `N passed, N failed`.
+ *
+ *   node dist/scripts/run-tests.js                   every test
+ *   node dist/scripts/run-tests.js --group host      the host's tests only
+ *   node dist/scripts/run-tests.js dist/test/vm/cli.test.js …   these files (grouped the same way)
+ *
+ * VESSEL_TEST_CONCURRENCY sets how many host files run at once (default: the machine's cores).
+ */
+import { spawn } from 'node:child_process';
+import { availableParallelism } from 'node:os';
+import { readdirSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { parseArgs } from 'node:util';
+
+interface Group {
+  name: 'host' | 'vm';
+  files: string[];
+  concurrency: number;
+}
+
+const TEST_ROOT = 'dist/test';
+const HOST_DIRS = ['unit', 'api', 'store'];
+const REPORTER = join(TEST_ROOT, 'support/durations-reporter.js');
+
+const testFiles = (dir: string): string[] =>
+  readdirSync(join(TEST_ROOT, dir))
+    .filter((f) => f.endsWith('.test.js'))
+    .sort()
+    .map((f) => join(TEST_ROOT, dir, f));
+
+const isVmFile = (file: string): boolean => relative(TEST_ROOT, file).startsWith(`vm/`);
+
+function groups(files: string[], only: string | undefined): Group[] {
+  const chosen = files.length > 0 ? files : [...HOST_DIRS.flatMap(testFiles), ...testFiles('vm')];
+  const hostConcurrency = Number(process.env.VESSEL_TEST_CONCURRENCY ?? availableParallelism());
+  const all: Group[] = [
+    { name: 'host', files: chosen.filter((f) => !isVmFile(f)), concurrency: Math.max(1, hostConcurrency) },
+    { name: 'vm', files: chosen.filter(isVmFile), concurrency: 1 },
+  ];
+  return all.filter((g) => g.files.length > 0 && (only === undefined || g.name === only));
+}
+
+/** Runs one group under node's test runner; resolves with its counts as the reporter printed them. */
+function runGroup(group: Group): Promise<{ passed: number; failed: number; exitCode: number }> {
+  const args = [
+    '--test',
+    `--test-concurrency=${group.concurrency}`,
+    '--test-reporter=spec',
+    '--test-reporter-destination=stdout',
+    `--test-reporter=./${REPORTER}`,
+    '--test-reporter-destination=stdout',
+    ...group.files,
+  ];
+  process.stdout.write(`\n# ${group.name} tests: ${group.files.length} files, ${group.concurrency} at a time\n`);
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+    let tail = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      process.stdout.write(chunk);
+      tail = (tail + chunk.toString('utf8')).slice(-4096);
+    });
+    child.on('error', reject);
+    child.on('close', (code) => {
+      const counts = /^(\d+) passed, (\d+) failed$/m.exec(tail.split('\n').filter((l) => l !== '').slice(-1)[0] ?? '');
+      resolve({ passed: Number(counts?.[1] ?? 0), failed: counts === null ? 1 : Number(counts[2]), exitCode: code ?? 1 });
+    });
+  });
+}
+
+const { values, positionals } = parseArgs({ options: { group: { type: 'string' } }, allowPositionals: true });
+if (values.group !== undefined && values.group !== 'host' && values.group !== 'vm') throw new Error(`--group is host or vm, not '${values.group}'`);
+
+let passed = 0;
+let failed = 0;
+let exitCode = 0;
+for (const group of groups(positionals, values.group)) {
+  const result = await runGroup(group);
+  passed += result.passed;
+  failed += result.failed;
+  if (result.exitCode !== 0) exitCode = result.exitCode;
+}
+process.stdout.write(`\n${passed} passed, ${failed} failed\n`);
+process.exitCode = exitCode !== 0 || failed > 0 ? exitCode || 1 : 0;
