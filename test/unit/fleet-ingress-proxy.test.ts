@@ -7,7 +7,8 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
+import { createServer as createHttpServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
+import { connect as tlsConnect } from 'node:tls';
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { IngressEntry } from '../../src/cluster/ingress-entry.js';
 import { MAX_PROXY_HEADER_BYTES, ProxiedClients, parseProxyHeader, proxyHeader } from '../../src/cluster/proxy-header.js';
@@ -33,6 +34,8 @@ const entries: Array<{ entry: IngressEntry; port: number }> = [];
 /** A guest that answers each request with the X-Forwarded-For it was given. */
 let echo: HttpServer;
 let ECHO_PORT = 0;
+let echoTls: HttpServer;
+let ECHO_TLS_PORT = 0;
 let echoed = 0;
 /** A guest that reads and never answers: a request to it holds its connection open. */
 let muted: Server;
@@ -44,11 +47,14 @@ const now = () => Date.now();
 const from = (address: string, port = 40000) => ({ address, port });
 
 before(async () => {
-  echo = createHttpServer((req, res) => {
+  const answerXff = (req: IncomingMessage, res: ServerResponse) => {
     echoed++;
     req.resume();
     req.on('end', () => res.end(String(req.headers['x-forwarded-for'])));
-  });
+  };
+  echo = createHttpServer(answerXff);
+  // Exposed as https: the host terminates TLS, the guest gets plain HTTP.
+  echoTls = createHttpServer(answerXff);
   muted = createServer((s) => {
     mutedAccepted++;
     mutedOpen.add(s);
@@ -56,11 +62,12 @@ before(async () => {
     s.on('close', () => mutedOpen.delete(s));
     s.resume();
   });
-  for (const s of [echo, muted]) await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
+  for (const s of [echo, echoTls, muted]) await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
   ECHO_PORT = (echo.address() as AddressInfo).port;
+  ECHO_TLS_PORT = (echoTls.address() as AddressInfo).port;
   MUTED_PORT = (muted.address() as AddressInfo).port;
   registry.add(new RuntimeNet({ runtimeId: RUNTIME, tenantId: 't', policy: { enabled: true, allowed_hosts: [] }, rules: [] }, 'vsl-proxied', '127.0.0.1'));
-  const hooks = { ingressTarget: async (id: string) => (id === RUNTIME ? { runtimeId: RUNTIME, protocol: 'http' as const } : null), activity: () => undefined } as unknown as GatewayHooks;
+  const hooks = { ingressTarget: async (id: string, port: number) => (id === RUNTIME ? { runtimeId: RUNTIME, protocol: port === ECHO_TLS_PORT ? ('https' as const) : ('http' as const) } : null), activity: () => undefined } as unknown as GatewayHooks;
   ingress = new Ingress({ domain: 'localhost', registry, ca: await CertificateAuthority.loadOrCreate(dir), hooks: () => hooks, log: quietLog, fleet: { secret: SECRET, node: NODE } });
   HOST_PORT = await freePort();
   await ingress.listen('127.0.0.1', HOST_PORT);
@@ -81,8 +88,10 @@ after(async () => {
   await Promise.all(registry.all().map((n) => registry.remove(n.id)));
   for (const s of mutedOpen) s.destroy();
   muted.close();
-  echo.closeAllConnections();
-  echo.close();
+  for (const s of [echo, echoTls]) {
+    s.closeAllConnections();
+    s.close();
+  }
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -187,6 +196,14 @@ test('through the entries, X-Forwarded-For is the visitor, not the API node', as
   const answer = await visit(entries[0]!.port, '127.0.0.3', get(ECHO_PORT));
   assert.match(answer, /^HTTP\/1\.1 200 /);
   assert.equal(body(answer), '127.0.0.3');
+});
+
+test('a TLS visitor through the entry: the host takes the header off, then terminates TLS on the bytes after it', async () => {
+  const socket = connect({ host: '127.0.0.1', port: entries[1]!.port, localAddress: '127.0.0.4' });
+  const tls = tlsConnect({ socket, servername: `${ECHO_TLS_PORT}-${RUNTIME}.localhost`, rejectUnauthorized: false });
+  const answer = await exchangeBytes(tls, get(ECHO_TLS_PORT));
+  assert.match(answer, /^HTTP\/1\.1 200 /);
+  assert.equal(body(answer), '127.0.0.4');
 });
 
 test("64 connections of one visitor, across two API nodes, do not shut out another visitor; the visitor's 65th is refused", async () => {
