@@ -136,9 +136,17 @@ export class IngressEntry {
       upstream.setTimeout(0);
       const visitor = { address: socket.remoteAddress ?? '', port: socket.remotePort ?? 0 };
       const entered = { address: socket.localAddress ?? '', port: socket.localPort ?? 0 };
+      let header: Buffer;
+      try {
+        header = proxyHeader(this.secret, to.node, visitor, entered);
+      } catch {
+        // No address to name (the visitor is gone): nothing to relay.
+        socket.destroy();
+        return void upstream.destroy();
+      }
       // The header first, and the relay only once it is in the kernel's hands: the relay takes
       // the descriptors, and a write still queued in Node would be lost, or land after the visitor's bytes.
-      upstream.write(proxyHeader(this.secret, to.node, visitor, entered), (err) => {
+      upstream.write(header, (err) => {
         if (err) upstream.destroy();
         else this.#relay(socket, upstream, release);
       });
