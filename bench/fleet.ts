@@ -10,6 +10,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { signHop } from '../src/cluster/hop.js';
+import { wholeBody } from '../src/cluster/hop-body.js';
 import { ADMIN_TOKEN_ID, DEFAULT_TENANT } from '../src/core/tokens.js';
 import { startPostgres } from '../test/support/postgres-cluster.js';
 import { Service } from '../test/support/service.js';
@@ -29,9 +30,11 @@ let sequence = 0;
 async function direct(host: Service, method: string, path: string, body?: unknown): Promise<Response> {
   const requestId = `bench-${++sequence}`;
   const principal = { tokenId: ADMIN_TOKEN_ID, tenantId: DEFAULT_TENANT, scopes: new Set(['admin'] as const) };
-  const headers: Record<string, string> = { 'x-request-id': requestId, ...signHop(secret, principal, { method, url: path, requestId, node: 'bench-host' }) };
+  // The body is signed with the headers, by its digest, as an API node signs a body it holds whole.
+  const bytes = Buffer.from(body === undefined ? '' : JSON.stringify(body));
+  const headers: Record<string, string> = { 'x-request-id': requestId, ...signHop(secret, principal, { method, url: path, requestId, node: 'bench-host', body: wholeBody(bytes) }) };
   if (body !== undefined) headers['content-type'] = 'application/json';
-  return fetch(`${host.url}${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  return fetch(`${host.url}${path}`, { method, headers, body: body === undefined ? undefined : bytes });
 }
 
 async function viaApi(api: Service, method: string, path: string, body?: unknown): Promise<Response> {

@@ -4,7 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyContextConfig, type FastifyInstance, type onRequestHookHandler, type onResponseHookHandler } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyContextConfig, type FastifyInstance, type FastifyRequest, type onRequestHookHandler, type onResponseHookHandler } from 'fastify';
 import swagger from '@fastify/swagger';
 import websocket from '@fastify/websocket';
 import { Type } from '@sinclair/typebox';
@@ -37,7 +37,7 @@ import { TERMINAL_MAX_MESSAGE, terminalRoutes } from './routes/terminal.js';
 import { runtimeRoutes } from './routes/runtimes.js';
 import { secretRoutes, ruleRoutes, auditRoutes } from './routes/secrets.js';
 import { bearerFromProtocols, selectProtocol } from './websocket-auth.js';
-import { SeenHops, verifyHop } from '../cluster/hop.js';
+import { SeenHops, verifyHop, type VerifiedHop } from '../cluster/hop.js';
 import { checkpointMoveRoutes } from '../cluster/checkpoint-moves.js';
 import { runtimeMoveRoutes } from '../cluster/runtime-moves.js';
 import { routeKind, type Forwarder } from '../cluster/forwarder.js';
@@ -178,8 +178,10 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
       // A VM host serves API nodes only: the hop says who the caller is, and no token is taken.
       const vouched = verifyHop(hop.secret, request.headers, { method: request.method, url: request.url, requestId: request.id, node: hop.node }, Date.now(), seenHops);
       if (typeof vouched === 'string') return void sendError(reply, new VesselError('unauthenticated', `this is a VM host: call an API node (${vouched})`));
-      if (!hasScope(vouched, scope)) return void sendError(reply, new VesselError('permission_denied', `this token lacks the '${scope}' scope`));
-      request.principal = vouched;
+      if (!hasScope(vouched.principal, scope)) return void sendError(reply, new VesselError('permission_denied', `this token lacks the '${scope}' scope`));
+      request.principal = vouched.principal;
+      // Its body is read only through the hop's check (preParsing, below).
+      hopBodies.set(request, vouched.checkBody);
       return done();
     }
     // The client's address is worked out only for failures: the hot path of a known token does
@@ -208,6 +210,15 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   };
 
   const seenHops = new SeenHops();
+  const hopBodies = new WeakMap<FastifyRequest, VerifiedHop['checkBody']>();
+  // On a VM host, no parser or handler reads a hop's body but through its check: a digest or
+  // frames bound into the hop's MAC (src/cluster/hop-body.ts).
+  if (options.hop !== undefined) {
+    app.addHook('preParsing', (request, _reply, payload, done) => {
+      const check = hopBodies.get(request);
+      done(null, check === undefined ? payload : check(payload));
+    });
+  }
   const metrics = new Metrics();
   const observe = (route: string): onResponseHookHandler => (request, reply, done) => {
     metrics.observe(route, request, reply);

@@ -118,7 +118,7 @@ function fleetSettings(config: Config, role: Role): string {
 async function startApiNode(config: Config, secret: string, secretBox: SecretBox, log: pino.Logger): Promise<Started> {
   const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'a database connection failed; it is replaced') });
   const core = new Core({ store, driver: noVmDriver(), gateway: noGateway(), secretBox, log, tenantLimits: config.tenantLimits });
-  const entry = new IngressEntry(store, core.nodes, config.egress.ingress.domain, log);
+  const entry = new IngressEntry(store, core.nodes, config.egress.ingress.domain, secret, log);
   return {
     core,
     forwarder: new Forwarder(store, core.nodes, secret, JSON_BODY_LIMIT),
@@ -139,9 +139,11 @@ async function startVmHost(config: Config, role: Role, secret: string | undefine
   if (detected.cgroups === null) log.warn({ reason: detected.reason }, 'VMs run without cgroup limits');
   else log.info({ version: detected.cgroups.version }, 'each VM runs in a cgroup of its own');
   const driver = new QemuDriver({ dataDir: config.dataDir, image, accel, qemuVersion, guestCaPem: ca.certPem, memoryOvercommit: config.memoryOvercommit, cgroups: detected.cgroups, log });
-  const gateway = new Gateway({ instance, ca, ...config.egress, log });
-  await gateway.start();
   const node = role === 'node' ? config.fleet.nodeName : null;
+  // A fleet's host learns each relayed visitor from the entries' signed PROXY headers.
+  const fleetIngress = node === null || secret === undefined ? undefined : { secret, node };
+  const gateway = new Gateway({ instance, ca, ...config.egress, ingress: { ...config.egress.ingress, fleet: fleetIngress }, log });
+  await gateway.start();
   const core = new Core({ store, driver, gateway, secretBox, log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize, node });
   gateway.connect(core.egress);
   const { advertiseHost, internalPort, leaseSecs } = config.fleet;

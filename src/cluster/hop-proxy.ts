@@ -5,11 +5,12 @@
  * API node; the host learns the principal from the signed hop headers (hop.ts).
  */
 import { request as httpRequest, Agent, type ClientRequest, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
-import type { Duplex } from 'node:stream';
+import { Readable, type Duplex } from 'node:stream';
 import { ERROR_CODES, VesselError, type ErrorCode } from '../core/errors.js';
 import type { Principal } from '../core/types.js';
 import { BEARER_PROTOCOL_PREFIX } from '../api/websocket-auth.js';
-import { HOP_HEADERS, signHop } from './hop.js';
+import { HOP_HEADERS, bodyKeyOf, signHop } from './hop.js';
+import { BodyFramer, FRAMED_BODY, MAX_WHOLE_BODY_BYTES, NO_BODY, wholeBody } from './hop-body.js';
 
 /** A host that has not accepted the connection by then is treated as down for this request. */
 const CONNECT_TIMEOUT_MS = 5000;
@@ -49,9 +50,22 @@ export function cutHops(): void {
   inFlight.clear();
 }
 
-function outgoingHeaders(request: IncomingMessage, secret: string, call: HopCall, method: string, url: string, target: URL, node: string): OutgoingHttpHeaders {
+/**
+ * How the hop carries the caller's body: whole (a body the API node read, within the size a host
+ * holds to check it), framed (streamed; each frame checked by the host before it is used), or none.
+ */
+type Carried = { kind: 'whole'; bytes: Buffer } | { kind: 'frames' } | { kind: 'none' };
+
+function carried(request: IncomingMessage, call: HopCall, upgrade: boolean): Carried {
+  // An upgrade request has no body: what follows it is the WebSocket's, after the 101.
+  if (upgrade) return { kind: 'none' };
+  if (call.body !== undefined) return call.body.length <= MAX_WHOLE_BODY_BYTES ? { kind: 'whole', bytes: call.body } : { kind: 'frames' };
+  return bodyOf(request) === 'none' ? { kind: 'none' } : { kind: 'frames' };
+}
+
+function outgoingHeaders(request: IncomingMessage, secret: string, call: HopCall, body: Carried, method: string, url: string, target: URL, node: string): Record<string, string | string[]> {
   const incoming = request.headers;
-  const headers: OutgoingHttpHeaders = {};
+  const headers: Record<string, string | string[]> = {};
   for (const [name, value] of Object.entries(incoming)) if (!CONNECTION_HEADERS.has(name) && value !== undefined) headers[name] = value;
   // A browser's token rides in a subprotocol; the host needs only the protocol it will select.
   const protocols = incoming['sec-websocket-protocol'];
@@ -61,15 +75,16 @@ function outgoingHeaders(request: IncomingMessage, secret: string, call: HopCall
     else delete headers['sec-websocket-protocol'];
   }
   // The body's framing is the hop's own, never left to defaults: a body sent unframed on a pooled
-  // connection would be read by the host as the next request, without a hop.
+  // connection would be read by the host as the next request, without a hop. It is also signed:
+  // the host refuses a framing other than the one the MAC names.
   delete headers['content-length'];
-  if (call.body !== undefined) headers['content-length'] = String(call.body.length);
-  else if (bodyOf(request) === 'chunked') headers['transfer-encoding'] = 'chunked';
-  else if (bodyOf(request) === 'length') headers['content-length'] = incoming['content-length'];
+  if (body.kind === 'whole') headers['content-length'] = String(body.bytes.length);
+  else if (body.kind === 'frames') headers['transfer-encoding'] = 'chunked';
   headers.host = target.host;
   headers['x-request-id'] = call.requestId;
   headers['x-forwarded-for'] = call.clientIp;
-  Object.assign(headers, signHop(secret, call.principal, { method, url, requestId: call.requestId, node }));
+  const name = body.kind === 'whole' ? wholeBody(body.bytes) : body.kind === 'frames' ? FRAMED_BODY : NO_BODY;
+  Object.assign(headers, signHop(secret, call.principal, { method, url, requestId: call.requestId, node, body: name }));
   return headers;
 }
 
@@ -83,13 +98,9 @@ function open(secret: string, target: HopTarget, incoming: IncomingMessage, call
   const url = new URL(target.internalUrl);
   const method = incoming.method ?? 'GET';
   const path = incoming.url ?? '/';
-  const headers = outgoingHeaders(incoming, secret, call, method, path, url, target.name);
-  if (upgrade) {
-    // An upgrade request has no body: what follows it is the WebSocket's, after the 101.
-    delete headers['content-length'];
-    delete headers['transfer-encoding'];
-    Object.assign(headers, { connection: 'Upgrade', upgrade: 'websocket' });
-  }
+  const body = carried(incoming, call, upgrade);
+  const headers = outgoingHeaders(incoming, secret, call, body, method, path, url, target.name);
+  if (upgrade) Object.assign(headers, { connection: 'Upgrade', upgrade: 'websocket' });
   const out = httpRequest({ host: url.hostname, port: url.port, method, path, headers, agent: upgrade ? false : agent });
   const connectTimer = setTimeout(() => out.destroy(new HopUnreachable(`VM host '${target.name}' did not accept a connection within ${CONNECT_TIMEOUT_MS / 1000} s`)), CONNECT_TIMEOUT_MS);
   out.once('socket', (socket) => {
@@ -97,9 +108,14 @@ function open(secret: string, target: HopTarget, incoming: IncomingMessage, call
     else socket.once('connect', () => clearTimeout(connectTimer));
   });
   out.once('close', () => clearTimeout(connectTimer));
-  if (call.body !== undefined) out.end(call.body);
-  else if (upgrade || bodyOf(incoming) === 'none') out.end();
-  else incoming.pipe(out);
+  if (body.kind === 'whole') out.end(body.bytes);
+  else if (body.kind === 'none') out.end();
+  else {
+    const frames = new BodyFramer(bodyKeyOf(secret, headers as Record<string, string>));
+    // The last frame goes only when the caller's body ended: a caller that leaves mid-body cuts
+    // the hop (forwardRequest), and the host sees a body without its end, never a shorter one.
+    (call.body === undefined ? incoming : Readable.from([call.body])).pipe(frames).pipe(out);
+  }
   return out;
 }
 
@@ -205,7 +221,7 @@ export function callHop(secret: string, target: HopTarget, call: OwnHopCall, idl
       host: url.host,
       'x-request-id': call.requestId,
       'content-length': '0',
-      ...signHop(secret, call.principal, { method: call.method, url: call.path, requestId: call.requestId, node: target.name }),
+      ...signHop(secret, call.principal, { method: call.method, url: call.path, requestId: call.requestId, node: target.name, body: NO_BODY }),
     };
     const out = httpRequest({ host: url.hostname, port: url.port, method: call.method, path: call.path, headers, agent });
     track(out);

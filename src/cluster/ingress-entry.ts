@@ -7,6 +7,11 @@
  * relay. A connection stays with the host of its first request: each runtime's URL is an origin
  * of its own, so clients do not share connections between them.
  *
+ * Every connection to a host starts with a PROXY v2 header signed for that host, naming the
+ * visitor (proxy-header.ts): the host counts its per-client caps by the visitor, not by this API
+ * node's address, which every visitor of this entry shares, and tells the runtime who it is
+ * (X-Forwarded-For).
+ *
  * Everything here comes from unauthenticated clients: the same caps as a host's ingress, bounded
  * peeks, a deadline for the head, and nothing forwarded before the route is known.
  */
@@ -18,6 +23,7 @@ import { MAX_INGRESS_CONNECTIONS, MAX_INGRESS_CONNECTIONS_PER_SOURCE, parseIngre
 import { listenOn } from '../net/listeners.js';
 import { closeRelays, peekBytes, relaySockets, sniffSocket } from '../net/socket-ops.js';
 import { ConnectionsPerSource } from '../net/source-caps.js';
+import { proxyHeader } from './proxy-header.js';
 
 /** The longest request head the entry reads ahead for its Host (a host's ingress takes the same). */
 export const MAX_ENTRY_HEAD_BYTES = 16 * 1024;
@@ -50,12 +56,14 @@ export class IngressEntry {
     private readonly store: Store,
     private readonly nodes: NodeDirectory,
     private readonly domain: string,
+    /** The cluster secret, which signs the PROXY headers. */
+    private readonly secret: string,
     private readonly log: Logger,
   ) {
     this.#server = createServer({ pauseOnConnect: true }, (socket) => {
       socket.on('error', () => undefined);
-      // Counted until the connection ends, relayed or not: the host's ingress sees every client
-      // of this entry under the API node's one address, so the per-client cap must hold here.
+      // Counted until the connection ends, relayed or not: the host counts its clients across all
+      // entries, this keeps one client from using up this API node's own descriptors.
       const release = this.#perSource.hold(socket);
       if (release === null) return void socket.destroy();
       socket.once('close', release);
@@ -105,7 +113,7 @@ export class IngressEntry {
   }
 
   /** The VM host's ingress address for a name; null when no runtime is there, a reason when its host is away. */
-  async #hostFor(name: string): Promise<{ host: string; port: number } | string | null> {
+  async #hostFor(name: string): Promise<Target | string | null> {
     const target = parseIngressHost(name, this.domain);
     if (target === null) return null;
     const rt = await this.store.runtimes.findById(target.runtimeId);
@@ -114,37 +122,64 @@ export class IngressEntry {
     if (node === undefined || node.ingressAddress === null) return null;
     if (!node.alive) return `the VM host of runtime ${rt.id} holds no lease`;
     const at = node.ingressAddress.lastIndexOf(':');
-    return { host: node.ingressAddress.slice(0, at).replace(/^\[|\]$/g, ''), port: Number(node.ingressAddress.slice(at + 1)) };
+    return { node: node.name, host: node.ingressAddress.slice(0, at).replace(/^\[|\]$/g, ''), port: Number(node.ingressAddress.slice(at + 1)) };
   }
 
   /** Joins the client, unread bytes and all, to the host's ingress on the native relay thread; the cap's count goes when the relay ends. */
-  #join(socket: Socket, to: { host: string; port: number }, release: () => void): void {
-    const upstream = createConnection({ ...to, noDelay: true, timeout: CONNECT_TIMEOUT_MS });
+  #join(socket: Socket, to: Target, release: () => void): void {
+    const upstream = createConnection({ host: to.host, port: to.port, noDelay: true, timeout: CONNECT_TIMEOUT_MS });
     // Not a byte may be read into Node's buffers before the relay takes over.
     upstream.pause();
     upstream.once('timeout', () => upstream.destroy(new Error('connect timeout')));
     upstream.once('connect', () => {
       if (socket.destroyed) return void upstream.destroy();
       upstream.setTimeout(0);
-      // A peer that vanishes must not pin the relay forever.
-      socket.setKeepAlive(true, KEEPALIVE_MS);
-      upstream.setKeepAlive(true, KEEPALIVE_MS);
-      socket.off('close', release);
+      const visitor = { address: socket.remoteAddress ?? '', port: socket.remotePort ?? 0 };
+      const entered = { address: socket.localAddress ?? '', port: socket.localPort ?? 0 };
+      let header: Buffer;
       try {
-        relaySockets(socket, upstream, RELAY_TAG, release);
-      } catch (err) {
-        // dup() fails with EMFILE when descriptors run out: this connection ends, not the API node.
-        this.log.warn({ err: (err as Error).message }, 'ingress entry relay failed');
-        release();
-        socket.resetAndDestroy();
-        upstream.destroy();
+        header = proxyHeader(this.secret, to.node, visitor, entered);
+      } catch {
+        // No address to name (the visitor is gone): nothing to relay.
+        socket.destroy();
+        return void upstream.destroy();
       }
+      // The header first, and the relay only once it is in the kernel's hands: the relay takes
+      // the descriptors, and a write still queued in Node would be lost, or land after the visitor's bytes.
+      upstream.write(header, (err) => {
+        if (err) upstream.destroy();
+        else this.#relay(socket, upstream, release);
+      });
     });
     upstream.on('error', () => {
       if (!socket.destroyed) refuse(socket, 503, 'the VM host of this runtime is not answering');
     });
     socket.once('close', () => upstream.destroy());
   }
+
+  #relay(socket: Socket, upstream: Socket, release: () => void): void {
+    if (socket.destroyed || upstream.destroyed) return void upstream.destroy();
+    // A peer that vanishes must not pin the relay forever.
+    socket.setKeepAlive(true, KEEPALIVE_MS);
+    upstream.setKeepAlive(true, KEEPALIVE_MS);
+    socket.off('close', release);
+    try {
+      relaySockets(socket, upstream, RELAY_TAG, release);
+    } catch (err) {
+      // dup() fails with EMFILE when descriptors run out: this connection ends, not the API node.
+      this.log.warn({ err: (err as Error).message }, 'ingress entry relay failed');
+      release();
+      socket.resetAndDestroy();
+      upstream.destroy();
+    }
+  }
+}
+
+/** A runtime's VM host: its name (the PROXY header is signed for it) and its ingress address. */
+interface Target {
+  node: string;
+  host: string;
+  port: number;
 }
 
 function refuse(socket: Socket, status: 400 | 404 | 503, message: string): void {

@@ -36,7 +36,8 @@ export interface GatewayOptions {
   extraCaFile: string | undefined;
   injectPlainHttp: boolean;
   icmpAuditSecs: number;
-  ingress: { host: string; port: number; domain: string };
+  /** `fleet`: a fleet's VM host, whose ingress believes signed PROXY headers from API nodes' entries (ingress.ts). */
+  ingress: { host: string; port: number; domain: string; fleet?: { secret: string; node: string } | undefined };
   /** Egress connections one runtime may hold open at once (default DEFAULT_MAX_CONNECTIONS_PER_RUNTIME). */
   maxConnectionsPerRuntime?: number;
   /** Egress connections all of one tenant's runtimes may hold open at once (default DEFAULT_MAX_CONNECTIONS_PER_TENANT). */
@@ -96,7 +97,7 @@ export class Gateway implements NetworkGateway {
     });
     this.#proxy = new EgressProxy({ registry: this.#registry, decisions, ca: opts.ca, forwarder, audit, limits, activity, log: opts.log });
     this.#dns = new DnsResponder({ registry: this.#registry, decisions, standIns: new StandInAddresses(), activity, log: opts.log });
-    this.#ingress = new Ingress({ domain: opts.ingress.domain, registry: this.#registry, ca: opts.ca, hooks: () => this.#hooks, log: opts.log });
+    this.#ingress = new Ingress({ domain: opts.ingress.domain, registry: this.#registry, ca: opts.ca, hooks: () => this.#hooks, log: opts.log, fleet: opts.ingress.fleet });
   }
 
   /** The core, once it exists: secrets, audits and activity go there. */

@@ -23,6 +23,7 @@ import { RequestDeadlines, type RequestDeadlineOptions } from './request-deadlin
 import type { RuntimeNet, RuntimeRegistry } from './runtime-registry.js';
 import { sniffSocket } from './socket-ops.js';
 import { ConnectionsPerSource } from './source-caps.js';
+import { ProxiedClients } from '../cluster/proxy-header.js';
 
 /**
  * Open connections one client address may hold on the ingress port. Each costs a descriptor and,
@@ -49,6 +50,12 @@ export interface IngressOptions extends RequestDeadlineOptions {
   ca: CertificateAuthority;
   hooks: () => GatewayHooks | null;
   log: { warn(o: object, m: string): void };
+  /**
+   * A VM host of a fleet: connections relayed by API nodes' ingress entries start with a PROXY
+   * header signed with the cluster secret for this host (src/cluster/proxy-header.ts), and are
+   * counted and forwarded as the visitor's it names. Absent (a single host): no header is read.
+   */
+  fleet?: { secret: string; node: string } | undefined;
 }
 
 /** `8000-<uuid>.example.test` with domain `example.test` → { port: 8000, runtimeId: '<uuid>' }. */
@@ -72,9 +79,13 @@ export class Ingress {
   /** The accepted socket under each TLS socket made on it. */
   readonly #rawOf = new WeakMap<Socket, Socket>();
   readonly #deadlines: RequestDeadlines;
+  readonly #proxied: ProxiedClients | null;
+  /** The visitor an accepted socket carries, when an API node's entry relayed it for one. */
+  readonly #visitors = new WeakMap<Socket, string>();
 
   constructor(private readonly opts: IngressOptions) {
     this.#deadlines = new RequestDeadlines(opts);
+    this.#proxied = opts.fleet === undefined ? null : new ProxiedClients(opts.fleet.secret, opts.fleet.node);
     this.#server = createServer({ pauseOnConnect: true }, (s) => this.#admit(s));
     this.#http.on('request', (req: IncomingMessage, res: ServerResponse) => {
       this.#deadlines.request(this.#rawOf.get(req.socket) ?? req.socket, req, res);
@@ -97,12 +108,24 @@ export class Ingress {
     return closeListener(this.#server, this.#http);
   };
 
-  /** Counts the connection against its client's cap and the total, then serves it. */
+  /**
+   * Counts the connection against its client's cap and the total, then serves it. A connection
+   * from an API node that relays visitors is counted, once its header is read, as the visitor's
+   * (`recount`); until then, against the total alone (ProxiedClients.fromFleet says why).
+   */
   #admit(socket: Socket): void {
     socket.on('error', () => undefined);
-    if (!this.#perSource.admit(socket)) return void socket.destroy();
+    const fromFleet = this.#proxied?.fromFleet(socket) === true;
+    let release = this.#perSource.hold(socket, fromFleet ? MAX_INGRESS_CONNECTIONS : MAX_INGRESS_CONNECTIONS_PER_SOURCE);
+    if (release === null) return void socket.destroy();
+    socket.once('close', () => release?.());
+    const recount = (address: string): boolean => {
+      release?.();
+      release = this.#perSource.holdFor(address);
+      return release !== null;
+    };
     this.#deadlines.admit(socket);
-    void this.#guard(socket, () => this.#accept(socket));
+    void this.#guard(socket, () => this.#accept(socket, fromFleet, recount));
   }
 
   /** Runs a handler; whatever it throws closes the connection instead of leaving it open. */
@@ -115,8 +138,20 @@ export class Ingress {
     }
   }
 
-  async #accept(socket: Socket): Promise<void> {
-    const first = await sniffSocket(socket, SILENT_MS);
+  async #accept(socket: Socket, fromFleet: boolean, recount: (address: string) => boolean): Promise<void> {
+    let first = await sniffSocket(socket, SILENT_MS);
+    // A PROXY header is none of HTTP's or TLS's first bytes: it can only be in what sniffs as other.
+    const visitor = this.#proxied !== null && first.kind === 'other' ? await this.#proxied.take(socket) : null;
+    // A header that is not ours, or not for this host, is refused: it would pass its sender off as anyone.
+    if (typeof visitor === 'string') return void socket.destroy();
+    if (visitor !== null || fromFleet) {
+      // A visitor over its share is refused here, whichever API nodes its connections came through.
+      if (!recount(visitor?.address ?? socket.remoteAddress ?? '')) return void socket.destroy();
+    }
+    if (visitor !== null) {
+      this.#visitors.set(socket, visitor.address);
+      first = await sniffSocket(socket, SILENT_MS);
+    }
     if (socket.destroyed || first.kind === 'bad_tls') return void socket.destroy();
     if (first.kind === 'tls') {
       // A leaf is signed only for a name that routes to an https port.
@@ -167,8 +202,14 @@ export class Ingress {
       ...endToEndHeaders(req.rawHeaders, SET_FOR_GUEST),
       ...(requestFraming(req.headers) ?? []),
       'X-Forwarded-Proto', this.#overTls.has(req.socket) ? 'https' : 'http',
-      'X-Forwarded-For', req.socket.remoteAddress ?? '',
+      'X-Forwarded-For', this.#clientOf(req.socket),
     ];
+  }
+
+  /** The client a request came from: the visitor an API node's entry vouched for, or the peer. */
+  #clientOf(socket: Socket): string {
+    const accepted = this.#rawOf.get(socket) ?? socket;
+    return this.#visitors.get(accepted) ?? accepted.remoteAddress ?? '';
   }
 
   async #forward(req: IncomingMessage, res: ServerResponse): Promise<void> {

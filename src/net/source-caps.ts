@@ -24,12 +24,21 @@ export class ConnectionsPerSource {
   /**
    * Counts `socket` against its client until the returned release runs (once; later calls do
    * nothing): for a connection that outlives its Node socket, as one handed to the native relay
-   * does. null (and nothing counted) when its client, or the total, is at its cap.
+   * does. null (and nothing counted) when its client, or the total, is at its cap. `max` replaces
+   * the per-client cap for this connection alone.
    */
-  hold(socket: Socket): (() => void) | null {
-    const source = clientKey(socket.remoteAddress ?? '');
+  hold(socket: Socket, max = this.max): (() => void) | null {
+    return this.holdFor(socket.remoteAddress ?? '', max);
+  }
+
+  /**
+   * Counts a connection against the client at `address`: one whose peer relays it for that client
+   * and vouched for it (a VM host's ingress behind an API node's entry, src/cluster/proxy-header.ts).
+   */
+  holdFor(address: string, max = this.max): (() => void) | null {
+    const source = clientKey(address);
     const open = this.#open.get(source) ?? 0;
-    if (open >= this.max || this.#total >= this.maxTotal) return null;
+    if (open >= max || this.#total >= this.maxTotal) return null;
     this.#open.set(source, open + 1);
     this.#total++;
     let released = false;

@@ -9,8 +9,10 @@ import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import { forwardRequest } from '../../src/cluster/hop-proxy.js';
+import { verifyHop } from '../../src/cluster/hop.js';
 import type { Principal } from '../../src/core/types.js';
 
+const SECRET = 's'.repeat(40);
 const principal: Principal = { tokenId: 't', tenantId: 'acme', scopes: new Set(['admin']) };
 
 async function listen(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ server: Server; port: number }> {
@@ -24,7 +26,7 @@ async function listen(handler: (req: IncomingMessage, res: ServerResponse) => vo
 const front = (hostPort: number) =>
   listen((req, res) => {
     let n = 0;
-    forwardRequest('s'.repeat(40), { name: 'h', internalUrl: `http://127.0.0.1:${hostPort}` }, req, res, { principal, requestId: `r${++n}`, clientIp: '127.0.0.1' }).then(
+    forwardRequest(SECRET, { name: 'h', internalUrl: `http://127.0.0.1:${hostPort}` }, req, res, { principal, requestId: `r${++n}`, clientIp: '127.0.0.1' }).then(
       (stream) => stream(),
       () => res.writeHead(503).end(),
     );
@@ -44,10 +46,15 @@ function raw(port: number, bytes: string): Promise<string> {
 test('a chunked body on a GET reaches the host framed as chunked: a request hidden in it stays body', async () => {
   const seen: Array<{ method: string; url: string; body: string; hop: boolean }> = [];
   const host = await listen((req, res) => {
+    // Read as a VM host reads it: through the hop's check of its signed body.
+    const hop = verifyHop(SECRET, req.headers, { method: req.method!, url: req.url!, requestId: String(req.headers['x-request-id']), node: 'h' });
+    if (typeof hop === 'string') return void res.writeHead(401).end(hop);
     let body = '';
-    req.on('data', (d) => (body += d));
-    req.on('end', () => {
-      seen.push({ method: req.method!, url: req.url!, body, hop: req.headers['x-vessel-hop-signature'] !== undefined });
+    const checked = hop.checkBody(req);
+    checked.on('data', (d) => (body += d));
+    checked.on('error', () => res.writeHead(401).end());
+    checked.on('end', () => {
+      seen.push({ method: req.method!, url: req.url!, body, hop: true });
       res.end('ok');
     });
   });
