@@ -2,8 +2,8 @@
  * The SDK as a package of its own (client/package.json, @vessel-sh/client): what it is made of,
  * and that its tarball installs into an empty project with no network (no registry, an empty
  * npm cache), where a script imports it by name and talks to a real API on loopback and a type
- * check finds its declarations and what they name. Needs client/dist: `npm run build` (npm ci
- * runs it) or `npm run build:client`.
+ * check finds its declarations and what they name. It builds client/dist first, as
+ * `npm run build:client` does.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -61,7 +61,9 @@ test('client/package.json: a public ESM package with its types, whose dependenci
 });
 
 test('its tarball installs into an empty project offline; the project imports it by name, uses it against a real API, and type-checks with it', { timeout: 600_000 }, async () => {
-  assert.ok(existsSync(join(CLIENT, 'dist/index.js')), 'client/dist is built (npm run build:client)');
+  // The package as the sources are now (npm run build:client), not as npm ci last built it.
+  const build = spawnSync(process.execPath, [join(REPO_ROOT, 'node_modules/typescript/bin/tsc'), '-p', join(CLIENT, 'tsconfig.package.json')], { encoding: 'utf8' });
+  assert.equal(build.status, 0, build.stdout + build.stderr);
   const work = mkdtempSync(join(tmpdir(), 'vessel-sdk-pkg-'));
   const h = await apiHarness();
   try {
