@@ -4,7 +4,7 @@
  * - before: the old `npm start` command, which compiled on every start
  *   (`tsc -p . && node dist/scripts/build-console.js && node dist/src/cli/main.js serve`);
  * - rebuild: `npm start`'s launcher (dist/scripts/start.js) after a source changed, so it runs
- *   `npm run build` first (the service, the SDK's declarations, the console);
+ *   `npm run build:service` first (the service, and the console bundled);
  * - no rebuild: the launcher with dist/ newer than every source, the usual start.
  * The rounds interleave the three so a noisy machine weighs on each alike; medians are reported,
  * and their ratios. npm's own start-up is left out of all three (each runs its command itself).

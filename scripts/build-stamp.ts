@@ -1,8 +1,8 @@
 /**
  * Whether dist/ is older than the sources it is built from, so that `npm start` builds only when
  * something changed (a `git pull`, an edit) rather than on every start: compiling was most of
- * the 15–25 s a start took. `npm run build` (and so `npm ci`, through prepare) ends by writing
- * the stamp:
+ * the 15–25 s a start took. `npm run build:service` (the end of `npm run build`, and so of
+ * `npm ci` through prepare) ends by writing the stamp:
  *
  *   node dist/scripts/build-stamp.js
  *

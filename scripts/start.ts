@@ -3,6 +3,11 @@
  * build (scripts/build-stamp.ts). Then it runs in this process (`vessel serve` and the arguments
  * given), so signals reach the service itself.
  *
+ * A stale build is rebuilt with `npm run build:service`: what serving needs (the service, and the
+ * console bundled), the steps the old `npm start` ran every time. The SDK's package and the
+ * type checks of the client and console alone are left to `npm run build`: they would double a
+ * start that has to build, and the service does not run them.
+ *
  *   node dist/scripts/start.js [serve options]
  */
 import { spawnSync } from 'node:child_process';
@@ -11,17 +16,17 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { REPO_ROOT, staleness } from './build-stamp.js';
 
 export interface StartSteps {
-  /** Builds dist/ (and writes the stamp); the exit status. */
+  /** Builds what serving needs into dist/ (and writes the stamp); the exit status. */
   build(): number;
   /** Runs the built `vessel serve` with these arguments. */
   serve(args: string[]): Promise<void>;
   log(line: string): void;
 }
 
-/** `npm run build`: under npm, its own CLI through this Node; else the `npm` on PATH. */
+/** `npm run build:service`: under npm, its own CLI through this Node; else the `npm` on PATH. */
 function npmBuild(root: string): number {
   const npm = process.env.npm_execpath;
-  const [cmd, args] = npm === undefined ? ['npm', ['run', 'build']] : [process.execPath, [npm, 'run', 'build']];
+  const [cmd, args] = npm === undefined || !/npm-cli\.js$/.test(npm) ? ['npm', ['run', 'build:service']] : [process.execPath, [npm, 'run', 'build:service']];
   const run = spawnSync(cmd, args, { stdio: 'inherit', cwd: root });
   return run.status ?? 1;
 }
@@ -36,7 +41,7 @@ async function serveBuilt(root: string, args: string[]): Promise<void> {
 export async function start(root: string, args: string[], steps: StartSteps): Promise<boolean> {
   const reason = staleness(root);
   if (reason !== null) {
-    steps.log(`building first (${reason}): npm run build`);
+    steps.log(`building first (${reason}): npm run build:service`);
     const status = steps.build();
     if (status !== 0) {
       steps.log(`the build failed (exit status ${status})`);

@@ -83,22 +83,24 @@ test('start builds first when stale, then serves; when fresh it serves at once; 
 
     t.touch('src/cli/main.ts', T + 5);
     assert.equal(await start(t.root, [], steps(0)), true);
-    assert.deepEqual(calls.splice(0), ['building first (src/cli/main.ts changed since the last build): npm run build', 'build', 'serve ']);
+    assert.deepEqual(calls.splice(0), ['building first (src/cli/main.ts changed since the last build): npm run build:service', 'build', 'serve ']);
     assert.equal(staleness(t.root), null);
 
     t.touch('console/main.ts', T + 20);
     assert.equal(await start(t.root, [], steps(2)), false);
-    assert.deepEqual(calls.splice(0), ['building first (console/main.ts changed since the last build): npm run build', 'build', 'the build failed (exit status 2)']);
+    assert.deepEqual(calls.splice(0), ['building first (console/main.ts changed since the last build): npm run build:service', 'build', 'the build failed (exit status 2)']);
   } finally {
     t.done();
   }
 });
 
-test('package.json: npm start runs the launcher; npm ci (prepare) and npm run build write the stamp', () => {
+test('package.json: npm start runs the launcher; npm ci (prepare), npm run build and build:service write the stamp', () => {
   const { scripts } = JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
   assert.match(scripts.start!, /node dist\/scripts\/start\.js$/);
   assert.doesNotMatch(scripts.start!, /(^|&& )tsc /, 'start compiles only through the launcher, when stale');
-  assert.match(scripts.build!, /&& node dist\/scripts\/build-stamp\.js$/);
+  // The stamp is written last, by the part of the build that a stale start runs again.
+  assert.match(scripts['build:service']!, /^tsc -p \. && .*&& node dist\/scripts\/build-stamp\.js$/);
+  assert.match(scripts.build!, /&& npm run build:service$/);
   assert.equal(scripts.prepare, 'npm run build');
   // Every input is one the build reads: the service, the SDK, the console and their scripts and configs.
   assert.deepEqual([...BUILD_INPUTS].sort(), ['client', 'console', 'package-lock.json', 'package.json', 'scripts', 'src', 'tsconfig.json']);
