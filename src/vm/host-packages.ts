@@ -171,8 +171,12 @@ export function lockHolder(path: string, procLocks?: string): { pid: number; com
   return null;
 }
 
-/** "Could not get lock /var/lib/apt/lists/lock. It is held by process 1187 (python3)" */
-const LOCK_FAILURE = /Could not get lock (\S+?)\.? It is held by process (\d+)(?: \(([^)]*)\))?|Could not get lock (\S+?)\.?$/m;
+/**
+ * apt's error "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 1187 (python3)";
+ * an error line only: its progress says "Waiting for cache lock: Could not get lock …" while it
+ * waits, and whatever fails after that wait is not a lock failure.
+ */
+const LOCK_FAILURE = /^E: Could not get lock (\S+?)\.? It is held by process (\d+)(?: \(([^)]*)\))?|^E: Could not get lock (\S+?)\.?$/m;
 
 export interface AptRunOptions {
   log: (line: string) => void;

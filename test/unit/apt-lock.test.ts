@@ -102,6 +102,14 @@ test('runApt gives up at its deadline, and at once on any other failure', async 
   };
   await assert.rejects(runApt(['install', 'nope'], { log: () => undefined, deadline: Date.now() + 60_000, retryDelayMs: 0, run: broken }), /Unable to locate package/);
   assert.equal(calls, 1);
+  // apt waited for dpkg's lock (its progress says so), got it, then failed otherwise: not a lock failure.
+  calls = 0;
+  const waitedThenBroke = () => {
+    calls++;
+    return Promise.reject(new Error('apt-get install failed (100):\nWaiting for cache lock: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 7 (unattended-upgr)...\nE: Unable to locate package nope'));
+  };
+  await assert.rejects(runApt(['install', 'nope'], { log: () => undefined, deadline: Date.now() + 60_000, retryDelayMs: 0, run: waitedThenBroke }), /Unable to locate package/);
+  assert.equal(calls, 1);
 });
 
 // The real thing: root, apt-get and python3 (whose fcntl.lockf takes the same POSIX lock that apt and dpkg take).
