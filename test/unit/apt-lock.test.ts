@@ -124,14 +124,17 @@ const skipReal = whyNotReal();
 
 /** A child process holding an fcntl write lock on `path`, as apt and dpkg take it; resolves once it holds it. */
 async function holdLock(path: string): Promise<ChildProcess> {
-  const script = 'import fcntl, sys, time\nf = open(sys.argv[1], "a")\nfcntl.lockf(f, fcntl.LOCK_EX)\nprint("held", flush=True)\nsys.stdin.read()\n';
+  const script = 'import fcntl, sys\nf = open(sys.argv[1], "a")\nfcntl.lockf(f, fcntl.LOCK_EX)\nsys.stdout.write("held\\n")\nsys.stdout.flush()\nsys.stdin.read()\n';
   const child = spawn('python3', ['-c', script, path], { stdio: ['pipe', 'pipe', 'inherit'] });
-  let out = '';
-  for await (const chunk of child.stdout!) {
-    out += String(chunk);
-    if (out.includes('held')) return child;
-  }
-  throw new Error(`the lock holder exited: ${out}`);
+  // Read, never closed: a holder whose stdout breaks would die and drop the lock early.
+  return new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout!.on('data', (chunk) => {
+      out += String(chunk);
+      if (out.includes('held\n')) resolve(child);
+    });
+    child.once('exit', (code) => reject(new Error(`the lock holder exited (${code}): ${out}`)));
+  });
 }
 
 const release = async (holder: ChildProcess) => {
