@@ -8,7 +8,7 @@
  * QEMU packages alone, so nothing else on the host moves to backports.
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { runCommand } from '../platform/run-command.js';
 
@@ -116,8 +116,108 @@ function backportsSetup(packages: string[]): Array<{ path: string; text: string 
   ];
 }
 
+/**
+ * How long a start waits for another apt to finish. A fresh cloud host runs apt at first boot
+ * (unattended-upgrades, cloud-init) for minutes at a time, holding dpkg's lock; apt-get without
+ * a timeout fails at once with "Could not get lock /var/lib/dpkg/lock-frontend". Bounded, so
+ * that a stuck apt is reported rather than waited on forever.
+ */
+export const APT_LOCK_TIMEOUT_SECS = 600;
+export const DPKG_FRONTEND_LOCK = '/var/lib/dpkg/lock-frontend';
+export const APT_LISTS_LOCK = '/var/lib/apt/lists/lock';
+
+/**
+ * apt-get's arguments with the wait for dpkg's locks (lock-frontend and lock). apt 2.6 applies
+ * DPkg::Lock::Timeout to those alone: `apt-get update`'s lists lock fails at once whatever it
+ * says, so runApt() retries on that one itself.
+ */
+export function aptGetArgs(args: string[], lockTimeoutSecs = APT_LOCK_TIMEOUT_SECS): string[] {
+  return ['-o', `DPkg::Lock::Timeout=${Math.max(0, Math.ceil(lockTimeoutSecs))}`, ...args];
+}
+
+const aptGetLine = (args: string[]): string => ['apt-get', ...aptGetArgs(args)].join(' ');
+const installArgs = (packages: string[]): string[] => ['install', '-y', '--no-install-recommends', ...packages];
+
+/** The commands an operator runs as root, shown when we are not; the same that ensureHostPackages() runs. */
 export function installCommand(packages: string[]): string {
-  return `apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${packages.join(' ')}`;
+  return `${aptGetLine(['update'])} && DEBIAN_FRONTEND=noninteractive ${aptGetLine(installArgs(packages))}`;
+}
+
+/**
+ * The process holding a POSIX lock on `path`, from /proc/locks (apt and dpkg lock with fcntl),
+ * or null. Only to tell the operator what we wait for; apt itself decides.
+ */
+export function lockHolder(path: string, procLocks?: string): { pid: number; command: string } | null {
+  let text = procLocks;
+  let ino: bigint;
+  try {
+    ino = statSync(path, { bigint: true }).ino;
+    text ??= readFileSync('/proc/locks', 'utf8');
+  } catch {
+    return null;
+  }
+  // `1: POSIX  ADVISORY  WRITE 4242 fe:00:402117 0 EOF`: pid, then major:minor:inode.
+  for (const m of text.matchAll(/^\d+:\s+(?:->\s+)?POSIX\s+\S+\s+WRITE\s+(\d+)\s+[0-9a-f]+:[0-9a-f]+:(\d+)\s/gm)) {
+    if (BigInt(m[2]!) !== ino) continue;
+    const pid = Number(m[1]);
+    let command = '?';
+    try {
+      command = readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+    } catch {
+      // gone already, or another pid namespace's
+    }
+    return { pid, command };
+  }
+  return null;
+}
+
+/**
+ * apt's error "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 1187 (python3)";
+ * an error line only: its progress says "Waiting for cache lock: Could not get lock …" while it
+ * waits, and whatever fails after that wait is not a lock failure.
+ */
+const LOCK_FAILURE = /^E: Could not get lock (\S+?)\.? It is held by process (\d+)(?: \(([^)]*)\))?|^E: Could not get lock (\S+?)\.?$/m;
+
+export interface AptRunOptions {
+  log: (line: string) => void;
+  /** When to give up waiting for another apt (ms since the epoch). */
+  deadline: number;
+  /** Runs apt-get with these arguments; runCommand's failure carries its output's tail. */
+  run?: (args: string[]) => Promise<string>;
+  /** Between attempts while a lock apt does not wait for is held. */
+  retryDelayMs?: number;
+}
+
+const runAptGet = (args: string[]): Promise<string> => runCommand('apt-get', args, { env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
+
+/**
+ * apt-get `args`, waiting until `deadline` for another apt: for dpkg's locks apt waits itself
+ * (DPkg::Lock::Timeout, the time left); for the lists lock it is run again while apt says that
+ * lock is held. Each wait is said once on the progress line, with the process waited for.
+ */
+export async function runApt(args: string[], opts: AptRunOptions): Promise<string> {
+  const run = opts.run ?? runAptGet;
+  const said = new Set<string>();
+  const say = (lock: string, holder: string) => {
+    if (said.has(lock + holder)) return;
+    said.add(lock + holder);
+    const minutes = Math.max(1, Math.round((opts.deadline - Date.now()) / 60_000));
+    opts.log(`waiting for ${holder} to release ${lock} (another apt, as at a cloud host's first boot), up to ${minutes} min`);
+  };
+  for (;;) {
+    for (const lock of [DPKG_FRONTEND_LOCK, APT_LISTS_LOCK]) {
+      const holder = lockHolder(lock);
+      if (holder !== null) say(lock, `${holder.command} (pid ${holder.pid})`);
+    }
+    try {
+      return await run(aptGetArgs(args, (opts.deadline - Date.now()) / 1000));
+    } catch (err) {
+      const m = LOCK_FAILURE.exec(err instanceof Error ? err.message : String(err));
+      if (m === null || Date.now() >= opts.deadline) throw err;
+      say(m[1] ?? m[4]!, m[2] === undefined ? 'another process' : `${m[3] ?? '?'} (pid ${m[2]})`);
+      await new Promise((r) => setTimeout(r, opts.retryDelayMs ?? 2000));
+    }
+  }
 }
 
 /** Installs what is missing when root; otherwise throws with the exact commands to run. */
@@ -134,8 +234,18 @@ export async function ensureHostPackages(log: (line: string) => void): Promise<v
     log(`adding ${f.path}`);
     writeFileSync(f.path, f.text, { mode: 0o644 });
   }
-  log(`installing host packages: ${missing.join(', ')}`);
-  await runCommand('sh', ['-c', cmd], { env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' }, onLine: (l) => log(`  ${l}`) });
+  log(`installing host packages: ${missing.join(', ')} (if another apt is running, waiting up to ${APT_LOCK_TIMEOUT_SECS / 60} min for it)`);
+  const deadline = Date.now() + APT_LOCK_TIMEOUT_SECS * 1000;
+  // While it waits for dpkg's lock apt says "Waiting for cache lock: … held by process N (…)"
+  // about once a second: shown once, until it says something else.
+  let last = '';
+  const onLine = (line: string) => {
+    if (line !== last) log(`  ${line}`);
+    last = line;
+  };
+  const run = (args: string[]) => runCommand('apt-get', args, { env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' }, onLine });
+  await runApt(['update'], { log, deadline, run });
+  await runApt(installArgs(missing), { log, deadline, run });
   const qemu = qemuVersion();
   if (qemu === null || !qemuRecentEnough(qemu)) {
     throw new Error(`QEMU ${MIN_QEMU.major}.${MIN_QEMU.minor} or newer is needed, and apt installed ${qemu?.text ?? 'none'}: on Debian 12 it comes from bookworm-backports, on Debian 13 from the release itself`);
