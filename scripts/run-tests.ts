@@ -7,7 +7,8 @@
  *
  *   node dist/scripts/run-tests.js                   every test
  *   node dist/scripts/run-tests.js --group host      the host's tests only
- *   node dist/scripts/run-tests.js dist/test/vm/cli.test.js …   these files (grouped the same way)
+ *   node dist/scripts/run-tests.js unit api dist/test/vm/cli.test.js …
+ *                                                    these folders of dist/test and files, grouped the same way
  *
  * VESSEL_TEST_CONCURRENCY sets how many host files run at once (default: the machine's cores).
  */
@@ -35,8 +36,11 @@ const testFiles = (dir: string): string[] =>
 
 const isVmFile = (file: string): boolean => relative(TEST_ROOT, file).startsWith(`vm/`);
 
-function groups(files: string[], only: string | undefined): Group[] {
-  const chosen = files.length > 0 ? files : [...HOST_DIRS.flatMap(testFiles), ...testFiles('vm')];
+/** A folder of dist/test by its name (`unit`), or a file's path. */
+const expand = (arg: string): string[] => (/^[a-z]+$/.test(arg) ? testFiles(arg) : [arg]);
+
+function groups(args: string[], only: string | undefined): Group[] {
+  const chosen = args.length > 0 ? args.flatMap(expand) : [...HOST_DIRS.flatMap(testFiles), ...testFiles('vm')];
   const hostConcurrency = Number(process.env.VESSEL_TEST_CONCURRENCY ?? availableParallelism());
   const all: Group[] = [
     { name: 'host', files: chosen.filter((f) => !isVmFile(f)), concurrency: Math.max(1, hostConcurrency) },

@@ -139,37 +139,46 @@ function discardRest(req: IncomingMessage, { limits, sockets: lingering }: Linge
  * The request's body as a handler streams it: the same bytes, at the handler's pace, but
  * destroying it only detaches it from the request (which is paused, and left to the linger
  * above once the response goes out). A request that fails (the client went away) fails it.
+ *
+ * `source` is the request itself, or what a preParsing hook made of it (a fleet's hop checks the
+ * body as a stream of its own, src/cluster/hop.ts): such a stream has no `complete`, and has
+ * ended whole once it emitted its end.
  */
-export function detachableBody(req: IncomingMessage): Readable {
+export function detachableBody(source: Readable & { complete?: boolean }): Readable {
   let attached = false;
+  let ended = false;
+  const whole = (): boolean => ended || source.complete === true;
   const onData = (chunk: Buffer): void => {
-    if (!body.push(chunk)) req.pause();
+    if (!body.push(chunk)) source.pause();
   };
-  const onEnd = (): void => void body.push(null);
+  const onEnd = (): void => {
+    ended = true;
+    body.push(null);
+  };
   const onError = (err: Error): void => void body.destroy(err);
   const onClose = (): void => {
-    if (!req.complete) body.destroy(Object.assign(new Error('the request was aborted'), { code: 'ECONNRESET' }));
+    if (!whole()) body.destroy(Object.assign(new Error('the request was aborted'), { code: 'ECONNRESET' }));
   };
   const detach = (): void => {
-    req.off('data', onData);
-    req.off('end', onEnd);
-    req.off('error', onError);
-    req.off('close', onClose);
+    source.off('data', onData);
+    source.off('end', onEnd);
+    source.off('error', onError);
+    source.off('close', onClose);
   };
   const body = new Readable({
     read() {
       if (!attached) {
         attached = true;
-        req.on('data', onData);
-        req.once('end', onEnd);
-        req.once('error', onError);
-        req.once('close', onClose);
+        source.on('data', onData);
+        source.once('end', onEnd);
+        source.once('error', onError);
+        source.once('close', onClose);
       }
-      req.resume();
+      source.resume();
     },
     destroy(err, callback) {
       detach();
-      if (!req.complete) req.pause();
+      if (!whole()) source.pause();
       callback(err);
     },
   });
