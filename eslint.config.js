@@ -1,6 +1,7 @@
 /**
  * ESLint: typescript-eslint's recommended type-aware rules over every TypeScript tree we write.
- * `npm run lint`. Exceptions are few and each says why.
+ * `npm run lint`. Exceptions are few and each says why. Not yet part of the test run: it is not
+ * clean yet (the remaining findings are listed in the commit that added this file's report).
  */
 import tseslint from 'typescript-eslint';
 
@@ -26,8 +27,9 @@ export default tseslint.config(
       // `async` without `await` is how the port implementations, fakes and handlers here make a
       // synchronous throw a rejection, as their Promise-returning interfaces promise.
       '@typescript-eslint/require-await': 'off',
-      // The code writes `!` on indexed reads (`bytes[i]!`) as if noUncheckedIndexedAccess were on,
-      // which it is meant to be turned on for; under today's tsconfig each is "unnecessary".
+      // The code writes `!` on indexed reads (`bytes[i]!`) throughout, as if noUncheckedIndexedAccess
+      // were on: each marks a read the author checked. Under today's tsconfig the rule calls all
+      // of them (about 340) unnecessary; removing them would lose that and touch every module.
       '@typescript-eslint/no-unnecessary-type-assertion': 'off',
     },
   },
