@@ -55,7 +55,7 @@ function start(cmd: string, args: string[], ready: RegExp | null): Promise<Child
   return new Promise((resolve, reject) => {
     let out = '';
     const onData = (d: Buffer) => {
-      out += d;
+      out += d.toString();
       if (ready.test(out)) resolve(child);
     };
     child.stdout!.on('data', onData);

@@ -73,7 +73,10 @@ async function main(): Promise<void> {
     for (let i = 0; i < WARMUP + EXECS; i++) {
       const a = await timed(() => viaApi(api, 'POST', '/v1/runtimes/bench/exec', exec), 200);
       const d = await timed(() => direct(host, 'POST', '/v1/runtimes/bench/exec', exec), 200);
-      if (i >= WARMUP) execs.api.push(a), execs.direct.push(d);
+      if (i >= WARMUP) {
+        execs.api.push(a);
+        execs.direct.push(d);
+      }
     }
     const creates = { api: [] as number[], direct: [] as number[] };
     for (let i = 0; i < CREATES; i++) {

@@ -52,9 +52,12 @@ export function retryWait(retry: number, error: VesselError, safety: RequestSafe
 /** Resolves after `ms`, or rejects with the signal's reason as soon as it aborts. */
 export function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
   return new Promise((resolve, reject) => {
+    // An aborted wait rejects with the signal's reason, whatever it is, as fetch() does.
+    // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
     if (signal?.aborted) return reject(signal.reason);
     const onAbort = () => {
       clearTimeout(timer);
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
       reject(signal!.reason);
     };
     const timer = setTimeout(() => {

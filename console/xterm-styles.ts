@@ -29,6 +29,8 @@ export function openWithAdoptedStyles(terminal: Terminal, container: HTMLElement
 
   // Only for the synchronous open(): xterm.js 6 appends its <style> elements with appendChild.
   const kept: HTMLStyleElement[] = [];
+  // Kept to be called with its `this` (.call) and put back below.
+  // eslint-disable-next-line @typescript-eslint/unbound-method
   const appendChild = Node.prototype.appendChild;
   Node.prototype.appendChild = function <T extends Node>(this: Node, child: T): T {
     if (child instanceof HTMLStyleElement) {

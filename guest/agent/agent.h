@@ -21,62 +21,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* ---- Wire format. Integers are little-endian. ---- */
-#define PROTOCOL_VERSION 1
-#define FRAME_MAGIC 0x56 /* 'V', first byte of every frame header */
-#define FRAME_END 0x0a   /* the byte after every payload: a frame cut short and completed by the
-                            host's 0xFF resync filler fails this check and is never acted on */
-#define HEADER_BYTES 12
-#define MAX_PAYLOAD 65536u /* bounds what either side buffers for one frame */
+/* ---- Wire format: the constants shared with the host are generated from src/vm/agent/protocol.ts
+   into protocol.h (`npm run generate:agent-protocol`). ---- */
+#include "protocol.h"
 #define FRAME_MAX (HEADER_BYTES + MAX_PAYLOAD + 1)
-#define NONCE_BYTES 16
-#define SYNC_MAGIC "VSYNC!\r\n" /* 8 bytes; 'V' occurs once, so a restartable scan finds it */
-#define SYNC_MAGIC_BYTES 8
-
-enum frame_type {
-  /* host to agent */
-  T_HELLO = 0x01,
-  T_PING = 0x02,
-  T_WINDOW = 0x03, /* both directions */
-  T_DATA = 0x04,   /* both directions */
-  T_CANCEL = 0x05,
-  T_SPAWN = 0x10,
-  T_ATTACH = 0x11,
-  T_SIGNAL = 0x12,
-  T_RESIZE = 0x13,
-  T_LIST_PROCS = 0x14,
-  T_FORGET = 0x15,
-  T_READ_FILE = 0x20,
-  T_WRITE_FILE = 0x21,
-  T_STAT = 0x22,
-  T_LIST_DIR = 0x23,
-  T_MKDIR = 0x24,
-  T_REMOVE = 0x25,
-  T_IDENTITY = 0x30,
-  T_SHUTDOWN = 0x31,
-  /* agent to host */
-  R_HELLO_ACK = 0x81,
-  R_OUTPUT = 0x85,
-  R_PROC = 0x86,
-  R_EXIT = 0x87,
-  R_STAT = 0x88,
-  R_DIR = 0x89,
-  R_END = 0x8e,
-  R_ERROR = 0x8f,
-};
-
-#define FLAG_EOF 0x01 /* on DATA: the last bytes of the stream (stdin closed, file complete) */
-
-enum error_kind {
-  E_ERRNO = 1,        /* a system call failed; errno and the message name it */
-  E_BAD_REQUEST = 2,  /* a payload that does not parse, an unknown type, a relative path */
-  E_LIMIT = 3,        /* too many streams or processes */
-  E_NO_PROCESS = 4,   /* no process with that id (never spawned, or forgotten) */
-  E_OUT_OF_RANGE = 5, /* an ATTACH offset outside what the ring retains */
-  E_CWD = 6,          /* SPAWN: the working directory could not be entered (errno) */
-  E_EXEC = 7,         /* SPAWN: the program could not be executed (errno) */
-  E_PROTOCOL = 8,     /* stream 0: a malformed frame; the agent is hunting for SYNC_MAGIC */
-};
 
 /* ---- Limits: each one says what it protects. ---- */
 #define MAX_STREAMS 256                 /* concurrent streams: the stream table is fixed */

@@ -19,8 +19,6 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
-#define HELLO_BYTES 20
-#define HELLO_ACK_BYTES 40
 #define MAX_PING_BYTES 256
 #define POLL_SLOTS (2 + 3 * MAX_PROCS)
 /* Large buffers (the output queue, rings, stdin) come from mmap and go back whole when freed,

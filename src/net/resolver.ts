@@ -56,7 +56,7 @@ export class NameResolver {
     }
     if (stamp !== this.#overridesStamp) {
       this.#overridesStamp = stamp;
-      this.#overrides = stamp === 'missing' ? new Map() : parseOverrides(readFileSync(this.overridesFile, 'utf8'));
+      this.#overrides = stamp === 'missing' ? new Map<string, string[]>() : parseOverrides(readFileSync(this.overridesFile, 'utf8'));
     }
     return this.#overrides.get(name);
   }

@@ -11,6 +11,6 @@ import type BetterSqlite3 from 'better-sqlite3';
 
 const require = createRequire(import.meta.url);
 
-export const Database: typeof BetterSqlite3 = require(Number(process.versions.napi) >= 10 ? 'better-sqlite3' : 'better-sqlite3-node20');
+export const Database = require(Number(process.versions.napi) >= 10 ? 'better-sqlite3' : 'better-sqlite3-node20') as typeof BetterSqlite3;
 export type Database = BetterSqlite3.Database;
 export type Statement = BetterSqlite3.Statement;

@@ -146,7 +146,7 @@ export async function readGuestArchive(agent: Agent, dir: string): Promise<Reada
     abandon(ga, proc);
     throw spawnError(err);
   }
-  if (first === null) throw failedPrecondition(`tar could not archive '${dir}' (${exitText(await proc.done)}): ${stderr}`);
+  if (first === null) throw failedPrecondition(`tar could not archive '${dir}' (${exitText(await proc.done)}): ${String(stderr)}`);
   const tar = { ended: false };
   // One chunk ahead at most: the agent stream's window is the buffer that matters.
   const archive = Readable.from(archiveRest(tar, proc, output, first, stderr, dir), { highWaterMark: 1 });
@@ -168,7 +168,7 @@ async function* archiveRest(tar: { ended: boolean }, proc: AgentProcess, output:
   }
   tar.ended = true;
   const exit = await proc.done;
-  if (!succeeded(exit)) throw failedPrecondition(`tar failed while archiving '${dir}' (${exitText(exit)}): ${stderr}`);
+  if (!succeeded(exit)) throw failedPrecondition(`tar failed while archiving '${dir}' (${exitText(exit)}): ${String(stderr)}`);
 }
 
 /**

@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { VesselError } from '../core/errors.js';
 import type { ExecRequest, ExecResult } from '../core/types.js';
 import { AgentError, type AgentClient } from './agent/agent-client.js';
-import { MAX_PAYLOAD } from './agent/frames.js';
+import { MAX_PAYLOAD, SPAWN_FIXED_BYTES } from './agent/frames.js';
 import { agentFailure } from './guest-errors.js';
 
 /** Where the gateway's CA goes in the guest; update-ca-certificates adds it to the bundle. */
@@ -31,8 +31,6 @@ export const GUEST_BASE_ENV: Record<string, string> = {
   ...GUEST_CA_ENV,
 };
 
-/** SPAWN's fixed part (docs/agent-protocol.md): flags, ring, window, rows and cols, argc and envc. */
-const SPAWN_FIXED_BYTES = 20;
 const ENOENT = 2;
 /** Where a command too large for one SPAWN frame is staged (tmpfs; the script removes itself). */
 const STAGING_DIR = '/run/vessel';

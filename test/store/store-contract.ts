@@ -138,8 +138,9 @@ async function allPages<T>(list: (pageToken: string | undefined) => Promise<{ it
 }
 
 export function storeContract(subject: StoreUnderTest): void {
-  const withStore = (name: string, body: (store: Store, reopen: () => Promise<Store>) => Promise<void>) =>
-    test(name, async () => {
+  // node:test awaits the tests it registers; the wrapper hands back nothing to float.
+  const withStore = (name: string, body: (store: Store, reopen: () => Promise<Store>) => Promise<void>): void =>
+    void test(name, async () => {
       const { store, reopen } = await subject.fresh();
       try {
         await body(store, reopen);

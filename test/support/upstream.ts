@@ -71,7 +71,7 @@ export class Upstreams {
     this.tcp = createTcpServer((s) => {
       this.tcpOpen.add(s);
       s.on('close', () => this.tcpOpen.delete(s));
-      s.on('data', (d) => s.write(`echo:${d}`)).on('error', () => undefined);
+      s.on('data', (d) => s.write(`echo:${d.toString()}`)).on('error', () => undefined);
     });
     this.recorded = createTcpServer((guest) => {
       const echo = connect(this.port(this.http), '127.0.0.1');

@@ -39,7 +39,7 @@ test('vessel tenant limits: set overrides, show them with the usage, and drop th
       const serviceDefaults = { runtimes: 10, vcpus: 8, memoryMib: 4096, checkpoints: 5, checkpointGib: 1 };
       assert.deepEqual(await new TenantQuotas(store, serviceDefaults).limits('acme'), { ...serviceDefaults, runtimes: 7, checkpointGib: 5 });
     } finally {
-      store.close();
+      await store.close();
     }
 
     const dropped = vessel('tenant', 'limits', 'set', '--tenant', 'acme', '--runtimes', 'default');

@@ -85,7 +85,7 @@ describe('on a data directory', () => {
       try {
         assert.equal((await store.tokens.findById(created.id))?.tenantId, 'local');
       } finally {
-        store.close();
+        await store.close();
       }
       const ls = await admin.run(['token', 'ls', '--data-dir', dir]);
       assert.deepEqual(ls.out.trim().split('\n').map((l) => JSON.parse(l).id), [created.id]);

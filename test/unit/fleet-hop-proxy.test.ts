@@ -37,7 +37,7 @@ function raw(port: number, bytes: string): Promise<string> {
     // Written, not ended: a client's half-close aborts its request in Node's server (httpAllowHalfOpen).
     const s = connect(port, '127.0.0.1', () => s.write(bytes));
     let got = '';
-    s.on('data', (d) => (got += d));
+    s.on('data', (d) => (got += d.toString()));
     s.on('end', () => resolve(got));
     s.on('error', reject);
   });

@@ -54,7 +54,10 @@ test('messages arrive whole and in order however the stream is cut', async () =>
 async function bytesExamined(run: () => Promise<void>): Promise<number> {
   let examined = 0;
   const bufferIndexOf = Buffer.prototype.indexOf;
+  // The originals are kept to be called with their `this` (.call) and put back afterwards.
+  // eslint-disable-next-line @typescript-eslint/unbound-method
   const stringIndexOf = String.prototype.indexOf;
+  // eslint-disable-next-line @typescript-eslint/unbound-method
   const concat = Buffer.concat;
   Buffer.prototype.indexOf = function (this: Buffer, value: never, from?: never, enc?: never) {
     examined += this.length - (typeof from === 'number' ? Math.max(0, from) : 0);

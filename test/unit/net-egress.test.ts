@@ -225,7 +225,7 @@ test('a ClientHello split across records is decided on its whole name, never on 
   for (const bytes of [split, overlong]) {
     const s = connect({ host: '127.0.0.1', port: h.proxyPort, localAddress: net.identity });
     let echoed = '';
-    s.on('data', (d) => (echoed += d));
+    s.on('data', (d) => (echoed += d.toString()));
     s.on('error', () => undefined);
     s.setTimeout(2000, () => s.destroy());
     s.write(bytes);

@@ -47,7 +47,7 @@ test('DNS: allowed names resolve and are pinned; others are NXDOMAIN; strangers 
   assert.match(shown, /^198\.(18|19)\./);
   assert.equal(net.pinned(shown)?.host, 'local.test');
   assert.equal(net.pinned(shown)?.realIp, '127.0.0.1');
-  close();
+  await close();
 });
 
 test('DNS: a private answer not in the allowed ranges is withheld', async () => {
@@ -55,7 +55,7 @@ test('DNS: a private answer not in the allowed ranges is withheld', async () => 
   const r = await ask('private.test');
   assert.equal(r?.rcode, 'NOERROR');
   assert.equal(r?.answers?.length, 0);
-  close();
+  await close();
 });
 
 /**
@@ -129,7 +129,7 @@ test('DNS: a pointer chain with thousands of questions is dropped or refused in 
   assert.deepEqual(ok.questions, [{ type: 'A', name: 'api.test', class: 'IN' }]);
   assert.deepEqual(ok.answers?.map((a) => [a.name, a.type, (a as dns.StringAnswer).data]), [['api.test', 'A', '93.184.216.34']]);
   assert.equal((await ask('api.test'))?.rcode, 'NOERROR');
-  close();
+  await close();
 });
 
 test('decisions: the gateway dials its own answer, never the guest choice; raw TCP needs a pin', async () => {
@@ -141,7 +141,7 @@ test('decisions: the gateway dials its own answer, never the guest choice; raw T
   assert.deepEqual(decisions.pinnedTarget(net, '93.184.216.34'), { ok: true, ip: '93.184.216.34', host: 'api.test' });
   net.subject = { ...net.subject, policy: { enabled: true, allowed_hosts: [] } };
   assert.equal(decisions.pinnedTarget(net, '93.184.216.34').ok, false, 'a pin is only as good as the current policy');
-  close();
+  await close();
 });
 
 test('secret cache: cache_ttl_secs 0 reads every time, a TTL keeps the value that long', async () => {

@@ -152,7 +152,7 @@ test('a connection that delivers no whole request head in time is closed: silent
     const s = connect({ host: '127.0.0.1', port, localAddress: '127.0.0.34' });
     s.on('error', () => undefined);
     let got = '';
-    s.on('data', (d) => (got += d));
+    s.on('data', (d) => (got += d.toString()));
     if (first !== undefined) s.write(first);
     return { s, got: () => got };
   };

@@ -27,7 +27,7 @@ interface Fleet {
   driverB: FakeDriver;
   store: SqliteStore;
   /** Host a again, as after a restart: a new process on the same store and VMs. */
-  restartA(): Core;
+  restartA: () => Core;
 }
 
 async function fleetOf(work: (fleet: Fleet) => Promise<void>): Promise<void> {

@@ -43,7 +43,7 @@ test('a version 1 store gains checkpoint sizes and tenant limits; old checkpoint
       await store.quotas.setOverrides('acme', { runtimes: 5 });
       assert.deepEqual(await store.quotas.overrides('acme'), { runtimes: 5 });
     } finally {
-      store.close();
+      await store.close();
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -73,7 +73,7 @@ test('a version 2 store gains labels and lifecycle settings; a runtime stopped b
       const page = await store.runtimes.listMatching('acme', { labels: [], statuses: ['running'] }, { limit: 10 });
       assert.deepEqual(page.items.map((r) => r.displayName), ['live']);
     } finally {
-      store.close();
+      await store.close();
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });

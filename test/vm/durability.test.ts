@@ -76,7 +76,7 @@ test('files written through the API survive a kill -9 of their VM right after th
   assert.equal((await svc.call('POST', '/v1/runtimes/dur/start')).status, 200);
   for (const [path, data] of files) {
     const got = await get('dur', path);
-    assert.ok(Buffer.isBuffer(got), `${path}: ${got}`);
+    assert.ok(Buffer.isBuffer(got), `${path}: ${String(got)}`);
     assert.equal(sha256(got), sha256(data), path);
   }
 });

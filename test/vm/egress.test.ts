@@ -441,7 +441,7 @@ test('ingress: http and https specs reach their guest ports, and nothing else do
     let got = '';
     sock.setTimeout(20_000, () => reject(new Error(`no echo: ${got}`)));
     sock.on('data', (d) => {
-      got += d;
+      got += d.toString();
       if (got.endsWith('\r\n\r\n')) sock.write('ping');
       if (got.endsWith('ping')) {
         sock.destroy();

@@ -204,10 +204,16 @@ function settled<V>(): { promise: Promise<V>; resolve: (v: V) => void; reject: (
     promise,
     done: false,
     resolve: (v: V) => {
-      if (!s.done) (s.done = true), resolve(v);
+      if (!s.done) {
+        s.done = true;
+        resolve(v);
+      }
     },
     reject: (e: Error) => {
-      if (!s.done) (s.done = true), reject(e);
+      if (!s.done) {
+        s.done = true;
+        reject(e);
+      }
     },
   };
   return s;
@@ -730,9 +736,8 @@ export class AgentClient {
   // ---- the channel ----
 
   #processStream(type: number, payload: Buffer, window: number, startAt: 'given' | 'oldest' | 'end', offsets: { stdout: bigint; stderr: bigint }): AgentProcess {
-    let proc!: AgentProcess;
     const id = this.#open({ frame: (f) => handler.frame(f), closed: (err) => handler.closed(err) });
-    proc = new AgentProcess(this.#link, id, window, startAt);
+    const proc = new AgentProcess(this.#link, id, window, startAt);
     const handler = proc.handler(offsets);
     if (this.#closeError !== null) handler.closed(this.#closedError());
     else this.#send(type, id, payload);

@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 export const AGENT_SOURCE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '../../../../guest/agent');
 export const AGENT_SOURCES = ['main.c', 'channel.c', 'ring.c', 'proc.c', 'files.c', 'identity.c'] as const;
 /** Every file of the agent's source, for a recipe hash. */
-export const AGENT_SOURCE_FILES = [...AGENT_SOURCES, 'agent.h', 'ring.h'] as const;
+export const AGENT_SOURCE_FILES = [...AGENT_SOURCES, 'agent.h', 'protocol.h', 'ring.h'] as const;
 
 export function agentGccArgs(output: string, opts: { sourceDir?: string; testStubs?: boolean } = {}): string[] {
   const dir = opts.sourceDir ?? AGENT_SOURCE_DIR;

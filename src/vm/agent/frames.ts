@@ -10,62 +10,37 @@
  * byte). The caller ends that VM's channel; nothing else is affected.
  */
 
-export const FRAME_MAGIC = 0x56;
-export const FRAME_END = 0x0a;
-export const HEADER_BYTES = 12;
+import { AGENT_FRAME_TYPES_BY_NAME, HOST_FRAME_TYPES, SYNC_MAGIC_TEXT, WIRE } from './protocol.js';
+
+// The values come from protocol.ts, the one source the C agent's protocol.h is generated from.
+export const FRAME_MAGIC = WIRE.FRAME_MAGIC.value;
+export const FRAME_END = WIRE.FRAME_END.value;
+export const HEADER_BYTES = WIRE.HEADER_BYTES.value;
 /** Bounds what either side buffers for one frame. */
-export const MAX_PAYLOAD = 65536;
-export const PROTOCOL_VERSION = 1;
-export const NONCE_BYTES = 16;
+export const MAX_PAYLOAD = WIRE.MAX_PAYLOAD.value;
+export const PROTOCOL_VERSION = WIRE.PROTOCOL_VERSION.value;
+export const NONCE_BYTES = WIRE.NONCE_BYTES.value;
 /** What the agent hunts for after a malformed frame or a disconnection. */
-export const SYNC_MAGIC = Buffer.from('VSYNC!\r\n', 'latin1');
+export const SYNC_MAGIC = Buffer.from(SYNC_MAGIC_TEXT, 'latin1');
 /**
  * 0xFF bytes sent before SYNC_MAGIC: enough to complete whatever frame the agent is in the middle
  * of (whose end byte then lands on 0xFF, so it is discarded, never acted on) and to leave a
  * whole header of 0xFF after it, which no valid header is. The agent then hunts for SYNC_MAGIC.
  */
 export const RESYNC_FILL_BYTES = HEADER_BYTES + MAX_PAYLOAD + 1 + HEADER_BYTES;
-export const HELLO_ACK_BYTES = 40;
+export const HELLO_BYTES = WIRE.HELLO_BYTES.value;
+export const HELLO_ACK_BYTES = WIRE.HELLO_ACK_BYTES.value;
+/** SPAWN's fixed part (docs/agent-protocol.md): flags, ring, window, rows and cols, argc and envc. */
+export const SPAWN_FIXED_BYTES = WIRE.SPAWN_FIXED_BYTES.value;
 
 /** Host-to-agent frame types. WINDOW and DATA go both ways. */
-export const T = {
-  HELLO: 0x01,
-  PING: 0x02,
-  WINDOW: 0x03,
-  DATA: 0x04,
-  CANCEL: 0x05,
-  SPAWN: 0x10,
-  ATTACH: 0x11,
-  SIGNAL: 0x12,
-  RESIZE: 0x13,
-  LIST_PROCS: 0x14,
-  FORGET: 0x15,
-  READ_FILE: 0x20,
-  WRITE_FILE: 0x21,
-  STAT: 0x22,
-  LIST_DIR: 0x23,
-  MKDIR: 0x24,
-  REMOVE: 0x25,
-  IDENTITY: 0x30,
-  SHUTDOWN: 0x31,
-} as const;
+export const T = HOST_FRAME_TYPES;
 
 /** Agent-to-host frame types: nothing else is accepted from a guest. */
-export const R = {
-  WINDOW: 0x03,
-  DATA: 0x04,
-  HELLO_ACK: 0x81,
-  OUTPUT: 0x85,
-  PROC: 0x86,
-  EXIT: 0x87,
-  STAT: 0x88,
-  DIR: 0x89,
-  END: 0x8e,
-  ERROR: 0x8f,
-} as const;
+export const R = AGENT_FRAME_TYPES_BY_NAME;
 
 export const AGENT_FRAME_TYPES: ReadonlySet<number> = new Set(Object.values(R));
-export const FLAG_EOF = 0x01;
+export const FLAG_EOF = WIRE.FLAG_EOF.value;
 
 export interface Frame {
   type: number;
@@ -107,7 +82,7 @@ export function retainable(payload: Buffer): Buffer {
 
 /** What the host sends on every (re)connection: filler, SYNC_MAGIC, then HELLO with its nonce. */
 export function resyncPreamble(nonce: Buffer): Buffer {
-  const hello = Buffer.alloc(4 + NONCE_BYTES);
+  const hello = Buffer.alloc(HELLO_BYTES);
   hello.writeUInt16LE(PROTOCOL_VERSION, 0);
   nonce.copy(hello, 4);
   return Buffer.concat([Buffer.alloc(RESYNC_FILL_BYTES, 0xff), SYNC_MAGIC, encodeFrame(T.HELLO, 0, hello)]);

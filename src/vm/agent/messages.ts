@@ -3,20 +3,15 @@
  * requests, checked decoders for what the agent sends. A decoder throws AgentProtocolError on a
  * payload that is too short or inconsistent; the caller ends the channel.
  */
-import { AgentProtocolError, HELLO_ACK_BYTES, MAX_PAYLOAD, NONCE_BYTES } from './frames.js';
+import { AgentProtocolError, HELLO_ACK_BYTES, MAX_PAYLOAD, NONCE_BYTES, SPAWN_FIXED_BYTES } from './frames.js';
+import { ERROR_KINDS } from './protocol.js';
 
 export const SpawnFlags = { PTY: 1, STDIN: 2, HOLD: 4, FORGET_ON_EXIT: 8 } as const;
 export const AttachFlags = { FOLLOW: 1, INPUT: 2, FROM_OLDEST: 4, FROM_END: 8 } as const;
-export const ErrorKind = {
-  ERRNO: 1,
-  BAD_REQUEST: 2,
-  LIMIT: 3,
-  NO_PROCESS: 4,
-  OUT_OF_RANGE: 5,
-  CWD: 6,
-  EXEC: 7,
-  PROTOCOL: 8,
-} as const;
+/** ERROR kinds by name, from protocol.ts (the C agent's protocol.h is generated from it). */
+export const ErrorKind = Object.fromEntries(Object.entries(ERROR_KINDS).map(([k, v]) => [k, v.value])) as {
+  readonly [K in keyof typeof ERROR_KINDS]: (typeof ERROR_KINDS)[K]['value'];
+};
 export type ErrorKindName = keyof typeof ErrorKind;
 const KIND_NAMES = new Map<number, ErrorKindName>(Object.entries(ErrorKind).map(([k, v]) => [v, k as ErrorKindName]));
 
@@ -115,7 +110,7 @@ export function encodeSpawn(req: SpawnRequest): Buffer {
   if (req.argv.length === 0 || req.argv.length > 0xffff) throw new RangeError('argv needs 1 to 65535 entries');
   const env = req.env ?? [];
   if (env.length > 0xffff) throw new RangeError('env holds at most 65535 entries');
-  const fixed = Buffer.alloc(20);
+  const fixed = Buffer.alloc(SPAWN_FIXED_BYTES);
   const flags = (req.pty ? SpawnFlags.PTY : 0) | (req.stdin ? SpawnFlags.STDIN : 0) | (req.hold ? SpawnFlags.HOLD : 0) | (req.forgetOnExit ? SpawnFlags.FORGET_ON_EXIT : 0);
   fixed.writeUInt32LE(flags, 0);
   fixed.writeUInt32LE(req.ringBytes ?? 0, 4);
