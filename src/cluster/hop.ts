@@ -15,6 +15,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Readable } from 'node:stream';
 import { SCOPES, type Principal, type Scope } from '../core/types.js';
+import { SeenOnce } from '../platform/seen-once.js';
 import { BodyUnframer, WholeBodyCheck, checkedBody, frameKey, parseBodyName } from './hop-body.js';
 
 export const HOP_PRINCIPAL = 'x-vessel-hop-principal';
@@ -66,25 +67,10 @@ export function decodeMac(text: string): Buffer | null {
   return bytes.length === 32 && bytes.toString('base64url') === text ? bytes : null;
 }
 
-/**
- * The MACs a host accepted within the skew window, by their bytes: a hop is good once. Only a
- * holder of the secret can add to it, so it holds no more than the hops API nodes sent in that
- * minute.
- */
-export class SeenHops {
-  readonly #until = new Map<string, number>();
-
-  /** False when this MAC was seen before. */
-  firstTime(macBytes: Buffer, now = Date.now()): boolean {
-    const key = macBytes.toString('hex');
-    if (this.#until.has(key)) return false;
-    this.#until.set(key, now + 2 * MAX_SKEW_MS);
-    // Insertion order is expiry order: the stale ones are at the front.
-    for (const [seen, until] of this.#until) {
-      if (until > now) break;
-      this.#until.delete(seen);
-    }
-    return true;
+/** The MACs a host accepted within the skew window, twice over: a hop is good once. */
+export class SeenHops extends SeenOnce {
+  constructor() {
+    super(2 * MAX_SKEW_MS);
   }
 }
 

@@ -23,7 +23,7 @@ import { MAX_INGRESS_CONNECTIONS, MAX_INGRESS_CONNECTIONS_PER_SOURCE, parseIngre
 import { listenOn } from '../net/listeners.js';
 import { closeRelays, peekBytes, relaySockets, sniffSocket } from '../net/socket-ops.js';
 import { ConnectionsPerSource } from '../net/source-caps.js';
-import { proxyHeader } from './proxy-header.js';
+import { proxyHeader } from '../net/proxy-header.js';
 
 /** The longest request head the entry reads ahead for its Host (a host's ingress takes the same). */
 export const MAX_ENTRY_HEAD_BYTES = 16 * 1024;

@@ -23,7 +23,7 @@ import { RequestDeadlines, type RequestDeadlineOptions } from './request-deadlin
 import type { RuntimeNet, RuntimeRegistry } from './runtime-registry.js';
 import { sniffSocket } from './socket-ops.js';
 import { ConnectionsPerSource } from './source-caps.js';
-import { ProxiedClients } from '../cluster/proxy-header.js';
+import { ProxiedClients } from './proxy-header.js';
 
 /**
  * Open connections one client address may hold on the ingress port. Each costs a descriptor and,
@@ -52,7 +52,7 @@ export interface IngressOptions extends RequestDeadlineOptions {
   log: { warn(o: object, m: string): void };
   /**
    * A VM host of a fleet: connections relayed by API nodes' ingress entries start with a PROXY
-   * header signed with the cluster secret for this host (src/cluster/proxy-header.ts), and are
+   * header signed with the cluster secret for this host (src/net/proxy-header.ts), and are
    * counted and forwarded as the visitor's it names. Absent (a single host): no header is read.
    */
   fleet?: { secret: string; node: string } | undefined;

@@ -33,7 +33,7 @@ export class ConnectionsPerSource {
 
   /**
    * Counts a connection against the client at `address`: one whose peer relays it for that client
-   * and vouched for it (a VM host's ingress behind an API node's entry, src/cluster/proxy-header.ts).
+   * and vouched for it (a VM host's ingress behind an API node's entry, src/net/proxy-header.ts).
    */
   holdFor(address: string, max = this.max): (() => void) | null {
     const source = clientKey(address);

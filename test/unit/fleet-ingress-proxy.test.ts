@@ -1,7 +1,7 @@
 /**
  * Visitors relayed by API nodes' ingress entries are counted and forwarded as themselves (issue
  * 26): the entry starts each connection to a VM host's ingress with a PROXY v2 header signed for
- * that host (src/cluster/proxy-header.ts), and the host believes no other. A real host ingress and
+ * that host (src/net/proxy-header.ts), and the host believes no other. A real host ingress and
  * two real entries on loopback; visitors bind addresses of their own in 127.0.0.0/8.
  */
 import { after, before, test } from 'node:test';
@@ -11,7 +11,7 @@ import { createServer as createHttpServer, type IncomingMessage, type Server as 
 import { connect as tlsConnect } from 'node:tls';
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { IngressEntry } from '../../src/cluster/ingress-entry.js';
-import { MAX_PROXY_HEADER_BYTES, ProxiedClients, parseProxyHeader, proxyHeader } from '../../src/cluster/proxy-header.js';
+import { MAX_PROXY_HEADER_BYTES, ProxiedClients, parseProxyHeader, proxyHeader } from '../../src/net/proxy-header.js';
 import type { NodeDirectory } from '../../src/core/node-directory.js';
 import type { GatewayHooks, Store } from '../../src/core/ports.js';
 import { CertificateAuthority } from '../../src/net/certificate-authority.js';

@@ -17,8 +17,8 @@ import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { readSync } from 'node:fs';
 import { isIPv4, isIPv6, type Socket } from 'node:net';
 import { clientKey } from '../platform/client-key.js';
-import { peekBytes, socketFd } from '../net/socket-ops.js';
-import { SeenHops } from './hop.js';
+import { SeenOnce } from '../platform/seen-once.js';
+import { peekBytes, socketFd } from './socket-ops.js';
 
 const SIGNATURE = Buffer.from('\r\n\r\n\0\r\nQUIT\n', 'latin1');
 /** Version 2, command PROXY (a relayed connection; LOCAL, a health check, is not one of ours). */
@@ -126,7 +126,7 @@ export function proxyHeader(secret: string, node: string, source: Endpoint, dest
  * header signed for this host, in the last minute, never seen before, is believed.
  */
 export class ProxiedClients {
-  readonly #seen = new SeenHops();
+  readonly #seen = new SeenOnce(2 * MAX_SKEW_MS);
   /** Peers (as client keys) that sent a signed header lately, until when: the fleet's API nodes. */
   readonly #fleetPeers = new Map<string, number>();
 
