@@ -4,10 +4,10 @@
  * between runs through VESSEL_IMAGE_DIR and built once if missing.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
 
@@ -26,6 +26,21 @@ export function freePort(): Promise<number> {
   });
 }
 
+/**
+ * With VESSEL_TEST_DATA_ROOT set, each service of a test file gets a data directory of its own
+ * under it, named after the file and its order (`lifecycle-1`), which is kept: a rerun of the file
+ * starts where the last run left it, its system checkpoints already made, and a failed run's files
+ * are there to read. Without it, a temp directory that destroy() removes.
+ */
+const KEPT_DATA_ROOT = process.env.VESSEL_TEST_DATA_ROOT;
+let keptServices = 0;
+
+function keptDataDir(root: string): string {
+  const dir = join(root, `${basename(process.argv[1] ?? 'test', '.test.js')}-${++keptServices}`);
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
 export interface Reply {
   status: number;
   body: any;
@@ -38,6 +53,7 @@ export class Service {
   readonly dataDir: string;
   #child: ChildProcess | null = null;
   #port = 0;
+  readonly #keepDataDir: boolean;
   ingressPort = 0;
   log = '';
 
@@ -52,7 +68,8 @@ export class Service {
     /** After `serve`: `--role api` or `--role node` for a fleet's processes. */
     readonly serveArgs: string[] = [],
   ) {
-    this.dataDir = dataDir ?? mkdtempSync(join(tmpdir(), 'vessel-svc-'));
+    this.#keepDataDir = dataDir === undefined && KEPT_DATA_ROOT !== undefined;
+    this.dataDir = dataDir ?? (KEPT_DATA_ROOT !== undefined ? keptDataDir(KEPT_DATA_ROOT) : mkdtempSync(join(tmpdir(), 'vessel-svc-')));
     this.token = env.VESSEL_ADMIN_TOKEN ?? `vsl_test_${randomBytes(12).toString('hex')}`;
   }
 
@@ -129,7 +146,7 @@ export class Service {
     return { status: res.status, body: parsed, headers: res.headers };
   }
 
-  /** Deletes every runtime (killing its VM) and the data directory. */
+  /** Deletes every runtime (killing its VM) and the data directory (kept under VESSEL_TEST_DATA_ROOT). */
   async destroy(): Promise<void> {
     try {
       if (this.#child !== null && this.#child.exitCode === null) {
@@ -139,7 +156,7 @@ export class Service {
     } finally {
       await this.stop();
       killProcessesUnder(this.dataDir);
-      rmSync(this.dataDir, { recursive: true, force: true });
+      if (!this.#keepDataDir) rmSync(this.dataDir, { recursive: true, force: true });
     }
   }
 }
