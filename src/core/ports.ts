@@ -11,8 +11,6 @@ import type {
   EgressAuditDetails,
   EgressAuditKind,
   EgressPolicy,
-  ExecRequest,
-  ExecResult,
   GuestFileInfo,
   GuestFileStat,
   InjectionRule,
@@ -292,7 +290,6 @@ export interface VmDriver {
   stop(runtimeId: string, deadlineMs: number): Promise<void>;
   /** Kills the VM if it runs and removes all its files. Idempotent. */
   destroy(runtimeId: string): Promise<void>;
-  exec(runtimeId: string, request: ExecRequest): Promise<ExecResult>;
   /**
    * Starts a process in the guest and resolves once it runs; throws command_failed when it
    * cannot start (no such directory or program), unavailable when the guest does not answer.

@@ -1,5 +1,5 @@
 /**
- * Processes in a runtime beyond the buffered exec: a command streamed as it runs, background
+ * Processes in a runtime: a command run buffered or streamed as it runs (commands.ts), background
  * processes the guest keeps (with their output rings, stdin and signals), and terminals. The
  * guest agent holds every process and its output, so they outlive API requests and service
  * restarts; this service only checks who may reach them and keeps the runtime from idling while
@@ -7,28 +7,22 @@
  */
 import { constants as osConstants } from 'node:os';
 import type { Readable } from 'node:stream';
+import { collectCommand, startCommand, type ExecSession } from './commands.js';
 import { VesselError, failedPrecondition, invalidArgument, notFound } from './errors.js';
 import { requireState } from './lifecycle.js';
 import type { VmDriver } from './ports.js';
 import type { RuntimeService } from './runtimes.js';
-import type { AttachRequest, ExecRequest, ProcessOutput, ProcessSpec, ProcessState, ProcessStream } from './types.js';
+import type { AttachRequest, ExecRequest, ExecResult, ProcessSpec, ProcessState, ProcessStream } from './types.js';
 
-/** Output a background process keeps per channel unless asked otherwise (the agent allows 4 KiB to 4 MiB). */
-export const DEFAULT_RING_BYTES = 1024 * 1024;
+export { DEFAULT_RING_BYTES, exitCodeOf, type ExecSession } from './commands.js';
+
 export const MIN_RING_BYTES = 4 * 1024;
 export const MAX_RING_BYTES = 4 * 1024 * 1024;
-/** A streamed command's ring: it holds the reader back, so the ring only matters once it leaves. */
-const STREAM_RING_BYTES = 64 * 1024;
 /** What a terminal's output ring keeps for a reader that attaches later: a few screens. */
 const TERMINAL_RING_BYTES = 256 * 1024;
 /** How long a closed terminal's tree has after SIGHUP before it is killed. */
 const HANGUP_GRACE_MS = 2000;
-/**
- * How long a timed-out command's output may still flow after its tree was killed. A descendant
- * that left the tree before the walk (re-parented to init) can hold stdout open forever; the
- * stream is let go then, as the buffered exec does.
- */
-const KILL_GRACE_MS = 5000;
+
 /** The signals the API takes by name: what a user sends to a process they run, nothing exotic. */
 export const SIGNAL_NAMES = ['SIGHUP', 'SIGINT', 'SIGQUIT', 'SIGKILL', 'SIGUSR1', 'SIGUSR2', 'SIGTERM', 'SIGCONT', 'SIGSTOP', 'SIGTSTP', 'SIGWINCH'] as const;
 export type SignalName = (typeof SIGNAL_NAMES)[number];
@@ -38,16 +32,6 @@ const TERMINAL_SHELL = { command: '/bin/bash', args: ['-l'] };
 /** A background process: never held back by a reader, kept after it exits. */
 export type ProcessStartInput = Omit<ProcessSpec, 'hold' | 'forgetOnExit'>;
 
-/** A command streamed to one caller. */
-export interface ExecSession {
-  readonly process: ProcessState;
-  readonly output: AsyncIterable<ProcessOutput>;
-  /** The exit code (128 + n for signal n) once the command ended; deadline_exceeded after a timeout. */
-  result(): Promise<{ exit_code: number; duration_ms: number }>;
-  /** The caller went away: the command's tree is killed, unless it was started in the background. */
-  abandon(): void;
-}
-
 /** A reader attached to a process (output, stdin, or a terminal). */
 export interface Attachment {
   readonly runtimeId: string;
@@ -55,8 +39,6 @@ export interface Attachment {
   /** Ends the attachment: a terminal this attachment started is hung up; anything else runs on. */
   close(): void;
 }
-
-export const exitCodeOf = (p: ProcessState): number => (p.signal !== null ? 128 + p.signal : (p.exitCode ?? -1));
 
 export class ProcessService {
   constructor(
@@ -71,62 +53,12 @@ export class ProcessService {
    */
   async execStream(tenantId: string, ref: string, req: ExecRequest & { background: boolean }): Promise<ExecSession> {
     const runtimeId = await this.#running(tenantId, ref);
-    const started = Date.now();
-    const release = this.runtimes.hold(runtimeId);
-    let stream: ProcessStream;
-    try {
-      stream = await this.driver.spawnProcess(runtimeId, {
-        ...req,
-        pty: null,
-        stdin: req.stdin !== null,
-        ringBytes: req.background ? DEFAULT_RING_BYTES : STREAM_RING_BYTES,
-        hold: true,
-        forgetOnExit: !req.background,
-      });
-    } catch (err) {
-      release();
-      throw err;
-    }
-    if (req.stdin !== null) {
-      const input = Buffer.from(req.stdin, 'utf8');
-      // A command that exits without reading its stdin ends the stream first; nothing to report.
-      void stream.write(input).then(() => stream.endInput(), () => undefined);
-    }
-    let timedOut = false;
-    let finished = false;
-    const kill = () => this.driver.signalProcess(runtimeId, stream.state.id, osConstants.signals.SIGKILL, true).catch(() => undefined);
-    const timers = [
-      setTimeout(() => {
-        timedOut = true;
-        void kill();
-        timers.push(setTimeout(() => stream.detach(), KILL_GRACE_MS));
-      }, Math.min(req.timeoutSecs * 1000, 2 ** 31 - 1)),
-    ];
-    const end = () => {
-      finished = true;
-      for (const t of timers) clearTimeout(t);
-      release();
-    };
-    return {
-      process: stream.state,
-      output: stream,
-      result: async () => {
-        try {
-          const final = await stream.done;
-          if (timedOut) throw new VesselError('deadline_exceeded', `command did not finish within ${req.timeoutSecs} s and was killed`);
-          if (final === null) throw new VesselError('unavailable', 'the command\'s output stream ended before it exited');
-          return { exit_code: exitCodeOf(final), duration_ms: Date.now() - started };
-        } finally {
-          end();
-        }
-      },
-      abandon: () => {
-        if (finished) return;
-        end();
-        if (!req.background) void kill();
-        stream.detach();
-      },
-    };
+    return startCommand(this.driver, runtimeId, req, this.runtimes.hold(runtimeId));
+  }
+
+  /** A buffered exec: the streamed exec, collected up to the request's cap per channel. */
+  async exec(tenantId: string, ref: string, req: ExecRequest): Promise<ExecResult> {
+    return collectCommand(await this.execStream(tenantId, ref, { ...req, background: false }), req.maxOutputBytes);
   }
 
   /** Starts a background process and answers once it runs; its output goes to its rings. */

@@ -12,7 +12,7 @@ import type { HostLimits, Store, VmDriver, VmSpec } from './ports.js';
 import type { AuditService } from './audits.js';
 import type { TenantQuotas } from './quotas.js';
 import { checkLabels, initialLifecycle, mergeLifecycle, type LifecycleInput } from './runtime-settings.js';
-import type { Checkpoint, EgressPolicy, ExecRequest, ExecResult, GuestFileInfo, GuestFileStat, IngressSpec, Page, PageRequest, Resources, Runtime, RuntimeFilter } from './types.js';
+import type { Checkpoint, EgressPolicy, GuestFileInfo, GuestFileStat, IngressSpec, Page, PageRequest, Resources, Runtime, RuntimeFilter } from './types.js';
 import type { WarmPool } from './warm-pool.js';
 
 export const DEFAULT_MEMORY_MIB = 512;
@@ -329,12 +329,6 @@ export class RuntimeService {
       await this.#save(rt, { status: 'deleting' });
       await this.#finishDelete(rt);
     });
-  }
-
-  async exec(tenantId: string, ref: string, request: ExecRequest): Promise<ExecResult> {
-    const rt = await this.get(tenantId, ref);
-    requireState('exec', rt.status, rt.displayName);
-    return this.busy(rt.id, () => this.driver.exec(rt.id, request));
   }
 
   /** Counts as activity from start to end, so a long command does not look idle. */

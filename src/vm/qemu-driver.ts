@@ -13,9 +13,10 @@ import { createHash, randomInt } from 'node:crypto';
 import { availableParallelism, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
+import { runBuffered } from '../core/commands.js';
 import { VesselError, failedPrecondition, invalidArgument, unavailable } from '../core/errors.js';
 import type { CheckpointDescription, CheckpointSource, LiveState, VmDriver, VmSpec } from '../core/ports.js';
-import type { AttachRequest, ExecRequest, ExecResult, GuestFileInfo, GuestFileStat, ProcessSpec, ProcessState, ProcessStream, Resources } from '../core/types.js';
+import type { AttachRequest, GuestFileInfo, GuestFileStat, ProcessSpec, ProcessState, ProcessStream, Resources } from '../core/types.js';
 import { flushFiles, fsyncDir, fsyncFile } from '../platform/durable-files.js';
 import { runCommand } from '../platform/run-command.js';
 import { hostTscKhz, type Accel } from './accel.js';
@@ -25,7 +26,7 @@ import { importCheckpoint } from './checkpoint-import.js';
 import { DiskLayers, createOverlay, type CheckpointManifest } from './disk-layers.js';
 import { digestFile } from './file-digest.js';
 import { AgentError, type AgentClient } from './agent/agent-client.js';
-import { execInGuest, GUEST_CA_ENV, GUEST_CA_FILE } from './guest-exec.js';
+import { GUEST_CA_ENV, GUEST_CA_FILE } from './guest-exec.js';
 import { listGuestDir, makeGuestDir, readGuestArchive, removeGuestPath, statGuestPath, writeGuestArchive } from './guest-directories.js';
 import { readGuestFile, writeGuestFile } from './guest-files.js';
 import { attachProcess, listProcesses, onProcess, spawnProcess } from './guest-processes.js';
@@ -309,10 +310,6 @@ export class QemuDriver implements VmDriver {
     if (vm !== null) await this.#end(runtimeId, vm);
     this.#removeDir(runtimeId);
     this.#layers.collect();
-  }
-
-  exec(runtimeId: string, request: ExecRequest): Promise<ExecResult> {
-    return this.#withAgent(runtimeId, (agent) => execInGuest(agent, request));
   }
 
   spawnProcess(runtimeId: string, spec: ProcessSpec): Promise<ProcessStream> {
@@ -644,7 +641,7 @@ export class QemuDriver implements VmDriver {
   async #installCa(runtimeId: string): Promise<void> {
     await this.writeFile(runtimeId, GUEST_CA_FILE, Readable.from([Buffer.from(this.opts.guestCaPem)]), 1 << 20);
     const profile = Object.entries(GUEST_CA_ENV).map(([k, v]) => `export ${k}=${v}`).join('; ');
-    const result = await this.exec(runtimeId, {
+    const result = await runBuffered(this, runtimeId, {
       // Constant paths only, no quoting needed.
       command: `cat ${GUEST_CA_FILE} >> ${GUEST_CA_ENV.SSL_CERT_FILE} && ln -sf ${GUEST_CA_FILE} /etc/ssl/certs/vessel-egress-ca.pem && echo '${profile}' > /etc/profile.d/vessel-ca.sh`,
       args: [], cwd: null, env: {}, stdin: null, maxOutputBytes: 4096, timeoutSecs: 60,
