@@ -7,13 +7,11 @@
  */
 import { constants as osConstants } from 'node:os';
 import { VesselError } from './errors.js';
-import type { ExecRequest, ExecResult, ProcessOutput, ProcessSpec, ProcessState, ProcessStream } from './types.js';
+import type { GuestAgent } from './ports.js';
+import type { ExecRequest, ExecResult, ProcessOutput, ProcessState, ProcessStream } from './types.js';
 
 /** What running a command needs of a guest: start a process, and kill its tree at the deadline. */
-export interface CommandGuest {
-  spawnProcess(runtimeId: string, spec: ProcessSpec): Promise<ProcessStream>;
-  signalProcess(runtimeId: string, processId: number, signal: number, tree: boolean): Promise<void>;
-}
+export type CommandGuest = Pick<GuestAgent, 'spawnProcess' | 'signalProcess'>;
 
 /** A command streamed to one caller. */
 export interface ExecSession {
@@ -45,11 +43,11 @@ const deadline = (timeoutSecs: number) => new VesselError('deadline_exceeded', `
  * `onEnd` is called once, when the command ended, was abandoned, or could not start. Unless
  * `background`, the command is killed at its timeout or when its reader goes.
  */
-export async function startCommand(guest: CommandGuest, runtimeId: string, req: ExecRequest & { background: boolean }, onEnd: () => void = () => undefined): Promise<ExecSession> {
+export async function startCommand(guest: CommandGuest, req: ExecRequest & { background: boolean }, onEnd: () => void = () => undefined): Promise<ExecSession> {
   const started = Date.now();
   let stream: ProcessStream;
   try {
-    stream = await guest.spawnProcess(runtimeId, {
+    stream = await guest.spawnProcess({
       command: req.command,
       args: req.args,
       cwd: req.cwd,
@@ -71,7 +69,7 @@ export async function startCommand(guest: CommandGuest, runtimeId: string, req: 
   }
   let timedOut = false;
   let finished = false;
-  const kill = () => guest.signalProcess(runtimeId, stream.state.id, osConstants.signals.SIGKILL, true).catch(() => undefined);
+  const kill = () => guest.signalProcess(stream.state.id, osConstants.signals.SIGKILL, true).catch(() => undefined);
   const timers = [
     setTimeout(() => {
       timedOut = true;
@@ -143,6 +141,6 @@ export async function collectCommand(session: ExecSession, maxOutputBytes: numbe
 }
 
 /** A buffered exec: the command started, and its output collected until it exits. */
-export async function runBuffered(guest: CommandGuest, runtimeId: string, req: ExecRequest, onEnd?: () => void): Promise<ExecResult> {
-  return collectCommand(await startCommand(guest, runtimeId, { ...req, background: false }, onEnd), req.maxOutputBytes);
+export async function runBuffered(guest: CommandGuest, req: ExecRequest, onEnd?: () => void): Promise<ExecResult> {
+  return collectCommand(await startCommand(guest, { ...req, background: false }, onEnd), req.maxOutputBytes);
 }

@@ -10,7 +10,7 @@ import type { Readable } from 'node:stream';
 import { collectCommand, startCommand, type ExecSession } from './commands.js';
 import { VesselError, failedPrecondition, invalidArgument, notFound } from './errors.js';
 import { requireState } from './lifecycle.js';
-import type { VmDriver } from './ports.js';
+import type { GuestAgents } from './ports.js';
 import type { RuntimeService } from './runtimes.js';
 import type { AttachRequest, ExecRequest, ExecResult, ProcessSpec, ProcessState, ProcessStream } from './types.js';
 
@@ -43,7 +43,7 @@ export interface Attachment {
 export class ProcessService {
   constructor(
     private readonly runtimes: RuntimeService,
-    private readonly driver: VmDriver,
+    private readonly guests: GuestAgents,
   ) {}
 
   /**
@@ -53,7 +53,7 @@ export class ProcessService {
    */
   async execStream(tenantId: string, ref: string, req: ExecRequest & { background: boolean }): Promise<ExecSession> {
     const runtimeId = await this.#running(tenantId, ref);
-    return startCommand(this.driver, runtimeId, req, this.runtimes.hold(runtimeId));
+    return startCommand(this.guests.guest(runtimeId), req, this.runtimes.hold(runtimeId));
   }
 
   /** A buffered exec: the streamed exec, collected up to the request's cap per channel. */
@@ -66,7 +66,7 @@ export class ProcessService {
     const runtimeId = await this.#running(tenantId, ref);
     checkRing(input.ringBytes);
     return this.runtimes.busy(runtimeId, async () => {
-      const stream = await this.driver.spawnProcess(runtimeId, { ...input, hold: false, forgetOnExit: false });
+      const stream = await this.guests.guest(runtimeId).spawnProcess({ ...input, hold: false, forgetOnExit: false });
       stream.detach();
       return stream.state;
     });
@@ -74,7 +74,7 @@ export class ProcessService {
 
   async list(tenantId: string, ref: string): Promise<ProcessState[]> {
     const runtimeId = await this.#running(tenantId, ref);
-    return this.driver.listProcesses(runtimeId);
+    return this.guests.guest(runtimeId).listProcesses();
   }
 
   async get(tenantId: string, ref: string, processId: number): Promise<ProcessState> {
@@ -99,7 +99,7 @@ export class ProcessService {
     if (!known.stdinOpen) throw failedPrecondition(`process ${processId} has no open stdin; start it with "stdin": true`);
     return this.runtimes.busy(runtimeId, async () => {
       // FOLLOW keeps the stream (and with it the ownership of stdin) open until we detach.
-      const stream = await this.driver.attachProcess(runtimeId, processId, { from: 'end', follow: true, input: true });
+      const stream = await this.guests.guest(runtimeId).attachProcess(processId, { from: 'end', follow: true, input: true });
       // Its output is not ours to read, but unread it would stall the stream at its window.
       void (async () => {
         for await (const _ of stream);
@@ -126,13 +126,13 @@ export class ProcessService {
 
   async signal(tenantId: string, ref: string, processId: number, signal: SignalName, tree: boolean): Promise<void> {
     const runtimeId = await this.#running(tenantId, ref);
-    await this.runtimes.busy(runtimeId, () => this.driver.signalProcess(runtimeId, processId, osConstants.signals[signal], tree));
+    await this.runtimes.busy(runtimeId, () => this.guests.guest(runtimeId).signalProcess(processId, osConstants.signals[signal], tree));
   }
 
   /** Drops an exited process and its retained output. */
   async forget(tenantId: string, ref: string, processId: number): Promise<void> {
     const runtimeId = await this.#running(tenantId, ref);
-    await this.runtimes.busy(runtimeId, () => this.driver.forgetProcess(runtimeId, processId));
+    await this.runtimes.busy(runtimeId, () => this.guests.guest(runtimeId).forgetProcess(processId));
   }
 
   /**
@@ -146,13 +146,13 @@ export class ProcessService {
       const known = await this.#find(runtimeId, opts.processId);
       if (!known.pty) throw failedPrecondition(`process ${opts.processId} has no terminal; start it with "pty"`);
       const attachment = await this.#attach(runtimeId, opts.processId, { from: 'oldest', follow: true, input: true }, null);
-      if (known.status === 'running') await this.driver.resizeTerminal(runtimeId, opts.processId, opts.size.rows, opts.size.cols).catch(() => undefined);
+      if (known.status === 'running') await this.guests.guest(runtimeId).resizeTerminal(opts.processId, opts.size.rows, opts.size.cols).catch(() => undefined);
       return attachment;
     }
     const release = this.runtimes.hold(runtimeId);
     let stream: ProcessStream;
     try {
-      stream = await this.driver.spawnProcess(runtimeId, {
+      stream = await this.guests.guest(runtimeId).spawnProcess({
         ...(opts.command ?? TERMINAL_SHELL),
         cwd: null,
         env: { TERM: 'xterm-256color', COLORTERM: 'truecolor' },
@@ -169,21 +169,21 @@ export class ProcessService {
   }
 
   async resize(runtimeId: string, processId: number, rows: number, cols: number): Promise<void> {
-    await this.driver.resizeTerminal(runtimeId, processId, rows, cols);
+    await this.guests.guest(runtimeId).resizeTerminal(processId, rows, cols);
   }
 
   /** Like a terminal closing: SIGHUP to the tree, then SIGKILL for whatever still runs. */
   #hangUp(runtimeId: string, processId: number): void {
-    const signal = (sig: number) => this.driver.signalProcess(runtimeId, processId, sig, true);
+    const signal = (sig: number) => this.guests.guest(runtimeId).signalProcess(processId, sig, true);
     void signal(osConstants.signals.SIGHUP)
       .then(() => new Promise((resolve) => setTimeout(resolve, HANGUP_GRACE_MS).unref()))
-      .then(() => this.driver.listProcesses(runtimeId))
+      .then(() => this.guests.guest(runtimeId).listProcesses())
       .then((all) => (all.find((p) => p.id === processId)?.status === 'running' ? signal(osConstants.signals.SIGKILL) : undefined))
       .catch(() => undefined); // the runtime stopped or the process is gone: nothing left to end
   }
 
   async #attach(runtimeId: string, processId: number, request: AttachRequest, onClose: (() => void) | null): Promise<Attachment> {
-    const stream = await this.driver.attachProcess(runtimeId, processId, request);
+    const stream = await this.guests.guest(runtimeId).attachProcess(processId, request);
     return this.#attached(runtimeId, stream, onClose);
   }
 
@@ -205,7 +205,7 @@ export class ProcessService {
   }
 
   async #find(runtimeId: string, processId: number): Promise<ProcessState> {
-    const found = (await this.driver.listProcesses(runtimeId)).find((p) => p.id === processId);
+    const found = (await this.guests.guest(runtimeId).listProcesses()).find((p) => p.id === processId);
     if (found === undefined) throw notFound('process', String(processId));
     return found;
   }

@@ -6,7 +6,7 @@
  */
 import { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, invalidArgument, notFound, unavailable } from '../../src/core/errors.js';
-import type { CheckpointDescription, CheckpointSource, LiveState, VmDriver, VmSpec } from '../../src/core/ports.js';
+import type { CheckpointDescription, GuestAgent, RemoteCheckpoint, LiveState, VmDriver, VmSpec } from '../../src/core/ports.js';
 import { consoleLogOf, type ConsoleLog } from '../../src/core/console-log.js';
 import type { AttachRequest, GuestFileInfo, GuestFileStat, ProcessOutput, ProcessSpec, ProcessState, ProcessStream } from '../../src/core/types.js';
 
@@ -117,6 +117,29 @@ export class FakeDriver implements VmDriver {
     this.spares.delete(id);
     for (const layer of this.#layers.values()) layer.standing.delete(id);
   }
+  /**
+   * The runtime's guest: the fake's own methods below, which take the runtime id, so that a test
+   * can override or replace one of them (a subclass, or an assignment) for every guest at once.
+   */
+  guest(runtimeId: string): GuestAgent {
+    return {
+      spawnProcess: (spec) => this.spawnProcess(runtimeId, spec),
+      attachProcess: (processId, request) => this.attachProcess(runtimeId, processId, request),
+      listProcesses: () => this.listProcesses(runtimeId),
+      signalProcess: (processId, signal, tree) => this.signalProcess(runtimeId, processId, signal, tree),
+      resizeTerminal: (processId, rows, cols) => this.resizeTerminal(runtimeId, processId, rows, cols),
+      forgetProcess: (processId) => this.forgetProcess(runtimeId, processId),
+      readFile: (path) => this.readFile(runtimeId, path),
+      writeFile: (path, body, maxBytes) => this.writeFile(runtimeId, path, body, maxBytes),
+      listDir: (path) => this.listDir(runtimeId, path),
+      statPath: (path, followSymlinks) => this.statPath(runtimeId, path, followSymlinks),
+      makeDir: (path) => this.makeDir(runtimeId, path),
+      removePath: (path, recursive) => this.removePath(runtimeId, path, recursive),
+      readArchive: (dir) => this.readArchive(runtimeId, dir),
+      writeArchive: (dir, body, maxBytes) => this.writeArchive(runtimeId, dir, body, maxBytes),
+    };
+  }
+
   readonly #processes = new Map<number, EchoProcess>();
   #nextProcessId = 1;
 
@@ -166,13 +189,13 @@ export class FakeDriver implements VmDriver {
     const from = request.from === 'oldest' ? 0 : request.from === 'end' ? proc.output.length : Math.min(request.from.stdout, proc.output.length);
     return this.#reader(proc, from, request.follow);
   }
-  async listProcesses(): Promise<ProcessState[]> {
+  async listProcesses(_runtimeId: string): Promise<ProcessState[]> {
     return [...this.#processes.values()].map((p) => ({ ...p.state }));
   }
   async signalProcess(_runtimeId: string, processId: number, signal: number, _tree: boolean): Promise<void> {
     this.#process(processId).end('signaled', signal);
   }
-  async resizeTerminal(): Promise<void> {}
+  async resizeTerminal(_runtimeId: string, _processId: number, _rows: number, _cols: number): Promise<void> {}
   async forgetProcess(_runtimeId: string, processId: number): Promise<void> {
     if (this.#process(processId).state.status === 'running') throw failedPrecondition(`process ${processId} is running`);
     this.#processes.delete(processId);
@@ -211,7 +234,7 @@ export class FakeDriver implements VmDriver {
     if (data === undefined) throw notFound('file', path);
     return Readable.from([data]);
   }
-  async writeFile(id: string, path: string, body: Readable): Promise<number> {
+  async writeFile(id: string, path: string, body: Readable, _maxBytes: number): Promise<number> {
     const chunks: Buffer[] = [];
     for await (const c of body) chunks.push(c as Buffer);
     const data = Buffer.concat(chunks);
@@ -227,7 +250,7 @@ export class FakeDriver implements VmDriver {
     if (names.size === 0 && !vm.dirs.has(path)) throw notFound('directory', path);
     return [...names].sort().map((name) => fakeInfo(prefix + name, vm.files.get(prefix + name)));
   }
-  async statPath(id: string, path: string): Promise<GuestFileStat> {
+  async statPath(id: string, path: string, _followSymlinks: boolean): Promise<GuestFileStat> {
     const file = this.#vm(id).files.get(path);
     if (file === undefined) await this.listDir(id, path).catch(() => Promise.reject(notFound('path', path)));
     return { ...fakeInfo(path, file), uid: 0, gid: 0 };
@@ -244,10 +267,10 @@ export class FakeDriver implements VmDriver {
     for (const p of [...vm.files.keys()].filter(doomed)) vm.files.delete(p);
     for (const p of [...vm.dirs].filter(doomed)) vm.dirs.delete(p);
   }
-  async readArchive(): Promise<Readable> {
+  async readArchive(_runtimeId: string, _dir: string): Promise<Readable> {
     throw new VesselError('unimplemented', 'the fake driver makes no archives');
   }
-  async writeArchive(): Promise<number> {
+  async writeArchive(_runtimeId: string, _dir: string, _body: Readable, _maxBytes: number): Promise<number> {
     throw new VesselError('unimplemented', 'the fake driver extracts no archives');
   }
   async setMemoryTarget(id: string, mib: number) {
@@ -292,7 +315,7 @@ export class FakeDriver implements VmDriver {
   /** The shapes importCheckpoint was told to expect, per checkpoint. */
   readonly importedShapes = new Map<string, { memoryMib: number; vcpus: number }>();
   /** Takes the checkpoint when its source describes it as this fake's own would, having read its state file. */
-  async importCheckpoint(checkpointId: string, source: CheckpointSource, expected: { memoryMib: number; vcpus: number }): Promise<void> {
+  async importCheckpoint(checkpointId: string, source: RemoteCheckpoint, expected: { memoryMib: number; vcpus: number }): Promise<void> {
     if (source.description.image !== 'fake-image') throw new Error('another guest image');
     this.importedShapes.set(checkpointId, expected);
     for await (const piece of await source.open('state')) void piece;

@@ -21,9 +21,9 @@ const skip = 'skip' in build ? build.skip : false;
 const ENV = ['PATH=/usr/local/bin:/usr/bin:/bin', 'LANG=C'];
 const fx = agentFixture('exec', build);
 /** A buffered exec through the core's one exec path, the driver's process code and the real agent. */
-const guest = new HostAgentDriver(() => fx.client);
+const guest = new HostAgentDriver(() => fx.client).guest('host');
 const exec = (req: Partial<ExecRequest> & { command: string }) =>
-  runBuffered(guest, 'host', { args: [], cwd: null, env: {}, stdin: null, maxOutputBytes: 1 << 20, timeoutSecs: 30, ...req });
+  runBuffered(guest, { args: [], cwd: null, env: {}, stdin: null, maxOutputBytes: 1 << 20, timeoutSecs: 30, ...req });
 
 async function collect(proc: AgentProcess): Promise<{ stdout: string; stderr: string }> {
   const out = { stdout: '', stderr: '' };
