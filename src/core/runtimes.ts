@@ -1,4 +1,4 @@
-/** Runtime domain rules: creation, the lifecycle state machine, resources, exec and files. */
+/** Runtime domain rules: creation, the lifecycle state machine, resources, activity. Exec is processes.ts, files files.ts. */
 import { randomUUID } from 'node:crypto';
 import { VesselError, failedPrecondition, invalidArgument, notFound, unavailable } from './errors.js';
 import { normalizeHostPattern } from './host-pattern.js';

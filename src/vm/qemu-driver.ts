@@ -1,5 +1,6 @@
 /**
- * The QEMU implementation of the core's VmDriver port: one detached QEMU `microvm` per runtime,
+ * The QEMU implementation of the core's VM host ports (Machines, CheckpointFiles, and each
+ * runtime's GuestAgent, a QemuGuestAgent): one detached QEMU `microvm` per runtime,
  * a qcow2 overlay on a chain of frozen layers over the read-only guest image, QMP for the
  * machine and the guest agent for everything inside it. Checkpoints are a QMP migration of the
  * device state plus the RAM file; forks restore them with `-incoming`.
