@@ -54,7 +54,9 @@ try {
   const execs: number[] = [];
   for (let i = 0; i < EXECS; i++) {
     const t = performance.now();
-    await client.run({ argv: ['/bin/true'], env: ENV });
+    const proc = client.spawn({ argv: ['/bin/true'], env: ENV, hold: true, forgetOnExit: true });
+    for await (const _ of proc);
+    await proc.done;
     execs.push(performance.now() - t);
   }
   console.log(`run /bin/true            p50 ${pct(execs, 50).toFixed(3)} ms   p99 ${pct(execs, 99).toFixed(3)} ms   (${EXECS})`);

@@ -158,8 +158,10 @@ try {
   const rawPing: number[] = [];
   for (let i = 0; i < EXECS + WARMUP; i++) {
     const t0 = performance.now();
-    const r = await agent.run({ argv: ['/bin/true', '--'], env: GUEST_ENV });
-    if (r.exitCode !== 0) throw new Error(`raw /bin/true exited with ${r.exitCode}`);
+    const proc = agent.spawn({ argv: ['/bin/true', '--'], env: GUEST_ENV, hold: true, forgetOnExit: true });
+    for await (const _ of proc);
+    const r = await proc.done;
+    if (r?.code !== 0) throw new Error(`raw /bin/true exited with ${r?.code}`);
     if (i >= WARMUP) rawExec.push(performance.now() - t0);
     const t1 = performance.now();
     await agent.ping();

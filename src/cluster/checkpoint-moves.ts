@@ -10,7 +10,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { Core } from '../core/core.js';
 import { VesselError } from '../core/errors.js';
-import type { CheckpointDescription, CheckpointSource } from '../core/ports.js';
+import type { CheckpointDescription, RemoteCheckpoint } from '../core/ports.js';
 import type { Principal } from '../core/types.js';
 import { callHop, readBounded, type HopTarget, type OwnHopCall } from './hop-proxy.js';
 
@@ -54,7 +54,7 @@ export async function reachHost(core: Core, name: string, role: string): Promise
 }
 
 /** The files another host offers under `base` (`${base}/description`, `${base}/files/:file`), as an import reads them. */
-export async function remoteSource(secret: string, source: HopTarget, call: ReturnType<typeof ownCalls>, base: string): Promise<CheckpointSource> {
+export async function remoteSource(secret: string, source: HopTarget, call: ReturnType<typeof ownCalls>, base: string): Promise<RemoteCheckpoint> {
   const answer = await callHop(secret, source, call('GET', `${base}/description`), MOVE_IDLE_MS);
   const description = await readDescription(answer).catch(() => null);
   if (description === null) throw new VesselError('unavailable', `VM host '${source.name}' did not describe the files as a VM host does`);
@@ -78,7 +78,7 @@ export const checkpointMoveRoutes: FastifyPluginAsyncTypebox<{ core: Core; secre
   app.post('/internal/checkpoints/:checkpoint_id/move-here', { config, schema: { ...hidden, params: Params } }, async (req) => {
     const call = ownCalls(req.principal, req.id);
     const reach = (name: string) => reachHost(core, name, "which holds the checkpoint's files");
-    const connect = async (name: string, id: string): Promise<CheckpointSource> => remoteSource(secret, await reach(name), call, `/internal/checkpoints/${id}`);
+    const connect = async (name: string, id: string): Promise<RemoteCheckpoint> => remoteSource(secret, await reach(name), call, `/internal/checkpoints/${id}`);
     const { checkpoint, from } = await core.checkpoints.moveHere(req.principal.tenantId, req.params.checkpoint_id, connect);
     if (from !== null) {
       // Its copy there is of no use now; if it cannot be told, it drops it at its next start.

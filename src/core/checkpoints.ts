@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { failedPrecondition, invalidArgument, notFound } from './errors.js';
 import { requireState } from './lifecycle.js';
 import { checkDisplayName } from './names.js';
-import type { CheckpointDescription, CheckpointSource, Store, VmDriver } from './ports.js';
+import type { CheckpointDescription, CheckpointFiles, Machines, RemoteCheckpoint, Store } from './ports.js';
 import type { Readable } from 'node:stream';
 import type { TenantQuotas } from './quotas.js';
 import type { Logger, RuntimeService } from './runtimes.js';
@@ -46,7 +46,7 @@ export class CheckpointService {
   constructor(
     private readonly store: Store,
     private readonly runtimes: RuntimeService,
-    private readonly driver: VmDriver,
+    private readonly driver: Machines & CheckpointFiles,
     private readonly quotas: TenantQuotas,
     private readonly log: Logger,
     /** The VM host this process is; null on a single host. It keeps only its own checkpoints' files. */
@@ -116,7 +116,7 @@ export class CheckpointService {
    * digests recorded at its capture on their way in, so it is what it was, byte for byte. Resolves
    * with the host it came from (null when it was here already), whose copy is then of no use.
    */
-  async moveHere(tenantId: string, ref: string, connect: (node: string, checkpointId: string) => Promise<CheckpointSource>): Promise<{ checkpoint: Checkpoint; from: string | null }> {
+  async moveHere(tenantId: string, ref: string, connect: (node: string, checkpointId: string) => Promise<RemoteCheckpoint>): Promise<{ checkpoint: Checkpoint; from: string | null }> {
     if (this.node === null) throw failedPrecondition('a single host holds every checkpoint already');
     const here = this.node;
     const first = await this.get(tenantId, ref);

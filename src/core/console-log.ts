@@ -1,10 +1,10 @@
 /**
  * A runtime's console log: what its guest wrote to the serial console (the kernel's and init's
  * boot messages), for debugging a boot. The guest writes it, so it is read bounded and shown as
- * text with invalid UTF-8 replaced; the driver keeps it (VmDriver.readConsoleLog).
+ * text with invalid UTF-8 replaced; the driver keeps it (Machines.readConsoleLog).
  */
 import { notFound } from './errors.js';
-import type { VmDriver } from './ports.js';
+import type { Machines } from './ports.js';
 import type { RuntimeService } from './runtimes.js';
 
 /** What a request gets unless it asks for more or less: a boot's messages fit several times over. */
@@ -24,13 +24,13 @@ export interface ConsoleLog {
 export class ConsoleLogService {
   constructor(
     private readonly runtimes: RuntimeService,
-    private readonly driver: VmDriver,
+    private readonly machines: Pick<Machines, 'readConsoleLog'>,
   ) {}
 
   /** The last `maxBytes` of the runtime's console, in any state; not_found when it has none (yet, or any more). */
   async read(tenantId: string, ref: string, maxBytes: number): Promise<ConsoleLog> {
     const rt = await this.runtimes.get(tenantId, ref);
-    const log = await this.driver.readConsoleLog(rt.id, maxBytes);
+    const log = await this.machines.readConsoleLog(rt.id, maxBytes);
     if (log === null) throw notFound('console log of runtime', ref);
     return log;
   }

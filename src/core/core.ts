@@ -3,6 +3,7 @@ import { AuditService } from './audits.js';
 import { CheckpointService } from './checkpoints.js';
 import { ConsoleLogService } from './console-log.js';
 import { EgressService } from './egress.js';
+import { FileService } from './files.js';
 import { ProcessService } from './processes.js';
 import type { NetworkGateway, Store, VmDriver } from './ports.js';
 import { TenantQuotas } from './quotas.js';
@@ -36,6 +37,8 @@ export class Core {
   readonly runtimes: RuntimeService;
   /** Streamed commands, background processes and terminals in running runtimes. */
   readonly processes: ProcessService;
+  /** Files, directories and archives in running runtimes. */
+  readonly files: FileService;
   readonly secrets: SecretService;
   readonly rules: RuleService;
   readonly checkpoints: CheckpointService;
@@ -71,6 +74,7 @@ export class Core {
     });
     this.runtimes = new RuntimeService(store, driver, this.egress, quotas, this.audits, log, this.#pool, node);
     this.processes = new ProcessService(this.runtimes, driver);
+    this.files = new FileService(this.runtimes, driver);
     this.consoleLogs = new ConsoleLogService(this.runtimes, driver);
     this.rules = new RuleService(store, this.runtimes, this.secrets);
     this.checkpoints = new CheckpointService(store, this.runtimes, driver, quotas, log, node);

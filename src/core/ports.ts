@@ -11,8 +11,6 @@ import type {
   EgressAuditDetails,
   EgressAuditKind,
   EgressPolicy,
-  ExecRequest,
-  ExecResult,
   GuestFileInfo,
   GuestFileStat,
   InjectionRule,
@@ -250,24 +248,26 @@ export interface CheckpointDescription {
 }
 
 /** Another VM host's checkpoint, as the host that copies it reads it. */
-export interface CheckpointSource {
+export interface RemoteCheckpoint {
   description: CheckpointDescription;
   /** One of its files' frames: 'state', 'ram', or a disk layer's id. */
   open(file: string): Promise<AsyncIterable<Buffer>>;
 }
 
-export interface VmDriver {
+/*
+ * The VM host, split by what changes together: the machines (QMP, QEMU processes, memory),
+ * what runs inside one guest (its agent), and the checkpoints' files. A core service takes only
+ * the ports it uses; VmDriver is their composition, for the wiring (cli/serve.ts) and tests.
+ */
+
+/** The VMs of this host as machines: booted, paused, stopped, sized, watched. */
+export interface Machines {
   /** Human-readable reason when the driver cannot run VMs on this host; null when it can. */
   unavailableReason(): string | null;
   /** Identifies the guest image; system checkpoints are made per image. */
   imageId(): string;
   /** The largest VM this host could ever run: its CPUs, and its memory less what the host keeps. */
   hostLimits(): HostLimits;
-  /**
-   * Disk bytes of the layers these runtimes and checkpoints stand on whose own checkpoint was
-   * deleted: still held, counted by no checkpoint's size.
-   */
-  orphanedLayerBytes(runtimeIds: string[], checkpointIds: string[]): number;
   /** Boots the image once with these resources and captures it as the checkpoint's files. */
   createTemplate(checkpointId: string, resources: Resources): Promise<void>;
   /** Removes leftovers of work cut short by a crash (template VMs, unreferenced disk layers). */
@@ -292,69 +292,8 @@ export interface VmDriver {
   stop(runtimeId: string, deadlineMs: number): Promise<void>;
   /** Kills the VM if it runs and removes all its files. Idempotent. */
   destroy(runtimeId: string): Promise<void>;
-  exec(runtimeId: string, request: ExecRequest): Promise<ExecResult>;
-  /**
-   * Starts a process in the guest and resolves once it runs; throws command_failed when it
-   * cannot start (no such directory or program), unavailable when the guest does not answer.
-   */
-  spawnProcess(runtimeId: string, spec: ProcessSpec): Promise<ProcessStream>;
-  /**
-   * Reads a process the guest keeps. An offset older than its ring holds starts at the oldest
-   * byte held, and the first chunk counts what was lost; one past the end waits for new output.
-   */
-  attachProcess(runtimeId: string, processId: number, request: AttachRequest): Promise<ProcessStream>;
-  /** Every process the guest keeps, running or exited. */
-  listProcesses(runtimeId: string): Promise<ProcessState[]>;
-  /** Delivers a signal to the process, or to its whole tree. */
-  signalProcess(runtimeId: string, processId: number, signal: number, tree: boolean): Promise<void>;
-  /** A terminal's new size; the foreground program gets SIGWINCH. */
-  resizeTerminal(runtimeId: string, processId: number, rows: number, cols: number): Promise<void>;
-  /** Drops an exited process and its retained output. */
-  forgetProcess(runtimeId: string, processId: number): Promise<void>;
-  readFile(runtimeId: string, path: string): Promise<Readable>;
-  writeFile(runtimeId: string, path: string, body: Readable, maxBytes: number): Promise<number>;
-  /** A directory's entries, without . and .., symbolic links not followed, sorted by name. */
-  listDir(runtimeId: string, path: string): Promise<GuestFileInfo[]>;
-  statPath(runtimeId: string, path: string, followSymlinks: boolean): Promise<GuestFileStat>;
-  /** mkdir -p: existing directories on the way, the last one included, are fine. */
-  makeDir(runtimeId: string, path: string): Promise<void>;
-  /** A file, a link or an empty directory; with `recursive`, a whole tree. */
-  removePath(runtimeId: string, path: string, recursive: boolean): Promise<void>;
-  /**
-   * A tar archive of the directory's contents. Resolves once the first bytes exist, so that a
-   * failure before them is an error status; a failure after them destroys the stream with an error.
-   */
-  readArchive(runtimeId: string, dir: string): Promise<Readable>;
-  /** Extracts a tar archive into the directory, made first with its parents; resolves with the bytes taken. */
-  writeArchive(runtimeId: string, dir: string, body: Readable, maxBytes: number): Promise<number>;
   /** The guest's memory through the balloon; the host gets back what the guest gives up. */
   setMemoryTarget(runtimeId: string, mib: number): Promise<void>;
-  /** Captures the runtime into the checkpoint's files; resolves with the disk space they take. */
-  checkpoint(runtimeId: string, checkpointId: string): Promise<{ bytes: number }>;
-  /**
-   * Captures a runtime with no VM (shut down, crashed) as a checkpoint of its disk alone, under
-   * this shape, for a move (runtime-moves.ts). Its own disk is left as it is.
-   */
-  captureDisk(runtimeId: string, checkpointId: string, shape: { memoryMib: number; vcpus: number }): Promise<void>;
-  /** Makes a runtime with no VM here whose disk is that of a captureDisk checkpoint; start() boots it. */
-  adoptDisk(runtimeId: string, checkpointId: string): Promise<void>;
-  /** Checks a ready checkpoint's files against what they were at capture: what is wrong, or null. */
-  verifyCheckpoint(checkpointId: string): Promise<string | null>;
-  deleteCheckpoint(checkpointId: string): Promise<void>;
-  /** The checkpoints this host holds files of, whatever their state. */
-  heldCheckpointIds(): string[];
-  /** What another VM host needs to take a ready checkpoint's files (docs/scaling.md, "Moving checkpoints"). */
-  describeCheckpoint(checkpointId: string): Promise<CheckpointDescription>;
-  /** One of a checkpoint's files, framed for the move (src/vm/sparse-stream.ts): 'state', 'ram', or a layer of its chain. */
-  readCheckpointFile(checkpointId: string, file: string): Promise<Readable>;
-  /**
-   * Copies a checkpoint from another host into this one's files, each file checked against the
-   * digests its manifest recorded at capture; the disk layers this host already holds are kept.
-   * Throws failed_precondition when the two hosts' QEMU or guest image differ, or when its
-   * manifest's shape is not `expected` (what the store records). A copy held here already is
-   * checked against its digests, and replaced when it does not match them.
-   */
-  importCheckpoint(checkpointId: string, source: CheckpointSource, expected: { memoryMib: number; vcpus: number }): Promise<void>;
   /**
    * After a service restart: reattach to a VM left running, or report it gone. Throws, saying
    * why, when a VM is there but cannot be taken back (its state file is damaged); it is stopped.
@@ -373,3 +312,87 @@ export interface VmDriver {
   /** Stops watching VMs and closes sockets; the VMs themselves keep running. */
   close(): Promise<void>;
 }
+
+/**
+ * Inside one running runtime, through its guest agent: processes, terminals, files, directories
+ * and archives. Every call throws unavailable when the runtime has no VM or its agent does not answer.
+ */
+export interface GuestAgent {
+  /**
+   * Starts a process in the guest and resolves once it runs; throws command_failed when it
+   * cannot start (no such directory or program), unavailable when the guest does not answer.
+   */
+  spawnProcess(spec: ProcessSpec): Promise<ProcessStream>;
+  /**
+   * Reads a process the guest keeps. An offset older than its ring holds starts at the oldest
+   * byte held, and the first chunk counts what was lost; one past the end waits for new output.
+   */
+  attachProcess(processId: number, request: AttachRequest): Promise<ProcessStream>;
+  /** Every process the guest keeps, running or exited. */
+  listProcesses(): Promise<ProcessState[]>;
+  /** Delivers a signal to the process, or to its whole tree. */
+  signalProcess(processId: number, signal: number, tree: boolean): Promise<void>;
+  /** A terminal's new size; the foreground program gets SIGWINCH. */
+  resizeTerminal(processId: number, rows: number, cols: number): Promise<void>;
+  /** Drops an exited process and its retained output. */
+  forgetProcess(processId: number): Promise<void>;
+  readFile(path: string): Promise<Readable>;
+  writeFile(path: string, body: Readable, maxBytes: number): Promise<number>;
+  /** A directory's entries, without . and .., symbolic links not followed, sorted by name. */
+  listDir(path: string): Promise<GuestFileInfo[]>;
+  statPath(path: string, followSymlinks: boolean): Promise<GuestFileStat>;
+  /** mkdir -p: existing directories on the way, the last one included, are fine. */
+  makeDir(path: string): Promise<void>;
+  /** A file, a link or an empty directory; with `recursive`, a whole tree. */
+  removePath(path: string, recursive: boolean): Promise<void>;
+  /**
+   * A tar archive of the directory's contents. Resolves once the first bytes exist, so that a
+   * failure before them is an error status; a failure after them destroys the stream with an error.
+   */
+  readArchive(dir: string): Promise<Readable>;
+  /** Extracts a tar archive into the directory, made first with its parents; resolves with the bytes taken. */
+  writeArchive(dir: string, body: Readable, maxBytes: number): Promise<number>;
+}
+
+/** Reaches the guest agent of a runtime. Cheap: nothing is checked until a call is made. */
+export interface GuestAgents {
+  guest(runtimeId: string): GuestAgent;
+}
+
+/** The checkpoints' files on this host: captured, checked, moved between hosts, deleted. */
+export interface CheckpointFiles {
+  /** Captures the runtime into the checkpoint's files; resolves with the disk space they take. */
+  checkpoint(runtimeId: string, checkpointId: string): Promise<{ bytes: number }>;
+  /**
+   * Captures a runtime with no VM (shut down, crashed) as a checkpoint of its disk alone, under
+   * this shape, for a move (runtime-moves.ts). Its own disk is left as it is.
+   */
+  captureDisk(runtimeId: string, checkpointId: string, shape: { memoryMib: number; vcpus: number }): Promise<void>;
+  /** Makes a runtime with no VM here whose disk is that of a captureDisk checkpoint; start() boots it. */
+  adoptDisk(runtimeId: string, checkpointId: string): Promise<void>;
+  /** Checks a ready checkpoint's files against what they were at capture: what is wrong, or null. */
+  verifyCheckpoint(checkpointId: string): Promise<string | null>;
+  deleteCheckpoint(checkpointId: string): Promise<void>;
+  /** The checkpoints this host holds files of, whatever their state. */
+  heldCheckpointIds(): string[];
+  /**
+   * Disk bytes of the layers these runtimes and checkpoints stand on whose own checkpoint was
+   * deleted: still held, counted by no checkpoint's size.
+   */
+  orphanedLayerBytes(runtimeIds: string[], checkpointIds: string[]): number;
+  /** What another VM host needs to take a ready checkpoint's files (docs/scaling.md, "Moving checkpoints"). */
+  describeCheckpoint(checkpointId: string): Promise<CheckpointDescription>;
+  /** One of a checkpoint's files, framed for the move (src/vm/sparse-stream.ts): 'state', 'ram', or a layer of its chain. */
+  readCheckpointFile(checkpointId: string, file: string): Promise<Readable>;
+  /**
+   * Copies a checkpoint from another host into this one's files, each file checked against the
+   * digests its manifest recorded at capture; the disk layers this host already holds are kept.
+   * Throws failed_precondition when the two hosts' QEMU or guest image differ, or when its
+   * manifest's shape is not `expected` (what the store records). A copy held here already is
+   * checked against its digests, and replaced when it does not match them.
+   */
+  importCheckpoint(checkpointId: string, source: RemoteCheckpoint, expected: { memoryMib: number; vcpus: number }): Promise<void>;
+}
+
+/** A whole VM host: what cli/serve.ts wires in and tests fake. */
+export type VmDriver = Machines & GuestAgents & CheckpointFiles;

@@ -1,5 +1,5 @@
 /**
- * Processes in a runtime beyond the buffered exec: a command streamed as it runs, background
+ * Processes in a runtime: a command run buffered or streamed as it runs (commands.ts), background
  * processes the guest keeps (with their output rings, stdin and signals), and terminals. The
  * guest agent holds every process and its output, so they outlive API requests and service
  * restarts; this service only checks who may reach them and keeps the runtime from idling while
@@ -7,28 +7,22 @@
  */
 import { constants as osConstants } from 'node:os';
 import type { Readable } from 'node:stream';
+import { collectCommand, startCommand, type ExecSession } from './commands.js';
 import { VesselError, failedPrecondition, invalidArgument, notFound } from './errors.js';
 import { requireState } from './lifecycle.js';
-import type { VmDriver } from './ports.js';
+import type { GuestAgents } from './ports.js';
 import type { RuntimeService } from './runtimes.js';
-import type { AttachRequest, ExecRequest, ProcessOutput, ProcessSpec, ProcessState, ProcessStream } from './types.js';
+import type { AttachRequest, ExecRequest, ExecResult, ProcessSpec, ProcessState, ProcessStream } from './types.js';
 
-/** Output a background process keeps per channel unless asked otherwise (the agent allows 4 KiB to 4 MiB). */
-export const DEFAULT_RING_BYTES = 1024 * 1024;
+export { DEFAULT_RING_BYTES, exitCodeOf, type ExecSession } from './commands.js';
+
 export const MIN_RING_BYTES = 4 * 1024;
 export const MAX_RING_BYTES = 4 * 1024 * 1024;
-/** A streamed command's ring: it holds the reader back, so the ring only matters once it leaves. */
-const STREAM_RING_BYTES = 64 * 1024;
 /** What a terminal's output ring keeps for a reader that attaches later: a few screens. */
 const TERMINAL_RING_BYTES = 256 * 1024;
 /** How long a closed terminal's tree has after SIGHUP before it is killed. */
 const HANGUP_GRACE_MS = 2000;
-/**
- * How long a timed-out command's output may still flow after its tree was killed. A descendant
- * that left the tree before the walk (re-parented to init) can hold stdout open forever; the
- * stream is let go then, as the buffered exec does.
- */
-const KILL_GRACE_MS = 5000;
+
 /** The signals the API takes by name: what a user sends to a process they run, nothing exotic. */
 export const SIGNAL_NAMES = ['SIGHUP', 'SIGINT', 'SIGQUIT', 'SIGKILL', 'SIGUSR1', 'SIGUSR2', 'SIGTERM', 'SIGCONT', 'SIGSTOP', 'SIGTSTP', 'SIGWINCH'] as const;
 export type SignalName = (typeof SIGNAL_NAMES)[number];
@@ -38,16 +32,6 @@ const TERMINAL_SHELL = { command: '/bin/bash', args: ['-l'] };
 /** A background process: never held back by a reader, kept after it exits. */
 export type ProcessStartInput = Omit<ProcessSpec, 'hold' | 'forgetOnExit'>;
 
-/** A command streamed to one caller. */
-export interface ExecSession {
-  readonly process: ProcessState;
-  readonly output: AsyncIterable<ProcessOutput>;
-  /** The exit code (128 + n for signal n) once the command ended; deadline_exceeded after a timeout. */
-  result(): Promise<{ exit_code: number; duration_ms: number }>;
-  /** The caller went away: the command's tree is killed, unless it was started in the background. */
-  abandon(): void;
-}
-
 /** A reader attached to a process (output, stdin, or a terminal). */
 export interface Attachment {
   readonly runtimeId: string;
@@ -56,12 +40,10 @@ export interface Attachment {
   close(): void;
 }
 
-export const exitCodeOf = (p: ProcessState): number => (p.signal !== null ? 128 + p.signal : (p.exitCode ?? -1));
-
 export class ProcessService {
   constructor(
     private readonly runtimes: RuntimeService,
-    private readonly driver: VmDriver,
+    private readonly guests: GuestAgents,
   ) {}
 
   /**
@@ -71,62 +53,12 @@ export class ProcessService {
    */
   async execStream(tenantId: string, ref: string, req: ExecRequest & { background: boolean }): Promise<ExecSession> {
     const runtimeId = await this.#running(tenantId, ref);
-    const started = Date.now();
-    const release = this.runtimes.hold(runtimeId);
-    let stream: ProcessStream;
-    try {
-      stream = await this.driver.spawnProcess(runtimeId, {
-        ...req,
-        pty: null,
-        stdin: req.stdin !== null,
-        ringBytes: req.background ? DEFAULT_RING_BYTES : STREAM_RING_BYTES,
-        hold: true,
-        forgetOnExit: !req.background,
-      });
-    } catch (err) {
-      release();
-      throw err;
-    }
-    if (req.stdin !== null) {
-      const input = Buffer.from(req.stdin, 'utf8');
-      // A command that exits without reading its stdin ends the stream first; nothing to report.
-      void stream.write(input).then(() => stream.endInput(), () => undefined);
-    }
-    let timedOut = false;
-    let finished = false;
-    const kill = () => this.driver.signalProcess(runtimeId, stream.state.id, osConstants.signals.SIGKILL, true).catch(() => undefined);
-    const timers = [
-      setTimeout(() => {
-        timedOut = true;
-        void kill();
-        timers.push(setTimeout(() => stream.detach(), KILL_GRACE_MS));
-      }, Math.min(req.timeoutSecs * 1000, 2 ** 31 - 1)),
-    ];
-    const end = () => {
-      finished = true;
-      for (const t of timers) clearTimeout(t);
-      release();
-    };
-    return {
-      process: stream.state,
-      output: stream,
-      result: async () => {
-        try {
-          const final = await stream.done;
-          if (timedOut) throw new VesselError('deadline_exceeded', `command did not finish within ${req.timeoutSecs} s and was killed`);
-          if (final === null) throw new VesselError('unavailable', 'the command\'s output stream ended before it exited');
-          return { exit_code: exitCodeOf(final), duration_ms: Date.now() - started };
-        } finally {
-          end();
-        }
-      },
-      abandon: () => {
-        if (finished) return;
-        end();
-        if (!req.background) void kill();
-        stream.detach();
-      },
-    };
+    return startCommand(this.guests.guest(runtimeId), req, this.runtimes.hold(runtimeId));
+  }
+
+  /** A buffered exec: the streamed exec, collected up to the request's cap per channel. */
+  async exec(tenantId: string, ref: string, req: ExecRequest): Promise<ExecResult> {
+    return collectCommand(await this.execStream(tenantId, ref, { ...req, background: false }), req.maxOutputBytes);
   }
 
   /** Starts a background process and answers once it runs; its output goes to its rings. */
@@ -134,7 +66,7 @@ export class ProcessService {
     const runtimeId = await this.#running(tenantId, ref);
     checkRing(input.ringBytes);
     return this.runtimes.busy(runtimeId, async () => {
-      const stream = await this.driver.spawnProcess(runtimeId, { ...input, hold: false, forgetOnExit: false });
+      const stream = await this.guests.guest(runtimeId).spawnProcess({ ...input, hold: false, forgetOnExit: false });
       stream.detach();
       return stream.state;
     });
@@ -142,7 +74,7 @@ export class ProcessService {
 
   async list(tenantId: string, ref: string): Promise<ProcessState[]> {
     const runtimeId = await this.#running(tenantId, ref);
-    return this.driver.listProcesses(runtimeId);
+    return this.guests.guest(runtimeId).listProcesses();
   }
 
   async get(tenantId: string, ref: string, processId: number): Promise<ProcessState> {
@@ -167,7 +99,7 @@ export class ProcessService {
     if (!known.stdinOpen) throw failedPrecondition(`process ${processId} has no open stdin; start it with "stdin": true`);
     return this.runtimes.busy(runtimeId, async () => {
       // FOLLOW keeps the stream (and with it the ownership of stdin) open until we detach.
-      const stream = await this.driver.attachProcess(runtimeId, processId, { from: 'end', follow: true, input: true });
+      const stream = await this.guests.guest(runtimeId).attachProcess(processId, { from: 'end', follow: true, input: true });
       // Its output is not ours to read, but unread it would stall the stream at its window.
       void (async () => {
         for await (const _ of stream);
@@ -194,13 +126,13 @@ export class ProcessService {
 
   async signal(tenantId: string, ref: string, processId: number, signal: SignalName, tree: boolean): Promise<void> {
     const runtimeId = await this.#running(tenantId, ref);
-    await this.runtimes.busy(runtimeId, () => this.driver.signalProcess(runtimeId, processId, osConstants.signals[signal], tree));
+    await this.runtimes.busy(runtimeId, () => this.guests.guest(runtimeId).signalProcess(processId, osConstants.signals[signal], tree));
   }
 
   /** Drops an exited process and its retained output. */
   async forget(tenantId: string, ref: string, processId: number): Promise<void> {
     const runtimeId = await this.#running(tenantId, ref);
-    await this.runtimes.busy(runtimeId, () => this.driver.forgetProcess(runtimeId, processId));
+    await this.runtimes.busy(runtimeId, () => this.guests.guest(runtimeId).forgetProcess(processId));
   }
 
   /**
@@ -214,13 +146,13 @@ export class ProcessService {
       const known = await this.#find(runtimeId, opts.processId);
       if (!known.pty) throw failedPrecondition(`process ${opts.processId} has no terminal; start it with "pty"`);
       const attachment = await this.#attach(runtimeId, opts.processId, { from: 'oldest', follow: true, input: true }, null);
-      if (known.status === 'running') await this.driver.resizeTerminal(runtimeId, opts.processId, opts.size.rows, opts.size.cols).catch(() => undefined);
+      if (known.status === 'running') await this.guests.guest(runtimeId).resizeTerminal(opts.processId, opts.size.rows, opts.size.cols).catch(() => undefined);
       return attachment;
     }
     const release = this.runtimes.hold(runtimeId);
     let stream: ProcessStream;
     try {
-      stream = await this.driver.spawnProcess(runtimeId, {
+      stream = await this.guests.guest(runtimeId).spawnProcess({
         ...(opts.command ?? TERMINAL_SHELL),
         cwd: null,
         env: { TERM: 'xterm-256color', COLORTERM: 'truecolor' },
@@ -237,21 +169,21 @@ export class ProcessService {
   }
 
   async resize(runtimeId: string, processId: number, rows: number, cols: number): Promise<void> {
-    await this.driver.resizeTerminal(runtimeId, processId, rows, cols);
+    await this.guests.guest(runtimeId).resizeTerminal(processId, rows, cols);
   }
 
   /** Like a terminal closing: SIGHUP to the tree, then SIGKILL for whatever still runs. */
   #hangUp(runtimeId: string, processId: number): void {
-    const signal = (sig: number) => this.driver.signalProcess(runtimeId, processId, sig, true);
+    const signal = (sig: number) => this.guests.guest(runtimeId).signalProcess(processId, sig, true);
     void signal(osConstants.signals.SIGHUP)
       .then(() => new Promise((resolve) => setTimeout(resolve, HANGUP_GRACE_MS).unref()))
-      .then(() => this.driver.listProcesses(runtimeId))
+      .then(() => this.guests.guest(runtimeId).listProcesses())
       .then((all) => (all.find((p) => p.id === processId)?.status === 'running' ? signal(osConstants.signals.SIGKILL) : undefined))
       .catch(() => undefined); // the runtime stopped or the process is gone: nothing left to end
   }
 
   async #attach(runtimeId: string, processId: number, request: AttachRequest, onClose: (() => void) | null): Promise<Attachment> {
-    const stream = await this.driver.attachProcess(runtimeId, processId, request);
+    const stream = await this.guests.guest(runtimeId).attachProcess(processId, request);
     return this.#attached(runtimeId, stream, onClose);
   }
 
@@ -273,7 +205,7 @@ export class ProcessService {
   }
 
   async #find(runtimeId: string, processId: number): Promise<ProcessState> {
-    const found = (await this.driver.listProcesses(runtimeId)).find((p) => p.id === processId);
+    const found = (await this.guests.guest(runtimeId).listProcesses()).find((p) => p.id === processId);
     if (found === undefined) throw notFound('process', String(processId));
     return found;
   }

@@ -12,7 +12,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { VesselError, failedPrecondition, notFound, unavailable } from './errors.js';
-import type { CheckpointDescription, CheckpointSource, Store, VmDriver } from './ports.js';
+import type { CheckpointDescription, CheckpointFiles, Machines, RemoteCheckpoint, Store } from './ports.js';
 import type { Readable } from 'node:stream';
 import { MOVING_MESSAGE, stampAfter, type Logger, type RuntimeNetwork, type RuntimeService } from './runtimes.js';
 import type { AuditService } from './audits.js';
@@ -51,7 +51,7 @@ export class RuntimeMoves {
   constructor(
     private readonly store: Store,
     private readonly runtimes: RuntimeService,
-    private readonly driver: VmDriver,
+    private readonly driver: Machines & CheckpointFiles,
     private readonly network: RuntimeNetwork,
     /** Where a move is recorded for the runtime's tenant to see. */
     private readonly audits: Pick<AuditService, 'record'>,
@@ -152,7 +152,7 @@ export class RuntimeMoves {
    * moving host gave up meanwhile; only then does its guest run here. Short of the commit,
    * nothing of it is left here.
    */
-  async takeHere(tenantId: string, ref: string, offer: MoveOffer, source: CheckpointSource, stillWanted: () => boolean): Promise<Runtime> {
+  async takeHere(tenantId: string, ref: string, offer: MoveOffer, source: RemoteCheckpoint, stillWanted: () => boolean): Promise<Runtime> {
     const first = await this.store.runtimes.find(tenantId, ref);
     if (first === undefined || first.id !== offer.runtimeId) throw notFound('runtime', ref);
     return this.runtimes.withLock(first.id, async () => {

@@ -1,18 +1,16 @@
-/** Runtime domain rules: creation, the lifecycle state machine, resources, exec and files. */
+/** Runtime domain rules: creation, the lifecycle state machine, resources, activity. Exec is processes.ts, files files.ts. */
 import { randomUUID } from 'node:crypto';
-import { posix } from 'node:path';
-import type { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, invalidArgument, notFound, unavailable } from './errors.js';
 import { normalizeHostPattern } from './host-pattern.js';
 import { KeyedMutex } from './keyed-mutex.js';
 import { LIVE_STATUSES, RESULT_OF, STOPPED_STATUSES, requireState, type LifecycleOp } from './lifecycle.js';
 import { LIFECYCLE_TICK_MS, dueAction, type TimerAction } from './lifecycle-timers.js';
 import { checkDisplayName } from './names.js';
-import type { HostLimits, Store, VmDriver, VmSpec } from './ports.js';
+import type { HostLimits, Machines, Store, VmSpec } from './ports.js';
 import type { AuditService } from './audits.js';
 import type { TenantQuotas } from './quotas.js';
 import { checkLabels, initialLifecycle, mergeLifecycle, type LifecycleInput } from './runtime-settings.js';
-import type { Checkpoint, EgressPolicy, ExecRequest, ExecResult, GuestFileInfo, GuestFileStat, IngressSpec, Page, PageRequest, Resources, Runtime, RuntimeFilter } from './types.js';
+import type { Checkpoint, EgressPolicy, IngressSpec, Page, PageRequest, Resources, Runtime, RuntimeFilter } from './types.js';
 import type { WarmPool } from './warm-pool.js';
 
 export const DEFAULT_MEMORY_MIB = 512;
@@ -47,7 +45,7 @@ export interface RuntimePatchInput {
 }
 
 /** The checkpoint service, as creates see it. */
-export interface CheckpointSource {
+export interface CreateCheckpoints {
   /** The system checkpoint of this shape, made on first use. */
   systemFor(resources: Resources): Promise<{ id: string }>;
   /** Resolves when the checkpoint's files are as they were at capture; throws failed_precondition otherwise. */
@@ -106,22 +104,6 @@ function checkIngress(specs: IngressSpec[]): IngressSpec[] {
   return specs;
 }
 
-/** Guest paths for the files API: absolute, no NUL, bounded. */
-export function checkGuestPath(path: string): string {
-  if (!path.startsWith('/')) throw invalidArgument(`path '${path}' must be absolute`);
-  if (path.includes('\0') || path.length > 4096) throw invalidArgument('path must not contain NUL and has at most 4096 characters');
-  return path;
-}
-
-/**
- * An absolute path a removal may take: `/` under any spelling (`/.`, `//`, `/tmp/..`) would be
- * the whole root file system, and the agent refuses only the literal `/`.
- */
-function checkRemovablePath(path: string): string {
-  if (posix.normalize(path) === '/') throw invalidArgument(`'${path}' is the root directory, which cannot be removed`);
-  return path;
-}
-
 export class RuntimeService {
   readonly #lock = new KeyedMutex();
   /** Last exec, file or egress activity per runtime, for idle suspension. */
@@ -139,7 +121,7 @@ export class RuntimeService {
 
   constructor(
     private readonly store: Store,
-    private readonly driver: VmDriver,
+    private readonly machines: Machines,
     private readonly network: RuntimeNetwork,
     private readonly quotas: TenantQuotas,
     /** Where what the lifecycle timers do is recorded for the tenant to see. */
@@ -149,17 +131,17 @@ export class RuntimeService {
     /** The VM host this process is (docs/scaling.md); null on a single host. It runs only its own runtimes. */
     private readonly node: string | null = null,
   ) {
-    driver.onUnexpectedExit((id) => void this.#markCrashed(id));
+    machines.onUnexpectedExit((id) => void this.#markCrashed(id));
   }
 
   observe(observer: RuntimeObserver): void {
     this.#observer = observer;
   }
 
-  #checkpoints: CheckpointSource | null = null;
+  #checkpoints: CreateCheckpoints | null = null;
 
   /** Where creates get their checkpoints checked, and plain creates their template (the checkpoint service). */
-  useCheckpoints(source: CheckpointSource): void {
+  useCheckpoints(source: CreateCheckpoints): void {
     this.#checkpoints = source;
   }
 
@@ -228,9 +210,9 @@ export class RuntimeService {
     }
     return this.#lock.run(runtime.id, async () => {
       try {
-        await this.driver.create(this.#spec(runtime, await this.network.attach(runtime)));
+        await this.machines.create(this.#spec(runtime, await this.network.attach(runtime)));
       } catch (err) {
-        await this.driver.destroy(runtime.id).catch(() => undefined);
+        await this.machines.destroy(runtime.id).catch(() => undefined);
         await this.network.detach(runtime.id).catch(() => undefined);
         if (err instanceof VesselError && err.code !== 'internal') {
           // Refusals (capacity, unsupported, bad input) leave nothing behind, not even the record.
@@ -265,7 +247,7 @@ export class RuntimeService {
             limits: { memory_mib: input.resources.limits?.memory_mib ?? (rt.pendingResources ?? rt.resources).limits.memory_mib },
             requests: { memory_mib: input.resources.requests?.memory_mib ?? rt.resources.requests.memory_mib },
           },
-          this.driver.hostLimits(),
+          this.machines.hostLimits(),
         );
         const next = rt.pendingResources ?? rt.resources;
         if (target.limits.memory_mib > next.limits.memory_mib) {
@@ -279,7 +261,7 @@ export class RuntimeService {
         if (live && target.requests.memory_mib !== rt.resources.requests.memory_mib) {
           // Fits inside the limit in force now; a larger request waits for the limit to grow at the next start.
           const inForce = Math.min(target.requests.memory_mib, rt.resources.limits.memory_mib);
-          await this.driver.setMemoryTarget(rt.id, inForce);
+          await this.machines.setMemoryTarget(rt.id, inForce);
         }
         if (live && target.limits.memory_mib !== rt.resources.limits.memory_mib) {
           // The limit is the VM's RAM size: it changes at the next boot, and until then the Runtime shows what is in force.
@@ -304,16 +286,16 @@ export class RuntimeService {
       if (op !== 'stop') this.#requireDriver();
       switch (op) {
         case 'pause':
-          await this.driver.pause(rt.id);
+          await this.machines.pause(rt.id);
           break;
         case 'resume':
           if (rt.status === 'suspended') return this.#boot(rt);
-          await this.driver.resume(rt.id);
+          await this.machines.resume(rt.id);
           // Time spent paused is not idle time: the idle timer starts again.
           this.touch(rt.id);
           break;
         case 'stop':
-          await this.driver.stop(rt.id, STOP_DEADLINE_MS);
+          await this.machines.stop(rt.id, STOP_DEADLINE_MS);
           break;
         case 'start':
           return this.#boot(rt);
@@ -329,12 +311,6 @@ export class RuntimeService {
       await this.#save(rt, { status: 'deleting' });
       await this.#finishDelete(rt);
     });
-  }
-
-  async exec(tenantId: string, ref: string, request: ExecRequest): Promise<ExecResult> {
-    const rt = await this.get(tenantId, ref);
-    requireState('exec', rt.status, rt.displayName);
-    return this.busy(rt.id, () => this.driver.exec(rt.id, request));
   }
 
   /** Counts as activity from start to end, so a long command does not look idle. */
@@ -434,11 +410,11 @@ export class RuntimeService {
   async #act(rt: Runtime, due: TimerAction): Promise<void> {
     switch (due.action) {
       case 'suspend':
-        await this.driver.suspend(rt.id);
+        await this.machines.suspend(rt.id);
         await this.#save(rt, { status: 'suspended', statusMessage: due.reason });
         return;
       case 'stop':
-        await this.driver.stop(rt.id, STOP_DEADLINE_MS);
+        await this.machines.stop(rt.id, STOP_DEADLINE_MS);
         await this.#save(rt, { status: 'shutdown', statusMessage: due.reason });
         return;
       case 'delete':
@@ -446,47 +422,6 @@ export class RuntimeService {
         await this.#finishDelete(rt);
         return;
     }
-  }
-
-  readFile(tenantId: string, ref: string, path: string): Promise<Readable> {
-    return this.#files(tenantId, ref, path, (id, p) => this.driver.readFile(id, p));
-  }
-
-  writeFile(tenantId: string, ref: string, path: string, body: Readable, maxBytes: number): Promise<number> {
-    return this.#files(tenantId, ref, path, (id, p) => this.driver.writeFile(id, p, body, maxBytes));
-  }
-
-  listDir(tenantId: string, ref: string, path: string): Promise<GuestFileInfo[]> {
-    return this.#files(tenantId, ref, path, (id, p) => this.driver.listDir(id, p));
-  }
-
-  statPath(tenantId: string, ref: string, path: string, followSymlinks: boolean): Promise<GuestFileStat> {
-    return this.#files(tenantId, ref, path, (id, p) => this.driver.statPath(id, p, followSymlinks));
-  }
-
-  makeDir(tenantId: string, ref: string, path: string): Promise<void> {
-    return this.#files(tenantId, ref, path, (id, p) => this.driver.makeDir(id, p));
-  }
-
-  removePath(tenantId: string, ref: string, path: string, recursive: boolean): Promise<void> {
-    return this.#files(tenantId, ref, path, (id, p) => this.driver.removePath(id, checkRemovablePath(p), recursive));
-  }
-
-  /** Activity from the request until the archive's last byte (or its abort). */
-  readArchive(tenantId: string, ref: string, dir: string): Promise<Readable> {
-    return this.#files(tenantId, ref, dir, async (id, p) => (await this.driver.readArchive(id, p)).once('close', () => this.touch(id)));
-  }
-
-  writeArchive(tenantId: string, ref: string, dir: string, body: Readable, maxBytes: number): Promise<number> {
-    return this.#files(tenantId, ref, dir, (id, p) => this.driver.writeArchive(id, p, body, maxBytes));
-  }
-
-  /** What every request on the guest's files shares: a running runtime, an absolute path, activity while it runs. */
-  async #files<T>(tenantId: string, ref: string, path: string, work: (runtimeId: string, path: string) => Promise<T>): Promise<T> {
-    const rt = await this.get(tenantId, ref);
-    requireState('files', rt.status, rt.displayName);
-    const checked = checkGuestPath(path);
-    return this.busy(rt.id, () => work(rt.id, checked));
   }
 
   /** Runs the work with this runtime's lifecycle lock held (used by checkpoint capture). */
@@ -535,19 +470,19 @@ export class RuntimeService {
       }
       if (!LIVE_STATUSES.includes(rt.status)) continue;
       let gone = 'the VM process was gone after a service restart';
-      const state = await this.driver.reattach(rt.id).catch((err: unknown) => {
+      const state = await this.machines.reattach(rt.id).catch((err: unknown) => {
         gone = `the VM could not be taken back after a service restart: ${err instanceof Error ? err.message : String(err)}`;
         return 'gone' as const;
       });
       if (state === 'gone' || rt.status === 'creating') {
-        if (state !== 'gone') await this.driver.destroy(rt.id).catch(() => undefined);
+        if (state !== 'gone') await this.machines.destroy(rt.id).catch(() => undefined);
         const status = rt.status === 'creating' ? 'error' : 'crashed';
         await this.#save(rt, { status, statusMessage: status === 'error' ? 'service restarted during creation' : gone });
         crashed++;
       } else {
         if (rt.status === 'running' && state === 'paused') {
           // Paused behind the store's back: a checkpoint capture was cut short. Put it back.
-          await this.driver.resume(rt.id);
+          await this.machines.resume(rt.id);
         } else if (state !== rt.status) {
           await this.#save(rt, { status: state });
         }
@@ -558,10 +493,10 @@ export class RuntimeService {
     // the two, or the store restored from a backup). Nothing owns them; they are removed, loudly.
     const known = new Set(all.filter((rt) => !movedAway.has(rt.id)).map((rt) => rt.id));
     let orphans = 0;
-    for (const id of this.driver.runtimeIds()) {
+    for (const id of this.machines.runtimeIds()) {
       if (known.has(id)) continue;
       this.log.warn({ runtimeId: id }, 'a VM with no runtime record was found and removed');
-      await this.driver.destroy(id);
+      await this.machines.destroy(id);
       orphans++;
     }
     return { adopted, crashed, orphans };
@@ -574,7 +509,7 @@ export class RuntimeService {
     const claim = await this.quotas.claimVm(rt.tenantId, { runtimeName: rt.displayName, resources, newRuntime: false, replacing: null });
     try {
       try {
-        await this.driver.start(this.#spec({ ...rt, resources }, await this.network.attach(rt)));
+        await this.machines.start(this.#spec({ ...rt, resources }, await this.network.attach(rt)));
       } catch (err) {
         const reason = err instanceof Error ? err.message : String(err);
         if (err instanceof VesselError && err.code === 'unavailable') throw err;
@@ -589,7 +524,7 @@ export class RuntimeService {
   }
 
   async #finishDelete(rt: Runtime): Promise<void> {
-    await this.driver.destroy(rt.id);
+    await this.machines.destroy(rt.id);
     await this.network.detach(rt.id);
     await this.store.rules.deleteForRuntime(rt.id);
     await this.store.runtimes.delete(rt.tenantId, rt.id);
@@ -620,7 +555,7 @@ export class RuntimeService {
       throw invalidArgument(`a fork has its checkpoint's vcpus (${cp.resources.vcpus})`);
     }
     const requests = { memory_mib: input?.requests?.memory_mib ?? cp.resources.requests.memory_mib };
-    return { checkpoint: cp, resources: checkResources({ ...cp.resources, requests }, this.driver.hostLimits()) };
+    return { checkpoint: cp, resources: checkResources({ ...cp.resources, requests }, this.machines.hostLimits()) };
   }
 
   /** The system checkpoint a plain create forks (made on first use of its shape), and a warm spare of it if one is ready. */
@@ -640,7 +575,7 @@ export class RuntimeService {
     const limit = input?.limits?.memory_mib ?? DEFAULT_MEMORY_MIB;
     return checkResources(
       { limits: { memory_mib: limit }, requests: { memory_mib: input?.requests?.memory_mib ?? limit }, vcpus: input?.vcpus ?? 1 },
-      this.driver.hostLimits(),
+      this.machines.hostLimits(),
     );
   }
 
@@ -649,7 +584,7 @@ export class RuntimeService {
   }
 
   #requireDriver(): void {
-    const reason = this.driver.unavailableReason();
+    const reason = this.machines.unavailableReason();
     if (reason !== null) throw unavailable(reason);
   }
 

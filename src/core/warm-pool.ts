@@ -6,7 +6,7 @@
  * shutdown removes them, and after a crash the driver's sweep and the gateway's restore do.
  */
 import { randomUUID } from 'node:crypto';
-import type { NetworkGateway, VmDriver } from './ports.js';
+import type { Machines, NetworkGateway } from './ports.js';
 import type { Resources } from './types.js';
 
 interface Logger {
@@ -24,7 +24,7 @@ export class WarmPool {
   #closed = false;
 
   constructor(
-    private readonly driver: VmDriver,
+    private readonly machines: Machines,
     private readonly gateway: NetworkGateway,
     private readonly size: number,
     private readonly log: Logger,
@@ -68,7 +68,7 @@ export class WarmPool {
         try {
           // A spare may reach nothing until it is claimed: its policy is the default deny-all.
           const tap = await this.gateway.attach({ runtimeId: id, tenantId: '', policy: { enabled: true, allowed_hosts: [] }, rules: [] });
-          await this.driver.createSpare({ runtimeId: id, resources: target.resources, fromCheckpointId: target.checkpointId, hostname: 'vessel', tap });
+          await this.machines.createSpare({ runtimeId: id, resources: target.resources, fromCheckpointId: target.checkpointId, hostname: 'vessel', tap });
         } catch (err) {
           await this.discard(id);
           // Capacity and other refusals: try again at the next take, not in a loop.
@@ -84,7 +84,7 @@ export class WarmPool {
   /** Removes spares' VMs and TAPs; also for a spare taken by a create that then failed. */
   async discard(...ids: string[]): Promise<void> {
     for (const id of ids) {
-      await this.driver.destroy(id).catch(() => undefined);
+      await this.machines.destroy(id).catch(() => undefined);
       await this.gateway.detach(id).catch(() => undefined);
     }
   }

@@ -12,7 +12,7 @@ import { existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, unavailable } from '../core/errors.js';
-import type { CheckpointSource } from '../core/ports.js';
+import type { RemoteCheckpoint } from '../core/ports.js';
 import { fsyncDir, writeFileDurably } from '../platform/durable-files.js';
 import { DiskLayers, manifestProblem, sealFile, type CheckpointManifest } from './disk-layers.js';
 import { digestFile } from './file-digest.js';
@@ -24,7 +24,7 @@ const DEVICE_STATE_ALLOWANCE = 256 * MiB;
 
 export interface ImportRequest {
   checkpointId: string;
-  source: CheckpointSource;
+  source: RemoteCheckpoint;
   layers: DiskLayers;
   qemuVersion: string;
   /** The digest of this host's guest image (guest-image.ts, imageContentDigest). */
@@ -106,7 +106,7 @@ async function takeLayer(r: ImportRequest, manifest: CheckpointManifest, layerId
   fsyncDir(layers.layersDir);
 }
 
-async function takeFile(source: CheckpointSource, file: string, path: string, expected: string, maxBytes: number): Promise<void> {
+async function takeFile(source: RemoteCheckpoint, file: string, path: string, expected: string, maxBytes: number): Promise<void> {
   const what = file === 'state' || file === 'ram' ? `its ${file} file` : `its disk layer ${file}`;
   let got: string;
   const frames = await source.open(file);

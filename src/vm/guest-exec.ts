@@ -1,12 +1,12 @@
 /**
- * Buffered commands through vessel-agent (docs/agent-protocol.md): one SPAWN with HOLD, so that
- * no byte of output is lost before it reaches us, stdin written within the agent's credit, each
- * stream kept up to the request's cap (the rest counted as truncated) and, at the deadline, a
- * SIGKILL of the whole tree. The exit comes as a frame: nothing is polled.
+ * Commands as vessel-agent's SPAWN takes them (docs/agent-protocol.md): the argv, the guest's
+ * base environment with the request's laid over it, a script for a command too large for one
+ * frame, and the agent's refusals to start as the API's errors. Running, streaming, buffering
+ * and the deadline are the core's (core/commands.ts), the same for every exec.
  */
 import { randomBytes } from 'node:crypto';
 import { VesselError } from '../core/errors.js';
-import type { ExecRequest, ExecResult } from '../core/types.js';
+import type { ExecRequest } from '../core/types.js';
 import { AgentError, type AgentClient } from './agent/agent-client.js';
 import { MAX_PAYLOAD, SPAWN_FIXED_BYTES } from './agent/frames.js';
 import { agentFailure } from './guest-errors.js';
@@ -34,8 +34,6 @@ export const GUEST_BASE_ENV: Record<string, string> = {
 const ENOENT = 2;
 /** Where a command too large for one SPAWN frame is staged (tmpfs; the script removes itself). */
 const STAGING_DIR = '/run/vessel';
-
-type Agent = () => Promise<AgentClient>;
 
 /** A command as the API takes it: the shell form (no args) or argv, with its cwd and env. */
 export type CommandRequest = Pick<ExecRequest, 'command' | 'args' | 'cwd' | 'env'>;
@@ -85,35 +83,4 @@ export function startFailure(err: unknown, req: CommandRequest): unknown {
   }
   if (err.kind === 'EXEC') return new VesselError('command_failed', `cannot start '${programOf(req)}': executable was not found or cannot be run (${err.detail})`);
   return new VesselError('command_failed', `cannot start '${programOf(req)}': ${err.detail}`);
-}
-
-function lossyText(bytes: Buffer): string {
-  // Lossy by design: invalid sequences become U+FFFD.
-  return bytes.toString('utf8');
-}
-
-export async function execInGuest(agent: Agent, req: ExecRequest): Promise<ExecResult> {
-  const started = Date.now();
-  const ga = await agent();
-  const plan = await spawnPlan(ga, req);
-  let result;
-  try {
-    result = await ga.run({
-      ...plan,
-      ...(req.stdin === null ? {} : { stdin: Buffer.from(req.stdin, 'utf8') }),
-      maxOutputBytes: req.maxOutputBytes,
-      timeoutMs: Math.min(req.timeoutSecs * 1000, 2 ** 31 - 1),
-    });
-  } catch (err) {
-    throw startFailure(err, req);
-  }
-  if (result.timedOut) throw new VesselError('deadline_exceeded', `command did not finish within ${req.timeoutSecs} s and was killed`);
-  return {
-    exit_code: result.signal !== null ? 128 + result.signal : (result.exitCode ?? -1),
-    duration_ms: Date.now() - started,
-    stdout: lossyText(result.stdout),
-    stdout_truncated: result.stdoutTruncated,
-    stderr: lossyText(result.stderr),
-    stderr_truncated: result.stderrTruncated,
-  };
 }

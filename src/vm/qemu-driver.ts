@@ -1,5 +1,6 @@
 /**
- * The QEMU implementation of the core's VmDriver port: one detached QEMU `microvm` per runtime,
+ * The QEMU implementation of the core's VM host ports (Machines, CheckpointFiles, and each
+ * runtime's GuestAgent, a QemuGuestAgent): one detached QEMU `microvm` per runtime,
  * a qcow2 overlay on a chain of frozen layers over the read-only guest image, QMP for the
  * machine and the guest agent for everything inside it. Checkpoints are a QMP migration of the
  * device state plus the RAM file; forks restore them with `-incoming`.
@@ -13,9 +14,10 @@ import { createHash, randomInt } from 'node:crypto';
 import { availableParallelism, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
+import { runBuffered } from '../core/commands.js';
 import { VesselError, failedPrecondition, invalidArgument, unavailable } from '../core/errors.js';
-import type { CheckpointDescription, CheckpointSource, LiveState, VmDriver, VmSpec } from '../core/ports.js';
-import type { AttachRequest, ExecRequest, ExecResult, GuestFileInfo, GuestFileStat, ProcessSpec, ProcessState, ProcessStream, Resources } from '../core/types.js';
+import type { CheckpointDescription, GuestAgent, LiveState, RemoteCheckpoint, VmDriver, VmSpec } from '../core/ports.js';
+import type { Resources } from '../core/types.js';
 import { flushFiles, fsyncDir, fsyncFile } from '../platform/durable-files.js';
 import { runCommand } from '../platform/run-command.js';
 import { hostTscKhz, type Accel } from './accel.js';
@@ -25,16 +27,14 @@ import { importCheckpoint } from './checkpoint-import.js';
 import { DiskLayers, createOverlay, type CheckpointManifest } from './disk-layers.js';
 import { digestFile } from './file-digest.js';
 import { AgentError, type AgentClient } from './agent/agent-client.js';
-import { execInGuest, GUEST_CA_ENV, GUEST_CA_FILE } from './guest-exec.js';
-import { listGuestDir, makeGuestDir, readGuestArchive, removeGuestPath, statGuestPath, writeGuestArchive } from './guest-directories.js';
-import { readGuestFile, writeGuestFile } from './guest-files.js';
-import { attachProcess, listProcesses, onProcess, spawnProcess } from './guest-processes.js';
+import { GUEST_CA_ENV, GUEST_CA_FILE } from './guest-exec.js';
 import { giveIdentity, syncClock } from './guest-identity.js';
 import { imageContentDigest, type GuestImage } from './guest-image.js';
 import { readRotatedLogEnd, rotateLog } from './log-rotation.js';
 import { consoleLogOf, type ConsoleLog } from '../core/console-log.js';
 import { migrateToFile } from './migration.js';
 import { BOOT_PROFILE } from './qemu-args.js';
+import { QemuGuestAgent } from './qemu-guest-agent.js';
 import { QemuVm, vmPaths } from './qemu-vm.js';
 import { sparseFrames } from './sparse-stream.js';
 import { Teardown } from './teardown.js';
@@ -311,64 +311,8 @@ export class QemuDriver implements VmDriver {
     this.#layers.collect();
   }
 
-  exec(runtimeId: string, request: ExecRequest): Promise<ExecResult> {
-    return this.#withAgent(runtimeId, (agent) => execInGuest(agent, request));
-  }
-
-  spawnProcess(runtimeId: string, spec: ProcessSpec): Promise<ProcessStream> {
-    return this.#withAgent(runtimeId, (agent) => spawnProcess(agent, spec));
-  }
-
-  attachProcess(runtimeId: string, processId: number, request: AttachRequest): Promise<ProcessStream> {
-    return this.#withAgent(runtimeId, (agent) => attachProcess(agent, processId, request));
-  }
-
-  listProcesses(runtimeId: string): Promise<ProcessState[]> {
-    return this.#withAgent(runtimeId, (agent) => listProcesses(agent));
-  }
-
-  signalProcess(runtimeId: string, processId: number, signal: number, tree: boolean): Promise<void> {
-    return this.#withAgent(runtimeId, (agent) => onProcess(agent, processId, (ga) => ga.signal(processId, signal, { tree })));
-  }
-
-  resizeTerminal(runtimeId: string, processId: number, rows: number, cols: number): Promise<void> {
-    return this.#withAgent(runtimeId, (agent) => onProcess(agent, processId, (ga) => ga.resize(processId, rows, cols)));
-  }
-
-  forgetProcess(runtimeId: string, processId: number): Promise<void> {
-    return this.#withAgent(runtimeId, (agent) => onProcess(agent, processId, (ga) => ga.forget(processId)));
-  }
-
-  readFile(runtimeId: string, path: string): Promise<Readable> {
-    return this.#withAgent(runtimeId, (agent) => readGuestFile(agent, path));
-  }
-
-  writeFile(runtimeId: string, path: string, body: Readable, maxBytes: number): Promise<number> {
-    return this.#withAgent(runtimeId, (agent) => writeGuestFile(agent, path, body, maxBytes));
-  }
-
-  listDir(runtimeId: string, path: string): Promise<GuestFileInfo[]> {
-    return this.#withAgent(runtimeId, (agent) => listGuestDir(agent, path));
-  }
-
-  statPath(runtimeId: string, path: string, followSymlinks: boolean): Promise<GuestFileStat> {
-    return this.#withAgent(runtimeId, (agent) => statGuestPath(agent, path, followSymlinks));
-  }
-
-  makeDir(runtimeId: string, path: string): Promise<void> {
-    return this.#withAgent(runtimeId, (agent) => makeGuestDir(agent, path));
-  }
-
-  removePath(runtimeId: string, path: string, recursive: boolean): Promise<void> {
-    return this.#withAgent(runtimeId, (agent) => removeGuestPath(agent, path, recursive));
-  }
-
-  readArchive(runtimeId: string, dir: string): Promise<Readable> {
-    return this.#withAgent(runtimeId, (agent) => readGuestArchive(agent, dir));
-  }
-
-  writeArchive(runtimeId: string, dir: string, body: Readable, maxBytes: number): Promise<number> {
-    return this.#withAgent(runtimeId, (agent) => writeGuestArchive(agent, dir, body, maxBytes));
+  guest(runtimeId: string): GuestAgent {
+    return new QemuGuestAgent((work) => this.#withAgent(runtimeId, work));
   }
 
   /**
@@ -579,7 +523,7 @@ export class QemuDriver implements VmDriver {
     return sparseFrames(path);
   }
 
-  async importCheckpoint(checkpointId: string, source: CheckpointSource, expected: { memoryMib: number; vcpus: number }): Promise<void> {
+  async importCheckpoint(checkpointId: string, source: RemoteCheckpoint, expected: { memoryMib: number; vcpus: number }): Promise<void> {
     const imageDigest = await this.#imageContent();
     const run = this.#imports.then(async () => {
       // A copy left here (a move back after a drop that never came) is used only if it is intact.
@@ -642,9 +586,9 @@ export class QemuDriver implements VmDriver {
    * of a minute under TCG. The copy in ca-certificates' local directory survives a later run.
    */
   async #installCa(runtimeId: string): Promise<void> {
-    await this.writeFile(runtimeId, GUEST_CA_FILE, Readable.from([Buffer.from(this.opts.guestCaPem)]), 1 << 20);
+    await this.guest(runtimeId).writeFile(GUEST_CA_FILE, Readable.from([Buffer.from(this.opts.guestCaPem)]), 1 << 20);
     const profile = Object.entries(GUEST_CA_ENV).map(([k, v]) => `export ${k}=${v}`).join('; ');
-    const result = await this.exec(runtimeId, {
+    const result = await runBuffered(this.guest(runtimeId), {
       // Constant paths only, no quoting needed.
       command: `cat ${GUEST_CA_FILE} >> ${GUEST_CA_ENV.SSL_CERT_FILE} && ln -sf ${GUEST_CA_FILE} /etc/ssl/certs/vessel-egress-ca.pem && echo '${profile}' > /etc/profile.d/vessel-ca.sh`,
       args: [], cwd: null, env: {}, stdin: null, maxOutputBytes: 4096, timeoutSecs: 60,

@@ -182,7 +182,7 @@ describe('errors of the HTTP layer', () => {
   });
   test('internal errors hide details', async () => {
     const driver = new FakeDriver();
-    driver.exec = async () => {
+    driver.spawnProcess = async () => {
       throw new Error('boom at /secret/path');
     };
     const broken = await apiHarness({ driver });

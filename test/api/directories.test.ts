@@ -5,7 +5,6 @@
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import type { VmDriver } from '../../src/core/ports.js';
 import { apiHarness, type ApiHarness } from '../support/api-harness.js';
 import { FakeDriver } from '../support/fake-driver.js';
 
@@ -135,7 +134,7 @@ test('scopes, tenancy and runtime state apply as for the file routes', async () 
 
 test('an archive upload body is a raw stream whatever its media type; driver failures are envelopes', async () => {
   const seen: Array<{ dir: string; bytes: number; max: number }> = [];
-  const d: VmDriver = driver; // its own writeArchive until the end of the test
+  const d: FakeDriver = driver; // its own writeArchive until the end of the test
   d.writeArchive = async (_id, dir, body, max) => {
     let bytes = 0;
     for await (const c of body) bytes += (c as Buffer).length;

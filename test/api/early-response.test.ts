@@ -20,7 +20,7 @@ class CappingDriver extends FakeDriver {
   override async writeFile(id: string, path: string, body: Readable, maxBytes = Infinity): Promise<number> {
     const chunks: Buffer[] = [];
     for await (const chunk of capped(body, maxBytes)) chunks.push(chunk);
-    return super.writeFile(id, path, Readable.from(chunks));
+    return super.writeFile(id, path, Readable.from(chunks), maxBytes);
   }
 }
 

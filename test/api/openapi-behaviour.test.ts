@@ -14,7 +14,6 @@ import WebSocket from 'ws';
 import { WEBSOCKET_PROTOCOL } from '../../src/api/websocket-auth.js';
 import type { Audit, EgressAuditDetails, EgressAuditKind } from '../../src/core/types.js';
 import { apiHarness, type ApiHarness } from '../support/api-harness.js';
-import { EchoDriver } from '../support/echo-driver.js';
 import { FakeDriver } from '../support/fake-driver.js';
 import { dereferenced, nameOf, operationsOf, ResponseChecker, servedDocument } from '../support/openapi.js';
 
@@ -23,7 +22,7 @@ let doc: OpenAPIV3.Document;
 let checker: ResponseChecker;
 let base: string;
 before(async () => {
-  h = await apiHarness({ driver: new EchoDriver() });
+  h = await apiHarness({ driver: new FakeDriver() });
   doc = await servedDocument(h);
   checker = new ResponseChecker(await dereferenced(doc));
   await h.app.listen({ host: '127.0.0.1', port: 0 });
@@ -251,7 +250,7 @@ test('every response carries x-request-id: a malformed URL too, and a client\'s 
 });
 
 test('a terminal upgrade (101) carries x-request-id and selects vessel.v1', async () => {
-  const terminals = await apiHarness({ driver: new EchoDriver() });
+  const terminals = await apiHarness({ driver: new FakeDriver() });
   try {
     await terminals.call('POST', '/v1/runtimes', { display_name: 'term' });
     await terminals.app.listen({ host: '127.0.0.1', port: 0 });
@@ -280,11 +279,11 @@ test('a request that comes while the service shuts down gets 503 unavailable, in
     let running!: () => void;
     const isRunning = new Promise<void>((resolve) => (running = resolve));
     const released = new Promise<void>((resolve) => (release = resolve));
-    const exec = driver.exec.bind(driver);
-    driver.exec = async (id, req) => {
+    const spawn = driver.spawnProcess.bind(driver);
+    driver.spawnProcess = async (id, spec) => {
       running();
       await released;
-      return exec(id, req);
+      return spawn(id, spec);
     };
     await closing.app.listen({ host: '127.0.0.1', port: 0 });
     const socket = connect((closing.app.server.address() as AddressInfo).port, '127.0.0.1');

@@ -110,7 +110,7 @@ test("a reader's start is where its first byte is, however far the agent's frame
   const pid = await startProcess(REPRODUCTION);
   await waitExited(pid);
   for (const from of ['oldest', { stdout: 700, stderr: 7 }] as const) {
-    const stream = await h.driver.attachProcess(runtimeId, pid, { from, follow: false, input: false });
+    const stream = await h.driver.guest(runtimeId).attachProcess(pid, { from, follow: false, input: false });
     // Unread frames pile up in the stream meanwhile; what the reader took is still nothing.
     await new Promise((resolve) => setTimeout(resolve, 100));
     assert.deepEqual(stream.start, from === 'oldest' ? { stdout: 0, stderr: 0 } : from);

@@ -1,12 +1,14 @@
 /**
  * An in-memory VmDriver for tests of the core and the HTTP facade only (validation, auth,
- * errors, state machine). It runs nothing; the real driver is tested with real VMs in test/vm.
+ * errors, state machine). It runs no VM; the real driver is tested with real VMs in test/vm.
+ * Its "processes" write their command line to stdout: one that takes input (stdin or a
+ * terminal) runs until its stdin is closed or a signal ends it; any other exits 0 at once.
  */
 import { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, invalidArgument, notFound, unavailable } from '../../src/core/errors.js';
-import type { CheckpointDescription, CheckpointSource, LiveState, VmDriver, VmSpec } from '../../src/core/ports.js';
+import type { CheckpointDescription, GuestAgent, RemoteCheckpoint, LiveState, VmDriver, VmSpec } from '../../src/core/ports.js';
 import { consoleLogOf, type ConsoleLog } from '../../src/core/console-log.js';
-import type { AttachRequest, ExecRequest, ExecResult, GuestFileInfo, GuestFileStat, ProcessSpec, ProcessState, ProcessStream } from '../../src/core/types.js';
+import type { AttachRequest, GuestFileInfo, GuestFileStat, ProcessOutput, ProcessSpec, ProcessState, ProcessStream } from '../../src/core/types.js';
 
 const fakeInfo = (path: string, file: Buffer | undefined): GuestFileInfo => ({
   name: path.split('/').pop() || '/',
@@ -16,6 +18,15 @@ const fakeInfo = (path: string, file: Buffer | undefined): GuestFileInfo => ({
   mode: file === undefined ? 0o755 : 0o644,
   modified_at: new Date(0).toISOString(),
 });
+
+/** A fake process: its output (its command line), and how it ends. */
+interface EchoProcess {
+  state: ProcessState;
+  output: Buffer;
+  /** Resolves once the process has ended. */
+  ended: Promise<void>;
+  end(status: 'exited' | 'signaled', code: number): void;
+}
 
 export class FakeDriver implements VmDriver {
   readonly vms = new Map<string, { state: LiveState; files: Map<string, Buffer>; dirs: Set<string>; memoryTarget: number }>();
@@ -106,34 +117,124 @@ export class FakeDriver implements VmDriver {
     this.spares.delete(id);
     for (const layer of this.#layers.values()) layer.standing.delete(id);
   }
-  async exec(_id: string, req: ExecRequest): Promise<ExecResult> {
-    return { exit_code: 0, duration_ms: 1, stdout: req.command, stdout_truncated: false, stderr: '', stderr_truncated: false };
+  /**
+   * The runtime's guest: the fake's own methods below, which take the runtime id, so that a test
+   * can override or replace one of them (a subclass, or an assignment) for every guest at once.
+   */
+  guest(runtimeId: string): GuestAgent {
+    return {
+      spawnProcess: (spec) => this.spawnProcess(runtimeId, spec),
+      attachProcess: (processId, request) => this.attachProcess(runtimeId, processId, request),
+      listProcesses: () => this.listProcesses(runtimeId),
+      signalProcess: (processId, signal, tree) => this.signalProcess(runtimeId, processId, signal, tree),
+      resizeTerminal: (processId, rows, cols) => this.resizeTerminal(runtimeId, processId, rows, cols),
+      forgetProcess: (processId) => this.forgetProcess(runtimeId, processId),
+      readFile: (path) => this.readFile(runtimeId, path),
+      writeFile: (path, body, maxBytes) => this.writeFile(runtimeId, path, body, maxBytes),
+      listDir: (path) => this.listDir(runtimeId, path),
+      statPath: (path, followSymlinks) => this.statPath(runtimeId, path, followSymlinks),
+      makeDir: (path) => this.makeDir(runtimeId, path),
+      removePath: (path, recursive) => this.removePath(runtimeId, path, recursive),
+      readArchive: (dir) => this.readArchive(runtimeId, dir),
+      writeArchive: (dir, body, maxBytes) => this.writeArchive(runtimeId, dir, body, maxBytes),
+    };
   }
-  /** Processes need a guest: the real driver's, tested in test/vm/interactive.test.ts. */
-  async spawnProcess(_runtimeId: string, _spec: ProcessSpec): Promise<ProcessStream> {
-    throw unavailable('the fake driver runs no processes');
+
+  readonly #processes = new Map<number, EchoProcess>();
+  #nextProcessId = 1;
+
+  /** Its command line is its output, without a newline: a buffered `echo hi` answers 'echo hi'. */
+  async spawnProcess(runtimeId: string, spec: ProcessSpec): Promise<ProcessStream> {
+    const vm = this.#vm(runtimeId);
+    const dir = spec.cwd ?? '/';
+    // As the real guest refuses it: a working directory that is not there cannot be entered.
+    if (dir !== '/' && !vm.dirs.has(dir) && ![...vm.files.keys()].some((p) => p.startsWith(`${dir}/`))) {
+      throw new VesselError('command_failed', `cannot start command: working directory '${dir}' does not exist`);
+    }
+    const line = [spec.command, ...spec.args].join(' ');
+    const output = Buffer.from(line);
+    const state: ProcessState = {
+      id: this.#nextProcessId++,
+      pid: 100,
+      command: line.slice(0, 256),
+      status: 'running',
+      exitCode: null,
+      signal: null,
+      pty: spec.pty !== null,
+      stdinOpen: spec.stdin || spec.pty !== null,
+      startedAt: new Date(),
+      endedAt: null,
+      stdout: { start: 0, end: output.length },
+      stderr: { start: 0, end: 0 },
+    };
+    let ended!: () => void;
+    const proc: EchoProcess = {
+      state,
+      output,
+      ended: new Promise((resolve) => (ended = resolve)),
+      end: (status, code) => {
+        if (state.status !== 'running') return;
+        Object.assign(state, { status, stdinOpen: false, endedAt: new Date(), ...(status === 'exited' ? { exitCode: code } : { signal: code }) });
+        ended();
+        if (spec.forgetOnExit) this.#processes.delete(state.id);
+      },
+    };
+    this.#processes.set(state.id, proc);
+    const stream = this.#reader(proc, 0, true);
+    if (!state.stdinOpen) proc.end('exited', 0);
+    return stream;
   }
-  async attachProcess(_runtimeId: string, _processId: number, _request: AttachRequest): Promise<ProcessStream> {
-    throw unavailable('the fake driver runs no processes');
+  async attachProcess(_runtimeId: string, processId: number, request: AttachRequest): Promise<ProcessStream> {
+    const proc = this.#process(processId);
+    const from = request.from === 'oldest' ? 0 : request.from === 'end' ? proc.output.length : Math.min(request.from.stdout, proc.output.length);
+    return this.#reader(proc, from, request.follow);
   }
-  async listProcesses(): Promise<ProcessState[]> {
-    return [];
+  async listProcesses(_runtimeId: string): Promise<ProcessState[]> {
+    return [...this.#processes.values()].map((p) => ({ ...p.state }));
   }
-  async signalProcess(_runtimeId: string, _processId: number, _signal: number, _tree: boolean): Promise<void> {
-    throw unavailable('the fake driver runs no processes');
+  async signalProcess(_runtimeId: string, processId: number, signal: number, _tree: boolean): Promise<void> {
+    this.#process(processId).end('signaled', signal);
   }
-  async resizeTerminal(): Promise<void> {
-    throw unavailable('the fake driver runs no processes');
+  async resizeTerminal(_runtimeId: string, _processId: number, _rows: number, _cols: number): Promise<void> {}
+  async forgetProcess(_runtimeId: string, processId: number): Promise<void> {
+    if (this.#process(processId).state.status === 'running') throw failedPrecondition(`process ${processId} is running`);
+    this.#processes.delete(processId);
   }
-  async forgetProcess(_runtimeId: string, _processId: number): Promise<void> {
-    throw unavailable('the fake driver runs no processes');
+  #process(processId: number): EchoProcess {
+    const proc = this.#processes.get(processId);
+    if (proc === undefined) throw notFound('process', String(processId));
+    return proc;
+  }
+  /** Its output from `from`, then, when following, waits for its end (or a detach). */
+  #reader(proc: EchoProcess, from: number, follow: boolean): ProcessStream {
+    let detached!: () => void;
+    const detach = new Promise<void>((resolve) => (detached = resolve));
+    const chunks: ProcessOutput[] = from < proc.output.length ? [{ channel: 'stdout', offset: from, data: proc.output.subarray(from), lost: 0 }] : [];
+    const finished = async (): Promise<ProcessState | null> => {
+      if (!follow) return proc.state.status === 'running' ? null : { ...proc.state };
+      const gone = await Promise.race([proc.ended.then(() => false), detach.then(() => true)]);
+      return gone ? null : { ...proc.state };
+    };
+    const done = finished();
+    return {
+      state: { ...proc.state },
+      done,
+      start: { stdout: from, stderr: 0 },
+      write: async () => {},
+      endInput: () => proc.end('exited', 0),
+      detach: () => detached(),
+      async *[Symbol.asyncIterator]() {
+        yield* chunks;
+        await done;
+      },
+    };
   }
   async readFile(id: string, path: string): Promise<Readable> {
     const data = this.#vm(id).files.get(path);
     if (data === undefined) throw notFound('file', path);
     return Readable.from([data]);
   }
-  async writeFile(id: string, path: string, body: Readable): Promise<number> {
+  async writeFile(id: string, path: string, body: Readable, _maxBytes: number): Promise<number> {
     const chunks: Buffer[] = [];
     for await (const c of body) chunks.push(c as Buffer);
     const data = Buffer.concat(chunks);
@@ -149,7 +250,7 @@ export class FakeDriver implements VmDriver {
     if (names.size === 0 && !vm.dirs.has(path)) throw notFound('directory', path);
     return [...names].sort().map((name) => fakeInfo(prefix + name, vm.files.get(prefix + name)));
   }
-  async statPath(id: string, path: string): Promise<GuestFileStat> {
+  async statPath(id: string, path: string, _followSymlinks: boolean): Promise<GuestFileStat> {
     const file = this.#vm(id).files.get(path);
     if (file === undefined) await this.listDir(id, path).catch(() => Promise.reject(notFound('path', path)));
     return { ...fakeInfo(path, file), uid: 0, gid: 0 };
@@ -166,10 +267,10 @@ export class FakeDriver implements VmDriver {
     for (const p of [...vm.files.keys()].filter(doomed)) vm.files.delete(p);
     for (const p of [...vm.dirs].filter(doomed)) vm.dirs.delete(p);
   }
-  async readArchive(): Promise<Readable> {
+  async readArchive(_runtimeId: string, _dir: string): Promise<Readable> {
     throw new VesselError('unimplemented', 'the fake driver makes no archives');
   }
-  async writeArchive(): Promise<number> {
+  async writeArchive(_runtimeId: string, _dir: string, _body: Readable, _maxBytes: number): Promise<number> {
     throw new VesselError('unimplemented', 'the fake driver extracts no archives');
   }
   async setMemoryTarget(id: string, mib: number) {
@@ -214,7 +315,7 @@ export class FakeDriver implements VmDriver {
   /** The shapes importCheckpoint was told to expect, per checkpoint. */
   readonly importedShapes = new Map<string, { memoryMib: number; vcpus: number }>();
   /** Takes the checkpoint when its source describes it as this fake's own would, having read its state file. */
-  async importCheckpoint(checkpointId: string, source: CheckpointSource, expected: { memoryMib: number; vcpus: number }): Promise<void> {
+  async importCheckpoint(checkpointId: string, source: RemoteCheckpoint, expected: { memoryMib: number; vcpus: number }): Promise<void> {
     if (source.description.image !== 'fake-image') throw new Error('another guest image');
     this.importedShapes.set(checkpointId, expected);
     for await (const piece of await source.open('state')) void piece;

@@ -99,7 +99,9 @@ test('output stale in the channel is skipped by the next client', { skip }, asyn
 
 test('an idle agent does not wake up and holds less than 1 MiB of its own memory', { skip }, async () => {
   const client = await AgentClient.connect(agent.path);
-  await client.run({ argv: ['true'], env: ENV });
+  const proc = client.spawn({ argv: ['true'], env: ENV, hold: true, forgetOnExit: true });
+  for await (const _ of proc);
+  await proc.done;
   await sleep(200);
   const before = wakeups(agent.pid);
   await sleep(1500);

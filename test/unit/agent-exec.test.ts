@@ -1,6 +1,7 @@
 /**
- * vessel-agent's processes, run on the host behind a QEMU-like relay: buffered exec with exact
- * bytes, streaming as produced, stdin, signals and tree kill, a PTY (size, resize, Ctrl-C), and
+ * vessel-agent's processes, run on the host behind a QEMU-like relay: buffered exec (the core's
+ * collector over the driver's process code) with exact bytes, caps, exit codes and the deadline;
+ * streaming as produced, stdin, signals and tree kill, a PTY (size, resize, Ctrl-C), and
  * background output kept in rings: replayed from an offset to a new client connection, and
  * "out of range" once the ring has dropped it.
  */
@@ -8,6 +9,10 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes, randomInt } from 'node:crypto';
 import { AgentClient, AgentError, type AgentProcess } from '../../src/vm/agent/agent-client.js';
+import { runBuffered } from '../../src/core/commands.js';
+import { VesselError } from '../../src/core/errors.js';
+import type { ExecRequest } from '../../src/core/types.js';
+import { HostAgentDriver } from '../support/host-agent-driver.js';
 import { buildAgent, eventually, pidsRunning, sleep } from '../support/agent-harness.js';
 import { agentFixture } from '../support/agent-fixture.js';
 
@@ -15,6 +20,10 @@ const build = buildAgent();
 const skip = 'skip' in build ? build.skip : false;
 const ENV = ['PATH=/usr/local/bin:/usr/bin:/bin', 'LANG=C'];
 const fx = agentFixture('exec', build);
+/** A buffered exec through the core's one exec path, the driver's process code and the real agent. */
+const guest = new HostAgentDriver(() => fx.client).guest('host');
+const exec = (req: Partial<ExecRequest> & { command: string }) =>
+  runBuffered(guest, { args: [], cwd: null, env: {}, stdin: null, maxOutputBytes: 1 << 20, timeoutSecs: 30, ...req });
 
 async function collect(proc: AgentProcess): Promise<{ stdout: string; stderr: string }> {
   const out = { stdout: '', stderr: '' };
@@ -26,32 +35,32 @@ test('the agent builds without warnings', { skip }, () => {
   assert.equal((build as { warnings: string }).warnings, '');
 });
 
-test('buffered exec: exit code, exact binary stdout through stdin, stderr bytes', { skip }, async () => {
-  const input = randomBytes(300_000);
-  const r = await fx.client.run({ argv: ['/bin/sh', '-c', "cat; printf '\\000\\377\\001' >&2; exit 7"], env: ENV, stdin: input, maxOutputBytes: 1 << 20 });
-  assert.equal(r.exitCode, 7);
-  assert.equal(r.signal, null);
-  assert.ok(r.stdout.equals(input), 'stdout is stdin, byte for byte');
-  assert.deepEqual([...r.stderr], [0, 255, 1]);
-  assert.equal(r.stdoutTruncated || r.stderrTruncated, false);
-  assert.equal(r.info!.state, 'exited');
-  assert.ok(r.info!.endNs >= r.info!.startNs);
+test('buffered exec: exit code, stdout through stdin, stderr decoded as lossy UTF-8', { skip }, async () => {
+  const input = randomBytes(200_000).toString('base64');
+  const r = await exec({ command: "cat; printf '\\000\\377\\001' >&2; exit 7", stdin: input });
+  assert.equal(r.exit_code, 7);
+  assert.ok(r.stdout === input, 'stdout is stdin, byte for byte');
+  assert.equal(r.stderr, '\u0000\ufffd\u0001', 'an invalid byte becomes U+FFFD');
+  assert.equal(r.stdout_truncated || r.stderr_truncated, false);
+  assert.ok(r.duration_ms >= 0);
 });
 
-test('buffered exec: argv found on PATH, env, cwd; truncation is honest', { skip }, async () => {
-  const r = await fx.client.run({ argv: ['sh', '-c', 'echo "$FOO"; pwd'], env: [...ENV, 'FOO=bar baz'], cwd: fx.dir });
-  assert.equal(r.stdout.toString(), `bar baz\n${fx.dir}\n`);
-  const big = await fx.client.run({ argv: ['head', '-c', '300000', '/dev/zero'], env: ENV, maxOutputBytes: 1000 });
-  assert.equal(big.exitCode, 0);
+test('buffered exec: argv found on PATH, env, cwd; truncation is honest; a signal is 128 + n', { skip }, async () => {
+  const r = await exec({ command: 'sh', args: ['-c', 'echo "$FOO"; pwd'], env: { FOO: 'bar baz' }, cwd: fx.dir });
+  assert.equal(r.stdout, `bar baz\n${fx.dir}\n`);
+  const big = await exec({ command: 'head', args: ['-c', '300000', '/dev/zero'], maxOutputBytes: 1000 });
+  assert.equal(big.exit_code, 0);
   assert.equal(big.stdout.length, 1000);
-  assert.equal(big.stdoutTruncated, true);
-  assert.equal(big.stderrTruncated, false);
+  assert.equal(big.stdout_truncated, true);
+  assert.equal(big.stderr_truncated, false);
+  assert.equal((await exec({ command: 'kill -TERM $$' })).exit_code, 128 + 15);
 });
 
-test('a command that cannot start: no executable, no working directory', { skip }, async () => {
-  await assert.rejects(fx.client.run({ argv: ['/no/such/program'], env: ENV }), (e: unknown) => e instanceof AgentError && e.kind === 'EXEC' && e.errno === 2);
-  await assert.rejects(fx.client.run({ argv: ['true'], env: ENV, cwd: '/no/such/fx.dir' }), (e: unknown) => e instanceof AgentError && e.kind === 'CWD' && e.errno === 2);
-  await assert.rejects(fx.client.run({ argv: ['no-such-program-on-path'], env: ENV }), (e: unknown) => e instanceof AgentError && e.kind === 'EXEC');
+test('a command that cannot start is command_failed: no executable, no working directory', { skip }, async () => {
+  const failed = (why: RegExp) => (e: unknown) => e instanceof VesselError && e.code === 'command_failed' && why.test(e.message);
+  await assert.rejects(exec({ command: '/no/such/program', args: ['x'] }), failed(/^cannot start '\/no\/such\/program': executable was not found/));
+  await assert.rejects(exec({ command: 'true', cwd: '/no/such/fx.dir' }), failed(/^cannot start command: working directory '\/no\/such\/fx.dir' does not exist$/));
+  await assert.rejects(exec({ command: 'no-such-program-on-path', args: ['x'] }), failed(/^cannot start 'no-such-program-on-path'/));
 });
 
 test('streaming: the first chunk arrives before the command ends', { skip }, async () => {
@@ -87,11 +96,12 @@ test('signals: SIGTERM ends a process, and the exit says so', { skip }, async ()
   assert.equal(done?.code, 15);
 });
 
-test('a timeout kills the whole tree, including a child that left the process group', { skip }, async () => {
+test('a timeout kills the whole tree, including a child that left the process group, and is deadline_exceeded', { skip }, async () => {
   const n = String(100000 + randomInt(800000));
-  const r = await fx.client.run({ argv: ['sh', '-c', `sleep ${n} & setsid sleep ${n} & sleep ${n}; wait`], env: ENV, timeoutMs: 300 });
-  assert.equal(r.timedOut, true);
-  assert.equal(r.signal, 9);
+  await assert.rejects(
+    exec({ command: `sleep ${n} & setsid sleep ${n} & sleep ${n}; wait`, timeoutSecs: 1 }),
+    (e: unknown) => e instanceof VesselError && e.code === 'deadline_exceeded' && e.message === 'command did not finish within 1 s and was killed',
+  );
   await eventually(() => (pidsRunning(['sleep', n]).length === 0 ? true : undefined), 3000, 'every sleep to be gone');
 });
 
@@ -189,12 +199,11 @@ test('a ring that overflowed answers out of range, and keeps its newest bytes', 
 });
 
 test('the agent keeps many processes and lists them', { skip }, async () => {
-  const procs = Array.from({ length: 20 }, (_, i) => fx.client.run({ argv: ['sh', '-c', `echo ${i}`], env: ENV }));
-  const results = await Promise.all(procs);
+  const results = await Promise.all(Array.from({ length: 20 }, (_, i) => exec({ command: `echo ${i}` })));
   assert.deepEqual(
-    results.map((r) => r.stdout.toString()),
+    results.map((r) => r.stdout),
     Array.from({ length: 20 }, (_, i) => `${i}\n`),
   );
-  // run() asks the agent to forget a process once its exit is delivered.
-  assert.equal((await fx.client.listProcesses()).filter((p) => /^sh -c echo \d+$/.test(p.command)).length, 0);
+  // A buffered exec asks the agent to forget a process once its exit is delivered.
+  assert.equal((await fx.client.listProcesses()).filter((p) => /^\/bin\/sh -c echo \d+$/.test(p.command)).length, 0);
 });

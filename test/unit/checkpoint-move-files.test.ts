@@ -9,7 +9,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { VesselError } from '../../src/core/errors.js';
-import type { CheckpointSource } from '../../src/core/ports.js';
+import type { RemoteCheckpoint } from '../../src/core/ports.js';
 import { importCheckpoint } from '../../src/vm/checkpoint-import.js';
 import { DiskLayers, MANIFEST_VERSION, type CheckpointManifest } from '../../src/vm/disk-layers.js';
 import { digestFile } from '../../src/vm/file-digest.js';
@@ -99,7 +99,7 @@ async function capturedCheckpoint(layers: DiskLayers): Promise<{ id: string; man
 }
 
 /** What the holding host serves, with what a test changes on the way. */
-function sourceOf(layers: DiskLayers, id: string, manifest: unknown, opts: { image?: string; tamper?: string; served?: string[] } = {}): CheckpointSource {
+function sourceOf(layers: DiskLayers, id: string, manifest: unknown, opts: { image?: string; tamper?: string; served?: string[] } = {}): RemoteCheckpoint {
   return {
     description: { manifest, image: opts.image ?? 'image-1' },
     open: async (file) => {
@@ -115,7 +115,7 @@ function sourceOf(layers: DiskLayers, id: string, manifest: unknown, opts: { ima
   };
 }
 
-const importInto = (layers: DiskLayers, id: string, source: CheckpointSource) =>
+const importInto = (layers: DiskLayers, id: string, source: RemoteCheckpoint) =>
   importCheckpoint({ checkpointId: id, source, layers, qemuVersion: 'QEMU 10.0.2', imageDigest: 'image-1', layerVerified: () => false, expected: { memoryMib: 8, vcpus: 1 } });
 
 test('an import takes every file byte for byte, manifest last, and reuses a layer it holds', async () => {
@@ -152,7 +152,7 @@ test('an import takes every file byte for byte, manifest last, and reuses a laye
 test('a file that differs from its digest, another image or QEMU, or a bad manifest leaves nothing behind', async () => {
   const a = new DiskLayers(scratch('host-a'));
   const { id, manifest } = await capturedCheckpoint(a);
-  const refusedBy = async (source: CheckpointSource, why: RegExp, opts: { qemu?: string; memoryMib?: number } = {}) => {
+  const refusedBy = async (source: RemoteCheckpoint, why: RegExp, opts: { qemu?: string; memoryMib?: number } = {}) => {
     const b = new DiskLayers(scratch('host-b'));
     const expected = { memoryMib: opts.memoryMib ?? 8, vcpus: 1 };
     await assert.rejects(

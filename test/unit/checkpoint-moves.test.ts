@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Core } from '../../src/core/core.js';
 import { VesselError } from '../../src/core/errors.js';
-import type { CheckpointSource } from '../../src/core/ports.js';
+import type { RemoteCheckpoint } from '../../src/core/ports.js';
 import { SecretBox } from '../../src/core/secret-box.js';
 import type { Checkpoint } from '../../src/core/types.js';
 import { SqliteStore } from '../../src/store/sqlite-store.js';
@@ -51,7 +51,7 @@ async function fleetOf(work: (hosts: { a: Core; b: Core; driverA: FakeDriver; dr
 }
 
 /** What host-b's route does: reads host-a's files through its core, as the hop would carry them. */
-const through = (a: Core, tenantId: string) => async (node: string, id: string): Promise<CheckpointSource> => {
+const through = (a: Core, tenantId: string) => async (node: string, id: string): Promise<RemoteCheckpoint> => {
   assert.equal(node, 'host-a');
   return { description: await a.checkpoints.describeForMove(tenantId, id), open: (file) => a.checkpoints.readForMove(tenantId, id, file) };
 };
@@ -99,7 +99,7 @@ test('a move that loses its row to another host keeps nothing; a restart drops c
     const cp = checkpoint({});
     await store.checkpoints.insert(cp);
     driverA.checkpoints.add(cp.id);
-    const racing = async (node: string, id: string): Promise<CheckpointSource> => {
+    const racing = async (node: string, id: string): Promise<RemoteCheckpoint> => {
       const source = await through(a, 'acme')(node, id);
       return {
         description: source.description,

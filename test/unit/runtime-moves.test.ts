@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Core } from '../../src/core/core.js';
 import { VesselError } from '../../src/core/errors.js';
-import type { CheckpointSource } from '../../src/core/ports.js';
+import type { RemoteCheckpoint } from '../../src/core/ports.js';
 import type { MoveOffer } from '../../src/core/runtime-moves.js';
 import { SecretBox } from '../../src/core/secret-box.js';
 import { SqliteStore } from '../../src/store/sqlite-store.js';
@@ -45,7 +45,7 @@ async function fleetOf(work: (fleet: Fleet) => Promise<void>): Promise<void> {
 }
 
 /** What host b's `take` route does: reads host a's capture through its core, as the hop would carry it. */
-const captureOf = (a: Core, offer: MoveOffer): CheckpointSource => ({
+const captureOf = (a: Core, offer: MoveOffer): RemoteCheckpoint => ({
   description: { manifest: null, image: 'fake-image' },
   open: (file) => a.runtimeMoves!.readCapture('acme', offer.runtimeId, offer.captureId, file),
 });
@@ -78,13 +78,13 @@ test('a running runtime moves with its id; calls meanwhile are told to retry; no
   await fleetOf(async ({ a, b, driverA, driverB, store }) => {
     const rt = await a.runtimes.create('acme', { display_name: 'mover' });
     const moved = await a.runtimeMoves!.moveOut('acme', 'mover', 'host-b', async (offer) => {
-      await assert.rejects(a.runtimes.exec('acme', 'mover', { command: 'true', args: [], cwd: null, env: {}, stdin: null, maxOutputBytes: 10, timeoutSecs: 1 }), refused('unavailable', /moving to VM host 'host-b'; retry/));
+      await assert.rejects(a.processes.exec('acme', 'mover', { command: 'true', args: [], cwd: null, env: {}, stdin: null, maxOutputBytes: 10, timeoutSecs: 1 }), refused('unavailable', /moving to VM host 'host-b'; retry/));
       assert.equal((await store.runtimes.findById(rt.id))?.statusMessage, "moving to VM host 'host-b'", 'what a GET shows meanwhile');
       assert.equal(driverA.vms.get(rt.id)?.state, 'paused', 'it runs nowhere while its files are copied');
       await assert.rejects(a.runtimeMoves!.readCapture('acme', rt.id, randomUUID(), 'state'), refused('failed_precondition', /not moving away .* with capture/));
       let ranBeforeCommit = false;
       const source = captureOf(a, offer);
-      const watched: CheckpointSource = {
+      const watched: RemoteCheckpoint = {
         ...source,
         open: async (file) => {
           const frames = await source.open(file);
@@ -111,7 +111,7 @@ test('a running runtime moves with its id; calls meanwhile are told to retry; no
     const audits = (await a.audits.list('acme', { runtime: rt.id, category: 'lifecycle', limit: 10 })).items;
     assert.deepEqual(audits.map((x) => x.payload), [{ lifecycle: { action: 'move', reason: "moved from VM host 'host-a' to 'host-b'", runtime_name: 'mover' } }]);
     // Host b owns it now; host a refuses it, and the API nodes route it to b.
-    assert.equal((await b.runtimes.exec('acme', rt.id, { command: 'true', args: [], cwd: null, env: {}, stdin: null, maxOutputBytes: 10, timeoutSecs: 1 })).exit_code, 0);
+    assert.equal((await b.processes.exec('acme', rt.id, { command: 'true', args: [], cwd: null, env: {}, stdin: null, maxOutputBytes: 10, timeoutSecs: 1 })).exit_code, 0);
     await assert.rejects(a.runtimes.get('acme', rt.id), refused('unavailable', /not on this VM host/));
   });
 });
@@ -191,7 +191,7 @@ test('an answer lost before the commit: the moving host keeps it, and a late com
   await fleetOf(async ({ a, b, driverA, driverB, store }) => {
     const rt = await a.runtimes.create('acme', { display_name: 'late' });
     let offered: MoveOffer | null = null;
-    let capture: CheckpointSource | null = null;
+    let capture: RemoteCheckpoint | null = null;
     await assert.rejects(
       a.runtimeMoves!.moveOut('acme', 'late', 'host-b', async (offer) => {
         offered = offer;
@@ -258,7 +258,7 @@ test('the commit itself decides: a moving host restarted after the taker checked
     const offered = await moveThatNeverReturns(a, 'raced');
     const source = captureOf(a, offered);
     // Host b has checked the row and is copying when host a restarts and fences the move.
-    const racing: CheckpointSource = { ...source, open: async (file) => { const frames = await source.open(file); await restartA().reconcile(); return frames; } };
+    const racing: RemoteCheckpoint = { ...source, open: async (file) => { const frames = await source.open(file); await restartA().reconcile(); return frames; } };
     await assert.rejects(b.runtimeMoves!.takeHere('acme', rt.id, offered, racing, () => true), refused('failed_precondition', /the move was called off there/));
     assert.ok(!driverB.vms.has(rt.id), 'the taker keeps no VM');
     const row = await store.runtimes.findById(rt.id);

@@ -116,7 +116,7 @@ describe('exec', () => {
   });
 
   test('a streamed exec the service cannot start throws before any stream', async () => {
-    await assert.rejects(rt.execStream('echo hi'), (e: VesselError) => e.code === 'unavailable');
+    await assert.rejects(rt.execStream({ command: 'true', cwd: '/no/such/dir' }), (e: VesselError) => e.code === 'command_failed');
   });
 });
 

@@ -24,7 +24,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
       response: { 200: { description: "the file's bytes", ...binary('application/octet-stream') } },
     },
   }, async (req, reply) => {
-    const stream = await core.runtimes.readFile(req.principal.tenantId, req.params.runtime_id, req.query.path);
+    const stream = await core.files.readFile(req.principal.tenantId, req.params.runtime_id, req.query.path);
     return reply.type('application/octet-stream').send(stream);
   });
 
@@ -40,7 +40,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
       response: { 200: Written },
     },
   }, async (req) => {
-    const size = await core.runtimes.writeFile(req.principal.tenantId, req.params.runtime_id, req.query.path, rawBody(req), maxFileBytes);
+    const size = await core.files.writeFile(req.principal.tenantId, req.params.runtime_id, req.query.path, rawBody(req), maxFileBytes);
     return { data: { path: req.query.path, size_bytes: size } };
   });
 
@@ -55,7 +55,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
       response: { 200: Empty('the path is gone') },
     },
   }, async (req) => {
-    await core.runtimes.removePath(req.principal.tenantId, req.params.runtime_id, req.query.path, req.query.recursive ?? false);
+    await core.files.removePath(req.principal.tenantId, req.params.runtime_id, req.query.path, req.query.recursive ?? false);
     return { data: {} };
   });
 
@@ -69,7 +69,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
       querystring: FileQuery,
       response: { 200: DataOf(Type.Array(Type.Ref(FileInfo)), "the directory's entries") },
     },
-  }, async (req) => ({ data: await core.runtimes.listDir(req.principal.tenantId, req.params.runtime_id, req.query.path) }));
+  }, async (req) => ({ data: await core.files.listDir(req.principal.tenantId, req.params.runtime_id, req.query.path) }));
 
   app.get('/v1/runtimes/:runtime_id/files/stat', {
     config: { scope: 'files:read' },
@@ -81,7 +81,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
       querystring: StatQuery,
       response: { 200: DataOf(Type.Ref(FileStat), 'what the path is') },
     },
-  }, async (req) => ({ data: await core.runtimes.statPath(req.principal.tenantId, req.params.runtime_id, req.query.path, req.query.follow_symlinks ?? true) }));
+  }, async (req) => ({ data: await core.files.statPath(req.principal.tenantId, req.params.runtime_id, req.query.path, req.query.follow_symlinks ?? true) }));
 
   app.post('/v1/runtimes/:runtime_id/files/mkdir', {
     config: { scope: 'files:write' },
@@ -94,7 +94,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
       response: { 200: DataOf(Type.Object({ path: Type.String() }), 'the directory') },
     },
   }, async (req) => {
-    await core.runtimes.makeDir(req.principal.tenantId, req.params.runtime_id, req.query.path);
+    await core.files.makeDir(req.principal.tenantId, req.params.runtime_id, req.query.path);
     return { data: { path: req.query.path } };
   });
 
@@ -115,7 +115,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
       },
     },
   }, async (req, reply) => {
-    const archive = await core.runtimes.readArchive(req.principal.tenantId, req.params.runtime_id, req.query.path);
+    const archive = await core.files.readArchive(req.principal.tenantId, req.params.runtime_id, req.query.path);
     return reply.type('application/x-tar').header('content-disposition', `attachment; filename="${archiveName(req.query.path)}"`).send(archive);
   });
 
@@ -131,7 +131,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
       response: { 200: Written },
     },
   }, async (req) => {
-    const size = await core.runtimes.writeArchive(req.principal.tenantId, req.params.runtime_id, req.query.path, rawBody(req), maxFileBytes);
+    const size = await core.files.writeArchive(req.principal.tenantId, req.params.runtime_id, req.query.path, rawBody(req), maxFileBytes);
     return { data: { path: req.query.path, size_bytes: size } };
   });
 };

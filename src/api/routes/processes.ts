@@ -91,7 +91,7 @@ export const processRoutes: RoutePlugin = async (app, { core }) => {
     };
     if (!wantsEventStream(req)) {
       if (b.background === true) throw invalidArgument('background applies to a streamed exec (Accept: text/event-stream)');
-      return { data: await core.runtimes.exec(req.principal.tenantId, req.params.runtime_id, request) };
+      return { data: await processes.exec(req.principal.tenantId, req.params.runtime_id, request) };
     }
     const session = await processes.execStream(req.principal.tenantId, req.params.runtime_id, { ...request, background: b.background ?? false });
     const events = new EventStream(reply);

@@ -77,8 +77,6 @@ const DEFAULT_MAX_DIR_ENTRIES = 100_000;
 export const DEFAULT_MAX_LISTING_BYTES = 16 * 1024 * 1024;
 
 const DEFAULT_TIMEOUT_MS = 30_000;
-/** After a timed-out run's SIGKILL, how long its exit may take before the stream is abandoned. */
-const KILL_GRACE_MS = 5_000;
 const EMPTY = Buffer.alloc(0);
 
 export class AgentClosedError extends Error {
@@ -389,26 +387,6 @@ export interface AttachOptions {
   window?: number;
 }
 
-export interface RunOptions extends Omit<SpawnOptions, 'stdin' | 'hold' | 'forgetOnExit'> {
-  stdin?: Buffer;
-  /** Per stream; more is counted as truncated. Default 1 MiB. */
-  maxOutputBytes?: number;
-  /** Kills the whole tree when it passes; the result then says timedOut. */
-  timeoutMs?: number;
-}
-
-export interface RunResult {
-  /** The final state; null only if a timed-out process did not exit within KILL_GRACE_MS. */
-  info: ProcessInfo | null;
-  exitCode: number | null;
-  signal: number | null;
-  stdout: Buffer;
-  stderr: Buffer;
-  stdoutTruncated: boolean;
-  stderrTruncated: boolean;
-  timedOut: boolean;
-}
-
 interface RequestOptions {
   timeoutMs?: number;
 }
@@ -672,65 +650,6 @@ export class AgentClient {
       for (const e of batch.entries) entries.push(e);
     }
     return entries;
-  }
-
-  /**
-   * A buffered command: spawned holding its output for us (no byte lost), stdin written as the
-   * agent takes it, each stream kept up to maxOutputBytes and the rest counted as truncated.
-   * A timeout kills the whole tree.
-   */
-  async run(opts: RunOptions): Promise<RunResult> {
-    const max = opts.maxOutputBytes ?? 1024 * 1024;
-    const { stdin, timeoutMs, maxOutputBytes: _, ...spawn } = opts;
-    const proc = this.spawn({ ...spawn, stdin: stdin !== undefined, hold: true, forgetOnExit: true });
-    if (stdin !== undefined) {
-      void (async () => {
-        await proc.write(stdin);
-        proc.end();
-      })().catch(() => undefined); // a command that exits without reading stdin
-    }
-    let timedOut = false;
-    const timers: NodeJS.Timeout[] = [];
-    if (timeoutMs !== undefined) {
-      timers.push(
-        setTimeout(() => {
-          timedOut = true;
-          void proc.info.then((info) => this.signal(info.id, 'SIGKILL', { tree: true })).catch(() => undefined);
-          timers.push(setTimeout(() => proc.cancel(), KILL_GRACE_MS));
-        }, timeoutMs),
-      );
-    }
-    const kept = { stdout: { parts: [] as Buffer[], bytes: 0, truncated: false }, stderr: { parts: [] as Buffer[], bytes: 0, truncated: false } };
-    try {
-      for await (const chunk of proc) {
-        const k = kept[chunk.channel];
-        if (chunk.lost > 0n) k.truncated = true;
-        const room = max - k.bytes;
-        if (chunk.data.length > room) k.truncated = true;
-        if (room > 0) {
-          k.parts.push(room >= chunk.data.length ? chunk.data : chunk.data.subarray(0, room));
-          k.bytes += Math.min(room, chunk.data.length);
-        }
-      }
-    } catch (err) {
-      if (!(timedOut && err instanceof AgentClosedError)) throw err;
-    } finally {
-      for (const t of timers) clearTimeout(t);
-    }
-    const info = await proc.done.catch((err: Error) => {
-      if (timedOut && err instanceof AgentClosedError) return null;
-      throw err;
-    });
-    return {
-      info,
-      exitCode: info?.state === 'exited' ? info.code : null,
-      signal: info?.state === 'signaled' ? info.code : null,
-      stdout: Buffer.concat(kept.stdout.parts),
-      stderr: Buffer.concat(kept.stderr.parts),
-      stdoutTruncated: kept.stdout.truncated,
-      stderrTruncated: kept.stderr.truncated,
-      timedOut,
-    };
   }
 
   // ---- the channel ----
