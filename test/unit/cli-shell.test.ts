@@ -31,7 +31,7 @@ interface Request {
  * The service's side of one piped shell: every request recorded with its raw body; the output
  * stream held open for the test to write; stdin writes answered by `onStdin` (at once by default).
  */
-async function shellService(options: { onStdin?: (req: Request, answer: (status?: number) => void) => void } = {}) {
+async function shellService(options: { onStdin?: (req: Request, answer: (status?: number) => void) => void; onStart?: (answer: () => void) => void } = {}) {
   const requests: Request[] = [];
   const waiters = new Set<() => void>();
   const changed = () => waiters.forEach((w) => w());
@@ -47,7 +47,12 @@ async function shellService(options: { onStdin?: (req: Request, answer: (status?
       changed();
       const path = r.url.split('?')[0]!;
       if (r.method === 'GET' && path === '/v1/runtimes/demo') return json(res, 200, { data: RUNTIME });
-      if (r.method === 'POST' && path === '/v1/runtimes/rt_shell/processes') return json(res, 201, { data: PROCESS() });
+      if (r.method === 'POST' && path === '/v1/runtimes/rt_shell/processes') {
+        const answer = () => json(res, 201, { data: PROCESS() });
+        if (options.onStart === undefined) answer();
+        else options.onStart(answer);
+        return;
+      }
       if (r.method === 'GET' && path === '/v1/runtimes/rt_shell/processes/5/output') {
         res.writeHead(200, { 'content-type': 'text/event-stream' });
         res.write(sse('start', PROCESS()));
@@ -235,6 +240,25 @@ test('piped shell: a reader that went away (| head) kills the shell and ends wit
     assert.equal(Buffer.concat(out).toString(), 'aa');
     assert.equal(Buffer.concat(err).toString(), 'status 141\n');
     assert.deepEqual(svc.signals(), ['SIGKILL']);
+  } finally {
+    await svc.close();
+  }
+});
+
+test('piped shell: Ctrl-C while the shell starts kills it once it runs, and the CLI ends with 130', { timeout: 30_000 }, async () => {
+  let release: (() => void) | undefined;
+  const svc = await shellService({ onStart: (answer) => (release = answer) });
+  try {
+    const cli = userOf(svc.url).start(['shell', 'demo']);
+    await svc.until(() => svc.requests.some((q) => q.method === 'POST' && q.url === '/v1/runtimes/rt_shell/processes'));
+    cli.child.kill('SIGINT');
+    // The signal is handled before the answer is released: give the CLI its turn first.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    release!();
+    const r = await cli.result;
+    assert.equal(r.status, 130, r.err);
+    assert.deepEqual(svc.signals(), ['SIGKILL']);
+    assert.equal(svc.stdinWrites().length, 0);
   } finally {
     await svc.close();
   }
