@@ -4,7 +4,8 @@
  * code and exact bytes, cp of a file and of a directory both ways, checkpoint and fork, a secret
  * from stdin that shows up in no output or audit, audits, rm. Then `vessel shell` in a real
  * terminal: tmux, read with `capture-pane`; and with piped input, which the shell reads as its
- * stdin and whose end ends it, however fast it came.
+ * stdin and whose end ends it, however fast it came: streamed (output before the input ends, the
+ * shell's exit ending the CLI while stdin stays open), binary-safe, and Ctrl-C.
  *
  * Nothing waits on time: each step waits for what it expects (the CLI's exit, a marker on the
  * pane that only the command's output can contain, an audit in the list), within generous
@@ -250,6 +251,44 @@ test('vessel shell with piped input: the commands run in order, and the end of i
   for (const c of PIPED_SHELLS) {
     const r = await user.run(['shell', RT], { input: c.input });
     assert.deepEqual([r.status, r.out], [c.status, c.out], `${c.name}: ${r.err}`);
+  }
+});
+
+test('piped vessel shell streams: output before the input ends, and the shell exiting while stdin stays open ends the CLI', { timeout: 180_000 }, async () => {
+  const cli = user.start(['shell', RT]);
+  try {
+    cli.child.stdin.write('echo "first-$((2+3))"\n');
+    // The input is still open: this output can only come from a shell that already runs it.
+    await cli.waitForOut(/^first-5$/m);
+    cli.child.stdin.write('echo "second-$((3+4))" >&2; exit 3\n');
+    // stdin is never ended: the shell's exit alone ends the CLI.
+    const r = await cli.result;
+    assert.deepEqual([r.status, r.out, r.err], [3, 'first-5\n', 'second-7\n']);
+  } finally {
+    cli.child.stdin.destroy();
+    cli.child.kill('SIGKILL');
+  }
+});
+
+test('piped vessel shell is binary-safe: a command line, then 100 KB of random bytes for it to read', { timeout: 180_000 }, async () => {
+  const data = randomBytes(100_000);
+  const r = await user.run(['shell', RT], { input: Buffer.concat([Buffer.from('exec cat > /tmp/blob\n'), data]) });
+  assert.deepEqual([r.status, r.out], [0, ''], r.err);
+  const sum = await ok(['exec', RT, '--', 'sha256sum /tmp/blob; wc -c < /tmp/blob']);
+  assert.equal(sum.out, `${sha256(data)}  /tmp/blob\n100000\n`);
+});
+
+test('piped vessel shell: Ctrl-C (SIGINT) interrupts the remote command, whose shell then ends with 130', { timeout: 180_000 }, async () => {
+  const cli = user.start(['shell', RT]);
+  try {
+    cli.child.stdin.write('echo "started-$((4*4))"; sleep 1000; echo never\n');
+    await cli.waitForOut(/^started-16$/m);
+    cli.child.kill('SIGINT');
+    const r = await cli.result;
+    assert.deepEqual([r.status, r.out], [130, 'started-16\n'], r.err);
+  } finally {
+    cli.child.stdin.destroy();
+    cli.child.kill('SIGKILL');
   }
 });
 

@@ -1,7 +1,6 @@
 /**
  * A streamed command's output to the CLI's own stdout and stderr, byte for byte and at the
- * reader's pace, ending with the command's exit status: what `vessel exec` and a piped
- * `vessel shell` print.
+ * reader's pace, ending with the command's exit status: what `vessel exec` prints.
  */
 import type { ExecStreamRequest, Runtime } from 'vessel/client';
 import { CliError } from './exit-codes.js';
