@@ -252,8 +252,9 @@ test('piped shell: Ctrl-C while the shell starts kills it once it runs, and the 
     const cli = userOf(svc.url).start(['shell', 'demo']);
     await svc.until(() => svc.requests.some((q) => q.method === 'POST' && q.url === '/v1/runtimes/rt_shell/processes'));
     cli.child.kill('SIGINT');
-    // The signal is handled before the answer is released: give the CLI its turn first.
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    // The answer is released only once the CLI has taken the signal (it says so on stderr).
+    const told = /interrupted; the shell is stopped as soon as it has started/;
+    for (let i = 0; i < 1200 && !told.test(cli.stderr().toString('utf8')); i++) await new Promise((resolve) => setTimeout(resolve, 25));
     release!();
     const r = await cli.result;
     assert.equal(r.status, 130, r.err);

@@ -69,6 +69,8 @@ async function pipedShell(rt: Runtime): Promise<number> {
   let interrupts = 0;
   const onInterrupt = () => {
     interrupts++;
+    // Nothing runs yet to take the signal: say what will happen rather than seem to ignore it.
+    if (id === undefined && interrupts === 1) process.stderr.write('vessel: interrupted; the shell is stopped as soon as it has started\n');
     if (interrupts === 1) void signalShell('SIGINT');
     else if (interrupts === 2) void signalShell('SIGKILL');
     else void exitWith(EXIT.interrupted);
