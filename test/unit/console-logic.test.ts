@@ -3,14 +3,9 @@
  * The console is browser code that tsc does not emit (console/tsconfig.json only type-checks), so
  * esbuild bundles the modules under test into a temporary ES module first, as the build does.
  */
-import { test, before, after } from 'node:test';
+import { test, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { build } from 'esbuild';
-import { REPO_ROOT } from '../support/service.js';
+import { loadConsoleModules } from '../support/console-modules.js';
 
 interface Logic {
   parseRoute(hash: string): unknown;
@@ -21,34 +16,16 @@ interface Logic {
   decisionOf(audit: unknown): unknown;
 }
 
-let dir: string;
 let logic: Logic;
 
 before(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'vessel-console-logic-'));
-  const outfile = join(dir, 'logic.mjs');
-  await build({
-    stdin: {
-      contents: [
-        "export { parseRoute, href } from './router.js';",
-        "export { parseIngress } from './views/runtimes.js';",
-        "export { joinPath, parentOf } from './views/files.js';",
-        "export { decisionOf } from './views/audits.js';",
-      ].join('\n'),
-      resolveDir: join(REPO_ROOT, 'console'),
-      loader: 'ts',
-    },
-    bundle: true,
-    format: 'esm',
-    platform: 'neutral',
-    outfile,
-    tsconfig: join(REPO_ROOT, 'console/tsconfig.json'),
-    logLevel: 'error',
-  });
-  logic = (await import(pathToFileURL(outfile).href)) as Logic;
+  logic = await loadConsoleModules<Logic>([
+    "export { parseRoute, href } from './router.js';",
+    "export { parseIngress } from './views/runtimes.js';",
+    "export { joinPath, parentOf } from './views/files.js';",
+    "export { decisionOf } from './views/audits.js';",
+  ]);
 });
-
-after(() => rmSync(dir, { recursive: true, force: true }));
 
 test('routes: the hash names a view; names are encoded both ways; an in-page link is no route', () => {
   assert.deepEqual(logic.parseRoute(''), { view: 'runtimes' });

@@ -4,39 +4,24 @@
  * of decisionOf (what the table's cells are made of) with control pictures, no raw control left.
  * The console is browser code: esbuild bundles the module first, as console-logic.test.ts does.
  */
-import { test, before, after } from 'node:test';
+import { test, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { build } from 'esbuild';
-import { REPO_ROOT } from '../support/service.js';
+import { loadConsoleModules } from '../support/console-modules.js';
 
 interface Decision {
   host: string;
   request: string;
   reason: string;
 }
-let dir: string;
 let decisionOf: (audit: unknown) => Decision;
 let visible: (text: string) => string;
 
 before(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'vessel-console-visible-'));
-  const outfile = join(dir, 'visible.mjs');
-  await build({
-    stdin: { contents: "export { decisionOf } from './views/audits.js';\nexport { visible } from './visible.js';", resolveDir: join(REPO_ROOT, 'console'), loader: 'ts' },
-    bundle: true,
-    format: 'esm',
-    platform: 'neutral',
-    outfile,
-    tsconfig: join(REPO_ROOT, 'console/tsconfig.json'),
-    logLevel: 'error',
-  });
-  ({ decisionOf, visible } = await import(pathToFileURL(outfile).href));
+  ({ decisionOf, visible } = await loadConsoleModules<{ decisionOf: typeof decisionOf; visible: typeof visible }>([
+    "export { decisionOf } from './views/audits.js';",
+    "export { visible } from './visible.js';",
+  ]));
 });
-after(() => rmSync(dir, { recursive: true, force: true }));
 
 const RAW_CONTROL = /[\x00-\x1f\x7f-\x9f]/;
 
