@@ -90,10 +90,13 @@ function processCpuUs(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) * 10_000;
 }
 
-/** The gateway runs in this process, which does nothing else while a load client runs. */
-const ownCpuUs = () => {
+/**
+ * The gateway's CPU: its listeners' process, and this one, which holds its devices and answers the
+ * listeners (audits, secrets) as the service would, and does nothing else while a load client runs.
+ */
+const gatewayCpuUs = () => {
   const u = process.cpuUsage();
-  return u.user + u.system;
+  return processCpuUs(gateway!.listenerPid!) + u.user + u.system;
 };
 
 async function load(ns: string, endpoint: string, opts: { connect?: string; caFile: string; workers?: number; proxyCpuUs: () => number; path?: string }): Promise<Result> {
@@ -120,7 +123,7 @@ try {
   const upstream = await start(process.execPath, [join(REPO_ROOT, 'dist/bench/egress-upstream.js'), upstreamCaDir, String(upPort)], /ready/);
   const upstreamCa = join(upstreamCaDir, 'ca.crt');
 
-  // The gateway, in this process, over a veth that looks like a runtime TAP.
+  // The gateway (its devices in this process, its listeners in their own), over a veth that looks like a runtime TAP.
   const runtimeId = randomUUID();
   await ip([
     `netns add ${NS_GATEWAY}`,
@@ -199,8 +202,8 @@ try {
     const direct = (workers?: number) => load(NS_BASELINE, `${BASELINE_HOST}:${upPort}`, { caFile: upstreamCa, workers, proxyCpuUs: () => 0 });
     const squid = (workers?: number) => load(NS_BASELINE, `127.0.0.1:${upPort}`, { connect: `${BASELINE_HOST}:${squidPort}`, caFile: upstreamCa, workers, proxyCpuUs: squidCpuUs });
     const mitm = (workers?: number) => load(NS_BASELINE, `127.0.0.1:${upPort}`, { connect: `${BASELINE_HOST}:${mitmPort}`, caFile: mitmCa, workers, proxyCpuUs: mitmCpuUs });
-    const vesselSplice = (workers?: number) => load(NS_GATEWAY, viaGateway, { caFile: upstreamCa, workers, proxyCpuUs: ownCpuUs });
-    const vesselInject = (workers?: number) => load(NS_GATEWAY, viaGateway, { caFile: bothCas, workers, proxyCpuUs: ownCpuUs });
+    const vesselSplice = (workers?: number) => load(NS_GATEWAY, viaGateway, { caFile: upstreamCa, workers, proxyCpuUs: gatewayCpuUs });
+    const vesselInject = (workers?: number) => load(NS_GATEWAY, viaGateway, { caFile: bothCas, workers, proxyCpuUs: gatewayCpuUs });
 
     // Warm-up, then ROUNDS rounds that alternate the paths compared, so that drift on a busy
     // 2-core machine (client, upstream and proxy share it) hits each alike; medians are reported.
@@ -241,7 +244,7 @@ try {
   });
   const intercept = (secretId: string, bytes: number, workers?: number) => async () => {
     withRule(secretId);
-    return load(NS_GATEWAY, viaGateway, { caFile: bothCas, workers, proxyCpuUs: ownCpuUs, path: bytes === 0 ? '/bench' : `/bench?bytes=${bytes}` });
+    return load(NS_GATEWAY, viaGateway, { caFile: bothCas, workers, proxyCpuUs: gatewayCpuUs, path: bytes === 0 ? '/bench' : `/bench?bytes=${bytes}` });
   };
   const redactionRuns: Record<string, () => Promise<Result>> = {};
   for (const bytes of REDACTION_BODIES) {

@@ -142,7 +142,7 @@ async function startVmHost(config: Config, role: Role, secret: string | undefine
   const node = role === 'node' ? config.fleet.nodeName : null;
   // A fleet's host learns each relayed visitor from the entries' signed PROXY headers.
   const fleetIngress = node === null || secret === undefined ? undefined : { secret, node };
-  const gateway = new Gateway({ instance, ca, ...config.egress, ingress: { ...config.egress.ingress, fleet: fleetIngress }, log });
+  const gateway = new Gateway({ instance, ca, ...config.egress, ingress: { ...config.egress.ingress, fleet: fleetIngress }, logLevel: config.logLevel, log });
   await gateway.start();
   const core = new Core({ store, driver, gateway, secretBox, log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize, node });
   gateway.connect(core.egress);

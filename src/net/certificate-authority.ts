@@ -91,9 +91,15 @@ export class CertificateAuthority {
 
   private constructor(
     readonly certPem: string,
+    private readonly keyPem: string,
     private readonly cert: x509.X509Certificate,
     private readonly key: CryptoKey,
   ) {}
+
+  /** The certificate and its key, for the gateway's process, which signs the leaves (gateway.ts). */
+  pems(): { certPem: string; keyPem: string } {
+    return { certPem: this.certPem, keyPem: this.keyPem };
+  }
 
   /** Short fingerprint, for naming things that depend on this CA (the guest templates). */
   get fingerprint(): string {
@@ -103,13 +109,13 @@ export class CertificateAuthority {
   static async loadOrCreate(dataDir: string): Promise<CertificateAuthority> {
     const certFile = join(dataDir, 'ca.crt');
     const keyFile = join(dataDir, 'ca.key');
-    if (existsSync(certFile) && existsSync(keyFile)) return CertificateAuthority.#fromPem(readFileSync(certFile, 'utf8'), readPrivateFile(keyFile));
+    if (existsSync(certFile) && existsSync(keyFile)) return CertificateAuthority.fromPem(readFileSync(certFile, 'utf8'), readPrivateFile(keyFile));
     const made = await makeCa();
     // The key first and the certificate last, each whole or not at all: a crash in between
     // leaves no certificate, and the next start makes a new pair over the lone key.
     writeFileDurably(keyFile, made.keyPem, 0o600);
     writeFileDurably(certFile, made.certPem, 0o644);
-    return CertificateAuthority.#fromPem(made.certPem, made.keyPem);
+    return CertificateAuthority.fromPem(made.certPem, made.keyPem);
   }
 
   /**
@@ -120,12 +126,12 @@ export class CertificateAuthority {
   static async shared(claim: (proposed: string) => Promise<string>, box: Sealer): Promise<CertificateAuthority> {
     const made = await makeCa();
     const stored = JSON.parse(await claim(JSON.stringify({ cert: made.certPem, key: box.seal(made.keyPem, SHARED_CA_CONTEXT) }))) as { cert: string; key: string };
-    return CertificateAuthority.#fromPem(stored.cert, box.open(stored.key, SHARED_CA_CONTEXT));
+    return CertificateAuthority.fromPem(stored.cert, box.open(stored.key, SHARED_CA_CONTEXT));
   }
 
-  static async #fromPem(certPem: string, keyPem: string): Promise<CertificateAuthority> {
+  static async fromPem(certPem: string, keyPem: string): Promise<CertificateAuthority> {
     const key = await webcrypto.subtle.importKey('pkcs8', derOf(keyPem), ALG, false, ['sign']);
-    return new CertificateAuthority(certPem, new x509.X509Certificate(certPem), key as CryptoKey);
+    return new CertificateAuthority(certPem, keyPem, new x509.X509Certificate(certPem), key as CryptoKey);
   }
 
   /**

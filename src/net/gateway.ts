@@ -1,29 +1,32 @@
 /**
- * The network gateway (the core's NetworkGateway port): per-runtime TAPs and the nftables table,
- * the DNS responder, the transparent egress proxy, ICMP drop audits from the table's counters,
- * and the ingress listener. Listeners bind the gateway address, which exists only on our own devices.
+ * The network gateway (the core's NetworkGateway port), in two processes (docs/security.md,
+ * "Processes"). Here, in the service: per-runtime TAPs and the nftables table, slots, ICMP drop
+ * audits from the table's counters, and the answers to what the listeners ask. In the gateway's own
+ * unprivileged process (gateway-process.ts): the DNS responder, the transparent egress proxy and
+ * the ingress listener, which parse everything guests and visitors send. When that process dies it
+ * is started again and given every attached runtime; the VMs and the API never notice more than
+ * the connections it held.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { createSecureContext, rootCertificates } from 'node:tls';
-import { GUEST_NETWORK, type EgressSubject, type GatewayHooks, type NetworkGateway } from '../core/ports.js';
-import type { EgressAuditDetails, EgressAuditKind } from '../core/types.js';
+import { fileURLToPath } from 'node:url';
+import { rootCertificates } from 'node:tls';
+import type { EgressSubject, GatewayHooks, NetworkGateway } from '../core/ports.js';
+import { ChildPart } from '../platform/child-part.js';
+import { LinkClosedError, type PartLink } from '../platform/part-link.js';
+import type { PartUser } from '../platform/part-process.js';
+import { ensureSystemUser } from '../platform/system-users.js';
 import { identityAddress, slotOfTap } from './addressing.js';
-import { DialPolicy } from './blocked-ranges.js';
 import type { CertificateAuthority } from './certificate-authority.js';
-import { ConnectionLimits } from './connection-limits.js';
 import { flushConntrack } from './conntrack.js';
-import { DnsResponder } from './dns-responder.js';
-import { EgressDecisions } from './egress-decisions.js';
-import { EgressProxy } from './egress-proxy.js';
-import { HostAddresses } from './host-addresses.js';
-import { HttpForwarder } from './http-forwarder.js';
-import { Ingress } from './ingress.js';
+import type { Attachment, ListenerSettings } from './gateway-listeners.js';
+import { checkedListenerCall } from './gateway-requests.js';
+import type { GatewayPartSettings } from './gateway-process.js';
 import { applyRuleset, removeRuleset, takeIcmpCounts } from './nftables.js';
-import { NameResolver } from './resolver.js';
-import { RuntimeNet, RuntimeRegistry, StandInAddresses } from './runtime-registry.js';
-import { SecretCache } from './secret-cache.js';
+import { OverridesFile } from './resolver.js';
 import { SlotAllocator } from './slots.js';
 import { createTap, deleteTap, ensureGatewayDevice, listTaps } from './taps.js';
+
+export { DEFAULT_MAX_CONNECTIONS_PER_RUNTIME, DEFAULT_MAX_CONNECTIONS_PER_TENANT } from './gateway-listeners.js';
 
 export interface GatewayOptions {
   /** Tells this service's TAPs and table from another instance's on the same host. */
@@ -42,16 +45,14 @@ export interface GatewayOptions {
   maxConnectionsPerRuntime?: number;
   /** Egress connections all of one tenant's runtimes may hold open at once (default DEFAULT_MAX_CONNECTIONS_PER_TENANT). */
   maxConnectionsPerTenant?: number;
+  logLevel?: string;
   log: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void };
 }
 
-/**
- * Open egress connections per runtime: far above what a build or a crawler needs, far below the
- * descriptors (two per spliced connection) and relay buffers (128 KiB each) the host can spare.
- */
-export const DEFAULT_MAX_CONNECTIONS_PER_RUNTIME = 256;
-/** Open egress connections per tenant, across its runtimes: one tenant cannot starve the others. */
-export const DEFAULT_MAX_CONNECTIONS_PER_TENANT = 1024;
+/** The user the listeners run as. */
+export const GATEWAY_USER = 'vessel-gateway';
+/** The listeners' heap: TLS contexts, pins, request heads and redaction windows, never bodies. */
+const LISTENER_HEAP_MIB = 1024;
 
 const SYSTEM_CA_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
 
@@ -61,43 +62,46 @@ function upstreamCas(extraCaFile: string | undefined): string[] {
 }
 
 export class Gateway implements NetworkGateway {
-  readonly #registry = new RuntimeRegistry();
+  /** The runtimes the listeners serve, as they were last told. */
+  readonly #attached = new Map<string, Attachment>();
   /** TAPs that exist for runtimes not (yet) enforced, e.g. stopped ones after a restart. */
   readonly #taps = new Map<string, string>();
-  readonly #proxy: EgressProxy;
-  readonly #dns: DnsResponder;
-  readonly #ingress: Ingress;
-  readonly #secrets: SecretCache;
   readonly #slots = new SlotAllocator();
-  readonly #hostAddresses: HostAddresses;
+  readonly #listeners: ChildPart;
+  readonly #dnsOverride: ((name: string) => string[] | undefined) | undefined;
+  #user: PartUser | null = null;
   #icmpTimer: NodeJS.Timeout | null = null;
   #hooks: GatewayHooks | null = null;
   /** TAP and rule set changes run one at a time: slots are picked from what exists, and each load writes the whole table. */
   #queue: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly opts: GatewayOptions) {
-    const dial = new DialPolicy(opts.allowCidrs);
-    this.#hostAddresses = new HostAddresses(undefined, (addresses) => dial.setHostAddresses(addresses));
-    dial.setHostAddresses(this.#hostAddresses.current);
-    const decisions = new EgressDecisions(new NameResolver(opts.dnsOverridesFile), dial);
-    this.#secrets = new SecretCache((tenantId, secretId) => this.#requireHooks().revealSecret(tenantId, secretId));
-    const audit = <K extends EgressAuditKind>(net: RuntimeNet, kind: K, detail: EgressAuditDetails[K]) => this.#hooks?.audit(net.id, net.subject.tenantId, kind, detail);
-    const activity = (net: RuntimeNet) => this.#hooks?.activity(net.id);
-    const forwarder = new HttpForwarder({
-      decisions,
-      secrets: this.#secrets,
-      upstreamTls: createSecureContext({ ca: upstreamCas(opts.extraCaFile) }),
+    this.#dnsOverride = opts.dnsOverridesFile === undefined ? undefined : new OverridesFile(opts.dnsOverridesFile).lookup;
+    const listeners: ListenerSettings = {
+      proxyPort: opts.proxyPort,
+      dnsPort: opts.dnsPort,
+      allowCidrs: opts.allowCidrs,
+      upstreamCaPems: upstreamCas(opts.extraCaFile),
       injectPlainHttp: opts.injectPlainHttp,
-      audit: (net, detail) => audit(net, 'http_request', detail),
+      ingress: opts.ingress,
+      maxConnectionsPerRuntime: opts.maxConnectionsPerRuntime,
+      maxConnectionsPerTenant: opts.maxConnectionsPerTenant,
+    };
+    this.#listeners = new ChildPart({
+      name: 'gateway',
+      entry: fileURLToPath(new URL('./gateway-process.js', import.meta.url)),
+      maxHeapMib: LISTENER_HEAP_MIB,
+      settings: (): GatewayPartSettings => ({ listeners, ca: opts.ca.pems(), dnsOverrides: this.#dnsOverride !== undefined, user: this.#user!, logLevel: opts.logLevel ?? 'info' }),
+      handlers: (link) => this.#answer(link),
+      // A new process knows nothing: it gets every runtime the last one served.
+      onStart: (link) => link.call('replaceAll', [...this.#attached.values()]),
       log: opts.log,
     });
-    const limits = new ConnectionLimits({
-      perRuntime: opts.maxConnectionsPerRuntime ?? DEFAULT_MAX_CONNECTIONS_PER_RUNTIME,
-      perTenant: opts.maxConnectionsPerTenant ?? DEFAULT_MAX_CONNECTIONS_PER_TENANT,
-    });
-    this.#proxy = new EgressProxy({ registry: this.#registry, decisions, ca: opts.ca, forwarder, audit, limits, activity, log: opts.log });
-    this.#dns = new DnsResponder({ registry: this.#registry, decisions, standIns: new StandInAddresses(), activity, log: opts.log });
-    this.#ingress = new Ingress({ domain: opts.ingress.domain, registry: this.#registry, ca: opts.ca, hooks: () => this.#hooks, log: opts.log, fleet: opts.ingress.fleet });
+  }
+
+  /** The listeners' process, for tests and benches that measure or kill it; null while it is started again. */
+  get listenerPid(): number | null {
+    return this.#listeners.pid;
   }
 
   /** The core, once it exists: secrets, audits and activity go there. */
@@ -106,11 +110,9 @@ export class Gateway implements NetworkGateway {
   }
 
   async start(): Promise<void> {
-    this.#hostAddresses.start();
     await ensureGatewayDevice();
-    await this.#proxy.listen(GUEST_NETWORK.gateway, this.opts.proxyPort);
-    await this.#dns.listen(GUEST_NETWORK.gateway, this.opts.dnsPort);
-    await this.#ingress.listen(this.opts.ingress.host, this.opts.ingress.port);
+    this.#user = ensureSystemUser(GATEWAY_USER);
+    await this.#listeners.start();
     if (this.opts.icmpAuditSecs > 0) {
       this.#icmpTimer = setInterval(() => void this.#auditIcmp(), this.opts.icmpAuditSecs * 1000);
       this.#icmpTimer.unref();
@@ -122,9 +124,10 @@ export class Gateway implements NetworkGateway {
   }
 
   async #attach(subject: EgressSubject): Promise<string> {
-    const existing = this.#registry.get(subject.runtimeId);
+    const existing = this.#attached.get(subject.runtimeId);
     if (existing !== undefined) {
       existing.subject = subject;
+      await this.#tell('add', existing);
       return existing.tap;
     }
     let tap = this.#taps.get(subject.runtimeId);
@@ -133,14 +136,19 @@ export class Gateway implements NetworkGateway {
       await createTap(tap, { instance: this.opts.instance, runtimeId: subject.runtimeId }, identityAddress(slotOfTap(tap)!));
       this.#taps.set(subject.runtimeId, tap);
     }
-    this.#registry.add(new RuntimeNet(subject, tap, identityAddress(slotOfTap(tap)!)));
+    const attachment: Attachment = { subject, tap, identity: identityAddress(slotOfTap(tap)!) };
+    this.#attached.set(subject.runtimeId, attachment);
+    // The listeners serve it before its VM can send a packet: the rules that let it through come after.
+    await this.#tell('add', attachment);
     await this.#writeRuleset();
     return tap;
   }
 
   update(subject: EgressSubject): void {
-    const net = this.#registry.get(subject.runtimeId);
-    if (net !== undefined) net.subject = subject;
+    const attachment = this.#attached.get(subject.runtimeId);
+    if (attachment === undefined) return;
+    attachment.subject = subject;
+    this.#listeners.link?.notify('update', subject);
   }
 
   detach(runtimeId: string): Promise<void> {
@@ -149,10 +157,12 @@ export class Gateway implements NetworkGateway {
 
   /**
    * Leaves nothing of the runtime behind for whoever gets its slot next: its connections (guest
-   * sockets, relays, upstream pools), its rules, its TAP, its conntrack entries; then the slot rests.
+   * sockets, relays, upstream pools, in the listeners), its rules, its TAP, its conntrack entries;
+   * then the slot rests.
    */
   async #detach(runtimeId: string): Promise<void> {
-    await this.#registry.remove(runtimeId);
+    this.#attached.delete(runtimeId);
+    await this.#tell('remove', runtimeId);
     const tap = this.#taps.get(runtimeId);
     this.#taps.delete(runtimeId);
     await this.#writeRuleset();
@@ -175,25 +185,44 @@ export class Gateway implements NetworkGateway {
         await deleteTap(tap);
         continue;
       }
-      const runtimeId = owner.runtimeId;
-      this.#taps.set(runtimeId, tap);
-      this.#registry.add(new RuntimeNet(subject, tap, identityAddress(slotOfTap(tap)!)));
+      this.#taps.set(owner.runtimeId, tap);
+      this.#attached.set(owner.runtimeId, { subject, tap, identity: identityAddress(slotOfTap(tap)!) });
     }
+    await this.#tell('replaceAll', [...this.#attached.values()]);
     await this.#writeRuleset();
   }
 
-  /** Stops listening. The TAPs and the table stay for the VMs that keep running; a table with no TAP left goes. */
+  /** Stops the listeners. The TAPs and the table stay for the VMs that keep running; a table with no TAP left goes. */
   async close(): Promise<void> {
     if (this.#icmpTimer !== null) clearInterval(this.#icmpTimer);
-    this.#hostAddresses.stop();
     await this.#exclusive(async () => {
       if (this.#taps.size === 0) await removeRuleset(this.#table).catch(() => undefined);
     });
-    this.#dns.close();
-    await this.#proxy.close();
-    await this.#ingress.close();
-    this.#secrets.clear();
-    await Promise.all(this.#registry.all().map((net) => net.close()));
+    await this.#listeners.close();
+  }
+
+  /**
+   * Tells the listeners of a change. While their process is being started again the change is
+   * not lost: the new process is given every attached runtime before anything else.
+   */
+  async #tell(method: 'add' | 'remove' | 'replaceAll', args: unknown): Promise<void> {
+    const link = await this.#listeners.ready();
+    try {
+      await link?.call(method, args);
+    } catch (err) {
+      if (!(err instanceof LinkClosedError)) throw err;
+    }
+  }
+
+  /** What the listeners may ask, each call checked against what they were given (gateway-requests.ts). */
+  #answer(link: PartLink): void {
+    const hooks = (): GatewayHooks => {
+      if (this.#hooks === null) throw new Error('gateway not connected to the core');
+      return this.#hooks;
+    };
+    for (const method of ['revealSecret', 'audit', 'activity', 'ingressTarget', 'dnsOverride'] as const) {
+      link.handle(method, (args) => checkedListenerCall(method, args, { attached: this.#attached, hooks: hooks(), dnsOverride: this.#dnsOverride }));
+    }
   }
 
   /** The lowest slot whose TAP exists nowhere on the host (other instances' included) and that is not resting. */
@@ -223,17 +252,12 @@ export class Gateway implements NetworkGateway {
   async #auditIcmp(): Promise<void> {
     try {
       const counts = await takeIcmpCounts(this.#table);
-      for (const net of this.#registry.all()) {
-        const count = counts.get(net.tap);
-        if (count !== undefined) this.#hooks?.audit(net.id, net.subject.tenantId, 'icmp_drop', { action: 'deny', host: null, ip: null, port: null, reason: 'icmp_dropped', count });
+      for (const { subject, tap } of this.#attached.values()) {
+        const count = counts.get(tap);
+        if (count !== undefined) this.#hooks?.audit(subject.runtimeId, subject.tenantId, 'icmp_drop', { action: 'deny', host: null, ip: null, port: null, reason: 'icmp_dropped', count });
       }
     } catch (err) {
       this.opts.log.warn({ err: (err as Error).message }, 'could not read ICMP counters');
     }
-  }
-
-  #requireHooks(): GatewayHooks {
-    if (this.#hooks === null) throw new Error('gateway not connected to the core');
-    return this.#hooks;
   }
 }

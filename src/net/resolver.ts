@@ -1,6 +1,6 @@
 /**
  * The gateway's own name resolution: VESSEL_DNS_OVERRIDES first (a file of `name ip` lines, read
- * again when it changes), then the host's resolvers. Answers are cached for their TTL, within
+ * again when it changes; the service reads it, since the gateway's process may not), then the host's resolvers. Answers are cached for their TTL, within
  * bounds, so a guest cannot make the gateway query upstream at will.
  */
 import { readFileSync, statSync } from 'node:fs';
@@ -18,17 +18,18 @@ const MAX_TTL = 300;
 const NEGATIVE_TTL = 5;
 const OVERRIDE_TTL = 5;
 
+/** The addresses the overrides give a name, or undefined when they do not name it. */
+export type OverrideLookup = (name: string) => string[] | undefined | Promise<string[] | undefined>;
+
 export class NameResolver {
   readonly #resolver = new Resolver({ timeout: 3000, tries: 2 });
   readonly #cache = new Map<string, { value: Resolution; expires: number }>();
-  #overrides = new Map<string, string[]>();
-  #overridesStamp = '';
 
-  constructor(private readonly overridesFile: string | undefined) {}
+  constructor(private readonly overrides: OverrideLookup | undefined) {}
 
   /** IPv4 addresses of a normalized name; an empty list when it does not resolve. */
   async resolve(name: string): Promise<Resolution> {
-    const override = this.#override(name);
+    const override = await this.overrides?.(name);
     if (override !== undefined) return { addresses: override, ttlSecs: OVERRIDE_TTL };
     const cached = this.#cache.get(name);
     if (cached !== undefined && cached.expires > Date.now()) return cached.value;
@@ -44,9 +45,16 @@ export class NameResolver {
     if (this.#cache.size > 10_000) this.#cache.delete(this.#cache.keys().next().value!);
     return value;
   }
+}
 
-  #override(name: string): string[] | undefined {
-    if (this.overridesFile === undefined) return undefined;
+/** The overrides file, read again whenever its size or time changes. */
+export class OverridesFile {
+  #overrides = new Map<string, string[]>();
+  #overridesStamp = '';
+
+  constructor(private readonly overridesFile: string) {}
+
+  readonly lookup = (name: string): string[] | undefined => {
     let stamp = '';
     try {
       const st = statSync(this.overridesFile);
@@ -59,8 +67,11 @@ export class NameResolver {
       this.#overrides = stamp === 'missing' ? new Map<string, string[]>() : parseOverrides(readFileSync(this.overridesFile, 'utf8'));
     }
     return this.#overrides.get(name);
-  }
+  };
 }
+
+/** The lookup of an overrides file, or none. */
+export const overridesFromFile = (file: string | undefined): OverrideLookup | undefined => (file === undefined ? undefined : new OverridesFile(file).lookup);
 
 export function parseOverrides(text: string): Map<string, string[]> {
   const map = new Map<string, string[]>();

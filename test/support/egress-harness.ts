@@ -16,7 +16,7 @@ import { EgressDecisions } from '../../src/net/egress-decisions.js';
 import { EgressProxy } from '../../src/net/egress-proxy.js';
 import { HttpForwarder } from '../../src/net/http-forwarder.js';
 import type { RequestDeadlineOptions } from '../../src/net/request-deadlines.js';
-import { NameResolver } from '../../src/net/resolver.js';
+import { NameResolver, overridesFromFile } from '../../src/net/resolver.js';
 import { RuntimeNet, RuntimeRegistry } from '../../src/net/runtime-registry.js';
 import { SecretCache } from '../../src/net/secret-cache.js';
 import { freePort } from './service.js';
@@ -55,7 +55,7 @@ export class EgressHarness {
     await this.up.start();
     this.up.setNames({ 'api.test': '127.0.0.1', 'raw.test': '127.0.0.1' });
     this.ca = await CertificateAuthority.loadOrCreate(this.up.dir);
-    this.decisions = new EgressDecisions(new NameResolver(this.up.overridesFile), new DialPolicy(['127.0.0.0/8']));
+    this.decisions = new EgressDecisions(new NameResolver(overridesFromFile(this.up.overridesFile)), new DialPolicy(['127.0.0.0/8']));
     this.limits = new ConnectionLimits(this.caps);
     const secrets = new SecretCache(async (_tenant, id) => {
       const value = this.secrets.get(id);

@@ -117,6 +117,21 @@ export class Service {
     throw new Error(`service did not become healthy:\n${this.log}`);
   }
 
+  /** The pid of the service's part `name` ('gateway'), found through /proc as its child; null when none runs. */
+  partPid(name: string): number | null {
+    const service = this.wrapper.length === 0 ? this.#child?.pid : Number(readFileSync(join(this.dataDir, 'service.pid'), 'utf8'));
+    for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+      try {
+        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+        const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+        if (ppid === service && readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(`${name}-process.js`)) return Number(pid);
+      } catch {
+        // it ended while we looked
+      }
+    }
+    return null;
+  }
+
   /** kill -9: no graceful shutdown, exactly what a crash looks like. */
   async kill9(): Promise<void> {
     await this.#signal('SIGKILL');

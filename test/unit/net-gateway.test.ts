@@ -11,7 +11,7 @@ import { DialPolicy } from '../../src/net/blocked-ranges.js';
 import { CertificateAuthority } from '../../src/net/certificate-authority.js';
 import { DnsResponder, MAX_QUERY_BYTES, MAX_TCP_CONNECTIONS_PER_SOURCE } from '../../src/net/dns-responder.js';
 import { EgressDecisions } from '../../src/net/egress-decisions.js';
-import { NameResolver } from '../../src/net/resolver.js';
+import { NameResolver, overridesFromFile } from '../../src/net/resolver.js';
 import { RuntimeNet, RuntimeRegistry, StandInAddresses } from '../../src/net/runtime-registry.js';
 import { SecretCache } from '../../src/net/secret-cache.js';
 import { freePort } from '../support/service.js';
@@ -19,7 +19,7 @@ import { freePort } from '../support/service.js';
 function setup(allowed: string[], enabled = true) {
   const overrides = join(mkdtempSync(join(tmpdir(), 'vessel-dns-')), 'overrides');
   writeFileSync(overrides, 'api.test 93.184.216.34\nlocal.test 127.0.0.1\nprivate.test 10.1.2.3\n');
-  const decisions = new EgressDecisions(new NameResolver(overrides), new DialPolicy(['127.0.0.0/8']));
+  const decisions = new EgressDecisions(new NameResolver(overridesFromFile(overrides)), new DialPolicy(['127.0.0.0/8']));
   const registry = new RuntimeRegistry();
   const net = new RuntimeNet({ runtimeId: 'rt', tenantId: 't', policy: { enabled, allowed_hosts: allowed }, rules: [] }, 'vsl1', '10.222.0.1');
   registry.add(net);

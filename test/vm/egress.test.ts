@@ -201,6 +201,46 @@ test('after kill -9 and a restart the rules are rebuilt, and a stale TAP of ours
   assert.ok(gone, 'the stale TAP was removed');
 });
 
+test('the gateway is a process of its own, as vessel-gateway with no capabilities; kill -9 of it costs its connections, never a runtime or the API', { timeout: 300_000 }, async () => {
+  const created = await svc.call('POST', '/v1/runtimes', { display_name: 'eg-part', egress_policy: { enabled: true, allowed_hosts: ['api.test'] }, ingress_specs: [{ protocol: 'http', runtime_port: 8000 }] });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const id = created.body.data.id as string;
+  await sh('eg-part', 'nohup python3 -m http.server 8000 --directory /etc >/dev/null 2>&1 & echo $! > /root/server.pid');
+  assert.equal((await ingressWhenUp(`8000-${id}.localhost`)).status, 200);
+  assert.equal((await sh('eg-part', curl(`http://api.test:${HTTP}/before-gateway-kill`))).exit_code, 0);
+
+  const first = svc.partPid('gateway');
+  assert.ok(first !== null, 'the gateway runs as a child of the service');
+  const status = readFileSync(`/proc/${first}/status`, 'utf8');
+  const uid = (await runCommand('id', ['-u', 'vessel-gateway'])).trim();
+  assert.match(status, new RegExp(`^Uid:\\s+${uid}\\s+${uid}\\s+${uid}\\s+${uid}$`, 'm'), 'real, effective, saved and file uid are all vessel-gateway');
+  assert.match(status, /^Groups:\s*$/m, 'no supplementary groups');
+  for (const set of ['CapInh', 'CapPrm', 'CapEff']) assert.match(status, new RegExp(`^${set}:\\s+0+$`, 'm'), `${set} is empty`);
+
+  process.kill(first, 'SIGKILL');
+  // The API never depended on the gateway's process: it answers while that one is started again.
+  const during = await svc.call('GET', '/v1/runtimes/eg-part');
+  assert.equal(during.status, 200);
+  assert.equal(during.body.data.status, 'running');
+  let next = svc.partPid('gateway');
+  for (let i = 0; i < 200 && (next === null || next === first); i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    next = svc.partPid('gateway');
+  }
+  assert.ok(next !== null && next !== first, 'a new gateway process was started');
+
+  // The new process serves the runtime it never saw attached: egress, its audit, and ingress.
+  let egress = await sh('eg-part', curl(`http://api.test:${HTTP}/after-gateway-kill`));
+  for (let i = 0; i < 20 && egress.exit_code !== 0; i++) egress = await sh('eg-part', curl(`http://api.test:${HTTP}/after-gateway-kill`));
+  assert.equal(egress.exit_code, 0, egress.stderr);
+  assert.equal((await sh('eg-part', curl(`http://other.test:${HTTP}/after-gateway-kill`))).exit_code, 6, 'a host not allowed is still refused');
+  assert.ok((await audits('eg-part')).some((a) => a.path === '/after-gateway-kill' && a.action === 'allow'), 'audited after the restart');
+  assert.equal((await ingressWhenUp(`8000-${id}.localhost`)).status, 200);
+  // The same VM: the server started before the kill still runs.
+  assert.equal((await sh('eg-part', 'kill -0 $(cat /root/server.pid) && echo alive')).stdout.trim(), 'alive');
+  assert.equal(svc.partPid('gateway'), next, 'and the gateway stays up');
+});
+
 test('uppercase and trailing-dot names are the same host', { timeout: 300_000 }, async () => {
   const rt = await runtime('eg-case', ['api.test']);
   assert.equal((await sh(rt, curl(`http://API.Test.:${HTTP}/case`))).exit_code, 0);
