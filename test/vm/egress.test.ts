@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { createSocket } from 'node:dgram';
 import { connect } from 'node:net';
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
@@ -215,6 +215,7 @@ test('the gateway is a process of its own, as vessel-gateway with no capabilitie
   const uid = (await runCommand('id', ['-u', 'vessel-gateway'])).trim();
   assert.match(status, new RegExp(`^Uid:\\s+${uid}\\s+${uid}\\s+${uid}\\s+${uid}$`, 'm'), 'real, effective, saved and file uid are all vessel-gateway');
   assert.match(status, /^Groups:\s*$/m, 'no supplementary groups');
+  assert.equal(statSync(`/proc/${first}`).uid, 0, 'not dumpable (its /proc is root\'s): no process of its own uid may ptrace it');
   for (const set of ['CapInh', 'CapPrm', 'CapEff']) assert.match(status, new RegExp(`^${set}:\\s+0+$`, 'm'), `${set} is empty`);
 
   process.kill(first, 'SIGKILL');
