@@ -53,5 +53,5 @@ export function errorHandler(this: unknown, err: unknown, request: FastifyReques
 export const frameworkErrors: NonNullable<FastifyServerOptions['frameworkErrors']> = (err, req, reply) => {
   const tooLong = err.code === 'FST_ERR_MAX_PARAM_LENGTH';
   void reply.header('x-request-id', req.id);
-  return sendError(reply, new VesselError(tooLong ? 'not_found' : 'invalid_argument', tooLong ? 'no object has an identifier that long' : 'malformed URL'));
+  void sendError(reply, new VesselError(tooLong ? 'not_found' : 'invalid_argument', tooLong ? 'no object has an identifier that long' : 'malformed URL'));
 };

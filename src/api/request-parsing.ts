@@ -28,7 +28,7 @@ export function parseRequests(app: FastifyInstance): void {
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
     if (body === '' || body === undefined) return done(null, undefined);
-    defaultJson(req, body as string, done);
+    void defaultJson(req, body as string, done);
   });
   for (const schema of SHARED_SCHEMAS) app.addSchema(schema);
 }

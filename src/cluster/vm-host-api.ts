@@ -37,7 +37,7 @@ export function vmHostRole(core: Core, { secret, node }: VmHostSettings): FleetR
       if (!hasScope(vouched.principal, scope)) return void sendError(reply, lacksScope(scope));
       request.principal = vouched.principal;
       // Its body is read only through the hop's check (preParsing, below).
-      bodies.set(request, vouched.checkBody);
+      bodies.set(request, (payload) => vouched.checkBody(payload));
       done();
     },
     preParsing: (request, _reply, payload, done) => {
