@@ -8,10 +8,10 @@
  * that every rule below catches what it forbids. Paths are relative to the repository root.
  *
  * What the rules do not forbid, on purpose (docs/architecture.md says why each layer needs it):
- * - api may import cluster (the hop checks and the move routes are mounted by the API) and
- *   platform (clientKey reads the client key file);
- * - cluster, the fleet layer above a node, may import api (its error mapping, the WebSocket
- *   bearer prefix) and net (the ingress entry relays sockets with net's helpers);
+ * - api may import platform (clientKey reads the client key file);
+ * - cluster, the fleet layer above a node, may import api (it supplies the API's fleet roles,
+ *   src/api/fleet.ts, and uses the API's error mapping and WebSocket bearer prefix) and net (the
+ *   ingress entry relays sockets with net's helpers);
  * - cli wires everything: it is the composition root.
  */
 /** @type {import('dependency-cruiser').IConfiguration} */
@@ -37,6 +37,20 @@ module.exports = {
       severity: 'error',
       from: { path: '^src/api/' },
       to: { path: '^src/(vm|net|store)/' },
+    },
+    {
+      name: 'api-does-not-import-cluster',
+      comment: 'the fleet builds on the API (it supplies a FleetRole, src/api/fleet.ts); the API importing it back would make the two one tangle again.',
+      severity: 'error',
+      from: { path: '^src/api/' },
+      to: { path: '^src/cluster/' },
+    },
+    {
+      name: 'no-import-cycle',
+      comment: 'a cycle of modules can only be understood, tested and changed as one; make one side a port or an interface the other implements.',
+      severity: 'error',
+      from: { path: '^(src|client|console)/' },
+      to: { circular: true },
     },
     {
       name: 'adapters-import-only-core-and-platform',

@@ -39,7 +39,7 @@ async function load(url: string, token?: string, requests?: autocannon.Request[]
   const times: number[] = [];
   const headers: Record<string, string> = { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) };
   const r = await new Promise<autocannon.Result>((resolve, reject) => {
-    const run = autocannon({ url, connections: CONNECTIONS, duration: DURATION, headers, ...(requests === undefined ? {} : { requests }) }, (err, result) => (err ? reject(err) : resolve(result)));
+    const run = autocannon({ url, connections: CONNECTIONS, duration: DURATION, headers, ...(requests === undefined ? {} : { requests }) }, (err, result) => (err ? reject(err as Error) : resolve(result)));
     run.on('response', (_client, _status, _bytes, ms) => void times.push(ms));
   });
   if (r.non2xx > 0 || r.errors > 0) throw new Error(`${url}: ${r.non2xx} non-2xx, ${r.errors} errors`);

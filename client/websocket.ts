@@ -48,7 +48,7 @@ export async function createWebSocket(url: string, token: string, given: WebSock
 /** Resolves once the socket is open; rejects with a VesselError if the upgrade fails, or the signal's reason. */
 export function whenOpen(socket: WebSocket, signal: AbortSignal | undefined): Promise<void> {
   return new Promise<void>((resolve, reject) => {
-    const settle = (error?: unknown) => {
+    const settle = (error?: Error) => {
       socket.removeEventListener('open', onOpen);
       socket.removeEventListener('error', onError);
       socket.removeEventListener('close', onClose);
@@ -63,7 +63,8 @@ export function whenOpen(socket: WebSocket, signal: AbortSignal | undefined): Pr
     const onClose = () => settle(failure ?? new VesselError('unavailable', 'the WebSocket closed before it opened', { status: 0 }));
     const onAbort = () => {
       socket.close();
-      settle(signal!.reason);
+      // An AbortError, unless the caller aborted with a reason of its own.
+      settle(signal!.reason as Error);
     };
     if (signal?.aborted === true) return onAbort();
     socket.addEventListener('open', onOpen);

@@ -30,7 +30,11 @@ export function decisionOf(audit: Audit): Decision {
   const egress = audit.payload.egress as EgressPayload;
   const { kind } = egress;
   const fields = (egress[kind] ?? { action: '' }) as Record<string, unknown>;
-  const text = (name: string): string => (fields[name] === undefined || fields[name] === null ? '' : visible(String(fields[name])));
+  const text = (name: string): string => {
+    const value = fields[name];
+    if (value === undefined || value === null) return '';
+    return visible(typeof value === 'object' ? JSON.stringify(value) : String(value as string | number | boolean));
+  };
   const request = kind === 'http_request' ? [text('method'), text('path'), text('status')].filter((part) => part !== '').join(' ') : kind === 'icmp_drop' ? `${text('count')} packets` : '';
   return { kind, action: text('action'), host: text('host') || text('ip'), port: text('port'), request, reason: text('reason') };
 }

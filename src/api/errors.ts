@@ -1,5 +1,5 @@
 /** Maps anything thrown during a request to the error envelope and its HTTP status. */
-import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyError, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify';
 import { VesselError } from '../core/errors.js';
 import { lingerIfBodyPending } from './linger.js';
 
@@ -44,3 +44,14 @@ export function errorHandler(this: unknown, err: unknown, request: FastifyReques
   }
   return sendError(reply, error);
 }
+
+/**
+ * Router-level failures (malformed URL, over-long path parameter) reach neither the error handler
+ * nor the hooks: they get the envelope and the request id here. Every path parameter is an
+ * identifier, so one too long to exist is simply not found.
+ */
+export const frameworkErrors: NonNullable<FastifyServerOptions['frameworkErrors']> = (err, req, reply) => {
+  const tooLong = err.code === 'FST_ERR_MAX_PARAM_LENGTH';
+  void reply.header('x-request-id', req.id);
+  void sendError(reply, new VesselError(tooLong ? 'not_found' : 'invalid_argument', tooLong ? 'no object has an identifier that long' : 'malformed URL'));
+};

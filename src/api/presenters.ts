@@ -1,12 +1,18 @@
-/** Domain records to the response shapes of the spec. */
+/**
+ * Domain records to the response shapes of the spec. Each view returns the static type of its
+ * schema in schemas.ts, so a field the schema gains, loses or retypes is a compile error here
+ * rather than a response that drifts from the document.
+ */
+import type { Static } from '@sinclair/typebox';
 import { ingressUrls, type IngressAddress } from '../core/ingress-urls.js';
 import type { RuleView } from '../core/rules.js';
 import type { ShownRuntime } from '../core/shown-runtimes.js';
 import { exitCodeOf } from '../core/processes.js';
 import type { Audit, Checkpoint, Page, ProcessState, Secret, Token } from '../core/types.js';
+import type * as Wire from './schemas.js';
 
 /** `ingress`: where the service's ingress listener is reached, or null when it runs none. */
-export const runtimeView = (r: ShownRuntime, ingress: IngressAddress | null) => ({
+export const runtimeView = (r: ShownRuntime, ingress: IngressAddress | null): Static<typeof Wire.Runtime> => ({
   id: r.id,
   display_name: r.displayName,
   status: r.status,
@@ -21,14 +27,14 @@ export const runtimeView = (r: ShownRuntime, ingress: IngressAddress | null) => 
   created_at: r.createdAt,
 });
 
-export const secretView = (s: Secret) => ({
+export const secretView = (s: Secret): Static<typeof Wire.Secret> => ({
   id: s.id,
   display_name: s.displayName,
   cache_ttl_secs: s.cacheTtlSecs,
   created_at: s.createdAt,
 });
 
-export const ruleView = (v: RuleView) => ({
+export const ruleView = (v: RuleView): Static<typeof Wire.SecretInjectionRule> => ({
   id: v.rule.id,
   credential_display_name: v.secretName,
   host_pattern: v.rule.hostPattern,
@@ -37,7 +43,7 @@ export const ruleView = (v: RuleView) => ({
   runtime_display_name: v.runtimeName,
 });
 
-export const checkpointView = (c: Checkpoint) => ({
+export const checkpointView = (c: Checkpoint): Static<typeof Wire.Checkpoint> => ({
   id: c.id,
   display_name: c.displayName,
   state: c.state,
@@ -48,7 +54,7 @@ export const checkpointView = (c: Checkpoint) => ({
   created_at: c.createdAt,
 });
 
-export const auditView = (a: Audit) => ({
+export const auditView = (a: Audit): Static<typeof Wire.Audit> => ({
   id: a.id,
   created_at: a.createdAt,
   runtime_id: a.runtimeId,
@@ -61,7 +67,7 @@ export const listView = <T, V>(page: Page<T>, view: (t: T) => V) => ({
   ...(page.nextPageToken === undefined ? {} : { next_page_token: page.nextPageToken }),
 });
 
-export const processView = (p: ProcessState) => ({
+export const processView = (p: ProcessState): Static<typeof Wire.Process> => ({
   id: p.id,
   pid: p.pid,
   command: p.command,
@@ -77,7 +83,7 @@ export const processView = (p: ProcessState) => ({
 });
 
 /** A token's record: never its value or its hash. */
-export const tokenView = (t: Token) => ({
+export const tokenView = (t: Token): Static<typeof Wire.Token> => ({
   id: t.id,
   tenant: t.tenantId,
   name: t.name,

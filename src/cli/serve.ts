@@ -24,6 +24,7 @@ import { MIN_SECRET_CHARS } from '../cluster/hop.js';
 import { IngressEntry } from '../cluster/ingress-entry.js';
 import { NodeLease, freeDiskBytes, hostIdentity } from '../cluster/node-lease.js';
 import { noGateway, noVmDriver } from '../cluster/no-vm-host.js';
+import { vmHostRole } from '../cluster/vm-host-api.js';
 import { MAX_SLOT } from '../net/addressing.js';
 import type { Config } from './config.js';
 import { ensureDataDir, loadAdminToken, loadMasterKey, lockDataDir } from './data-dir.js';
@@ -76,7 +77,7 @@ export async function serve(config: Config, role: Role = 'all'): Promise<void> {
   }
   await started.beforeListen();
 
-  const app = await buildApi({ core, ...apiOptions, hop: role === 'node' ? { secret: fleetSecret!, node: config.fleet.nodeName } : undefined, forwarder: started.forwarder });
+  const app = await buildApi({ core, ...apiOptions, fleet: role === 'node' ? vmHostRole(core, { secret: fleetSecret!, node: config.fleet.nodeName }) : started.forwarder?.role() });
   // A VM host serves the hop (with /healthz and /metrics) on its internal port alone.
   await app.listen({ host: config.host, port: role === 'node' ? config.fleet.internalPort : config.port });
 

@@ -4,7 +4,8 @@
  * reads, secrets, tokens, audits, rule lists. What needs the VM, its files or its network goes to
  * the host that owns them: every call under /v1/runtimes/{id}/…, a runtime's PATCH and DELETE
  * (its policy lives in the host's gateway), a create (placed by placement.ts), a checkpoint's
- * DELETE (its files) and a rule's DELETE (the gateway of its runtime's host).
+ * DELETE (its files) and a rule's DELETE (the gateway of its runtime's host). Each such route
+ * says so where it is declared (`config.forward`, src/api/fleet.ts); this sends it on.
  */
 import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
 import { VesselError, failedPrecondition, notFound, unavailable } from '../core/errors.js';
@@ -13,24 +14,13 @@ import type { Store } from '../core/ports.js';
 import { DEFAULT_MEMORY_MIB } from '../core/runtimes.js';
 import type { NodeLoad, VmNode } from '../core/types.js';
 import { sendError, toVesselError } from '../api/errors.js';
+import type { FleetRole, VmHostOf } from '../api/fleet.js';
 import { forwardRequest, forwardUpgrade, HopUnreachable, type HopCall, type HopTarget } from './hop-proxy.js';
 import { moveCheckpoint } from './checkpoint-moves.js';
 import { addLoad, placeRuntime, type Demand } from './placement.js';
 
-type RouteKind = 'runtime' | 'create' | 'checkpoint' | 'rule';
-
 /** How long a caller is told to wait before it tries a host that is away again. */
 const RETRY_AFTER_SECS = 5;
-
-/** Which of the API's routes go to a VM host, by the route as declared; null: the API node answers. */
-export function routeKind(url: string, method: string): RouteKind | null {
-  if (url.startsWith('/v1/runtimes/:runtime_id/')) return 'runtime';
-  if (url === '/v1/runtimes/:runtime_id') return method === 'GET' || method === 'HEAD' ? null : 'runtime';
-  if (url === '/v1/runtimes' && method === 'POST') return 'create';
-  if (url === '/v1/checkpoints/:checkpoint_id' && method === 'DELETE') return 'checkpoint';
-  if (url === '/v1/secret-injection-rules/:rule_id' && method === 'DELETE') return 'rule';
-  return null;
-}
 
 export class Forwarder {
   /** Creates this API node has sent on and not yet seen answered: the store does not count them yet. */
@@ -45,8 +35,13 @@ export class Forwarder {
     private readonly maxBodyBytes: number,
   ) {}
 
+  /** This API node's part in the API: every route that declares `config.forward` is sent on by `hook`. */
+  role(): FleetRole {
+    return { forward: (to, websocket) => this.hook(to, websocket) };
+  }
+
   /** The onRequest hook that sends one declared route on to its host (after authentication). */
-  hook(kind: RouteKind, websocket: boolean): onRequestHookHandler {
+  hook(kind: VmHostOf, websocket: boolean): onRequestHookHandler {
     return (request, reply, done) => {
       void this.#forward(kind, websocket, request, reply).catch((err: unknown) => {
         if (!reply.sent && !reply.raw.headersSent) sendError(reply, toVesselError(err instanceof HopUnreachable ? unavailable(err.message) : err));
@@ -57,7 +52,7 @@ export class Forwarder {
     };
   }
 
-  async #forward(kind: RouteKind, websocket: boolean, request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  async #forward(kind: VmHostOf, websocket: boolean, request: FastifyRequest, reply: FastifyReply): Promise<void> {
     const tenantId = request.principal.tenantId;
     const params = request.params as Record<string, string>;
     const call: HopCall = { principal: request.principal, requestId: request.id, clientIp: request.ip };

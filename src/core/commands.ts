@@ -89,7 +89,9 @@ export async function startCommand(guest: CommandGuest, req: ExecRequest & { bac
     result: async () => {
       try {
         // A stream let go after the kill fails or ends early: either way, it was the deadline.
-        const final = await stream.done.catch((err: unknown) => Promise.reject(timedOut ? deadline(req.timeoutSecs) : err));
+        const final = await stream.done.catch((err: unknown) => {
+          throw timedOut ? deadline(req.timeoutSecs) : err;
+        });
         if (timedOut) throw deadline(req.timeoutSecs);
         if (final === null) throw new VesselError('unavailable', 'the command\'s output stream ended before it exited');
         return { exit_code: exitCodeOf(final), duration_ms: Date.now() - started };

@@ -4,22 +4,13 @@
  * text with invalid UTF-8 replaced; the driver keeps it (Machines.readConsoleLog).
  */
 import { notFound } from './errors.js';
-import type { Machines } from './ports.js';
+import type { ConsoleLog, Machines } from './ports.js';
 import type { RuntimeService } from './runtimes.js';
 
 /** What a request gets unless it asks for more or less: a boot's messages fit several times over. */
 export const DEFAULT_CONSOLE_LOG_BYTES = 64 * 1024;
 /** The most one request may ask for. */
 export const MAX_CONSOLE_LOG_BYTES = 1024 * 1024;
-
-export interface ConsoleLog {
-  /** UTF-8, invalid bytes as U+FFFD. */
-  output: string;
-  /** The bytes of the log this holds. */
-  bytes: number;
-  /** Whether the log held earlier output than this. */
-  truncated: boolean;
-}
 
 export class ConsoleLogService {
   constructor(

@@ -3,7 +3,6 @@
  * implement them; the core imports none of those adapters.
  */
 import type { Readable } from 'node:stream';
-import type { ConsoleLog } from './console-log.js';
 import type {
   AttachRequest,
   Audit,
@@ -30,6 +29,16 @@ import type {
   RuntimeFilter,
   Token,
 } from './types.js';
+
+/** A runtime's serial console as read (console-log.ts decodes it). */
+export interface ConsoleLog {
+  /** UTF-8, invalid bytes as U+FFFD. */
+  output: string;
+  /** The bytes of the log this holds. */
+  bytes: number;
+  /** Whether the log held earlier output than this. */
+  truncated: boolean;
+}
 
 /** Async so that a networked database (PostgreSQL) can implement it as well as SQLite. */
 export interface Store {

@@ -74,7 +74,7 @@ export class RuntimeMoves {
       const stamp = stampAfter(rt.updatedAt);
       await this.store.runtimes.update({ ...rt, statusMessage: `${MOVING_MESSAGE} '${to}'`, updatedAt: stamp });
       const captureId = randomUUID();
-      let refusal: unknown = null;
+      let refusal: { error: unknown } | null = null;
       try {
         if (!hasVm(rt)) {
           // Its disk alone: nothing writes it while the runtime holds this lock.
@@ -87,7 +87,7 @@ export class RuntimeMoves {
         this.#outgoing.set(rt.id, captureId);
         await send({ runtimeId: rt.id, from: this.node, captureId, stamp });
       } catch (err) {
-        refusal = err;
+        refusal = { error: err };
       } finally {
         this.#outgoing.delete(rt.id);
       }
@@ -98,7 +98,8 @@ export class RuntimeMoves {
         await this.driver.deleteCheckpoint(captureId).catch((err: unknown) => this.log.warn({ runtimeId: rt.id, err }, 'could not drop a move capture'));
         if (rt.status === 'running') await this.driver.resume(rt.id);
         this.runtimes.touch(rt.id);
-        throw refusal ?? unavailable(`runtime '${rt.displayName}' stayed on VM host '${this.node}'`);
+        if (refusal !== null) throw refusal.error;
+        throw unavailable(`runtime '${rt.displayName}' stayed on VM host '${this.node}'`);
       }
       // Its VM and files here are the past. What cannot be cleared now is the move's leftover,
       // not its failure: a restart removes VMs and files that no record gives this host.

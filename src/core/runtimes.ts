@@ -353,7 +353,7 @@ export class RuntimeService {
   startLifecycleTimers(defaultIdleSecs: number): void {
     this.#defaultIdleSecs = defaultIdleSecs;
     if (this.#lifecycleTimer !== null) return;
-    this.#lifecycleTimer = setInterval(() => void this.runLifecycleTimers().catch((err) => this.log.error({ err }, 'lifecycle timers failed')), LIFECYCLE_TICK_MS);
+    this.#lifecycleTimer = setInterval(() => void this.runLifecycleTimers().catch((err: unknown) => this.log.error({ err }, 'lifecycle timers failed')), LIFECYCLE_TICK_MS);
     this.#lifecycleTimer.unref();
   }
 

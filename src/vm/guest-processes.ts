@@ -67,7 +67,9 @@ class AgentProcessStream implements ProcessStream {
   }
 
   get done(): Promise<ProcessState | null> {
-    return this.proc.done.then((info) => (info === null ? null : processState(info)), (err: unknown) => Promise.reject(streamFailure(err)));
+    return this.proc.done.then((info) => (info === null ? null : processState(info)), (err: unknown) => {
+      throw streamFailure(err);
+    });
   }
 
   get start(): { stdout: number; stderr: number } {

@@ -43,7 +43,8 @@ export async function migrateToFile(qmp: QmpClient, target: string, digest?: Chu
     closeSync(qemuEnd);
   }
   const stream = new Socket({ fd: ourEnd, readable: true, writable: false });
-  let writeError: Error | null = null;
+  // Set by the stream's callback: `as` keeps TypeScript from taking it for null ever after.
+  let writeError = null as Error | null;
   const written = new Promise<void>((resolve) => {
     out.on('finish', resolve);
     out.on('close', resolve);

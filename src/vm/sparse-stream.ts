@@ -19,6 +19,9 @@ const enum Kind {
   End = 2,
 }
 
+/** A frame's kind from its first byte; null for a byte that names none. */
+const kindOf = (byte: number): Kind | null => (byte === 0 ? Kind.Hole : byte === 1 ? Kind.Data : byte === 2 ? Kind.End : null);
+
 const header = (kind: Kind, length: number): Buffer => {
   const b = Buffer.allocUnsafe(HEADER_BYTES);
   b.writeUInt8(kind, 0);
@@ -80,10 +83,12 @@ export async function writeSparseFrames(frames: AsyncIterable<Buffer>, path: str
       return all.subarray(0, n);
     };
     // The header's five bytes, from as few of the first pieces as hold them.
-    const peekHeader = (): { kind: number; length: number } => {
+    const peekHeader = (): { kind: Kind; length: number } => {
       let head = parts[0]!;
       for (let i = 1; head.length < HEADER_BYTES; i++) head = Buffer.concat([head, parts[i]!]);
-      return { kind: head.readUInt8(0), length: head.readUInt32BE(1) };
+      const kind = kindOf(head.readUInt8(0));
+      if (kind === null) throw new SparseStreamError(`unknown frame kind ${head.readUInt8(0)}`);
+      return { kind, length: head.readUInt32BE(1) };
     };
     for await (const piece of frames) {
       if (ended) throw new SparseStreamError('bytes after the end frame');
@@ -92,7 +97,6 @@ export async function writeSparseFrames(frames: AsyncIterable<Buffer>, path: str
       held += piece.length;
       while (held >= HEADER_BYTES) {
         const { kind, length } = peekHeader();
-        if (kind > Kind.End) throw new SparseStreamError(`unknown frame kind ${kind}`);
         if (length > CHUNK_BYTES) throw new SparseStreamError(`a frame of ${length} bytes is over the ${CHUNK_BYTES}-byte chunk`);
         if (kind === Kind.End) {
           if (length !== 0 || held > HEADER_BYTES) throw new SparseStreamError('bytes after the end frame');

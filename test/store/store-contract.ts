@@ -11,7 +11,7 @@ import type { Audit, Checkpoint, InjectionRule, NodeRegistration, Runtime, Runti
 
 export interface StoreUnderTest {
   /** An empty store of its own; `reopen` opens the same data again, as a restarted service would. */
-  fresh(): Promise<{ store: Store; reopen(): Promise<Store> }>;
+  fresh(): Promise<{ store: Store; reopen: () => Promise<Store> }>;
 }
 
 const resources = (vcpus: number, memoryMib: number) => ({ limits: { memory_mib: memoryMib }, requests: { memory_mib: memoryMib }, vcpus });

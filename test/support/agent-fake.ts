@@ -105,9 +105,9 @@ export class FakeAgent {
   /** Listens at `dir`/`name`.sock; requests `serve` leaves unanswered stay so. */
   static async start(dir: string, name: string, serve: Serve): Promise<FakeAgent> {
     const path = join(dir, `${name}.sock`);
-    let fake!: FakeAgent;
-    const server = createServer((sock) => fake.#accept(sock, serve));
-    fake = new FakeAgent(path, server);
+    const server = createServer();
+    const fake = new FakeAgent(path, server);
+    server.on('connection', (sock) => fake.#accept(sock, serve));
     await new Promise<void>((resolve) => server.listen(path, resolve));
     return fake;
   }

@@ -9,6 +9,7 @@ import { randomBytes } from 'node:crypto';
 import type { FastifyBaseLogger, FastifyInstance, InjectOptions } from 'fastify';
 import { buildApi } from '../../src/api/app.js';
 import type { ConsoleOptions } from '../../src/api/console.js';
+import type { FleetRole } from '../../src/api/fleet.js';
 import type { RateLimitConfig } from '../../src/api/rate-limit.js';
 import { loadAdminToken } from '../../src/cli/data-dir.js';
 import { Core } from '../../src/core/core.js';
@@ -57,6 +58,8 @@ export async function apiHarness(
     adminToken?: string;
     /** Where ingress is reached, for ingress_urls (default: no ingress). */
     ingress?: IngressAddress;
+    /** The node's part in a fleet (default: a single host). */
+    fleet?: FleetRole;
   } = {},
 ): Promise<ApiHarness> {
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'vessel-api-'));
@@ -76,6 +79,7 @@ export async function apiHarness(
     listenHost: opts.listenHost ?? '127.0.0.1',
     console: opts.console,
     ingress: opts.ingress,
+    fleet: opts.fleet,
   });
   await app.ready();
   return {

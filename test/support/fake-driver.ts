@@ -6,8 +6,8 @@
  */
 import { Readable } from 'node:stream';
 import { VesselError, failedPrecondition, invalidArgument, notFound, unavailable } from '../../src/core/errors.js';
-import type { CheckpointDescription, GuestAgent, RemoteCheckpoint, LiveState, VmDriver, VmSpec } from '../../src/core/ports.js';
-import { consoleLogOf, type ConsoleLog } from '../../src/core/console-log.js';
+import type { CheckpointDescription, ConsoleLog, GuestAgent, RemoteCheckpoint, LiveState, VmDriver, VmSpec } from '../../src/core/ports.js';
+import { consoleLogOf } from '../../src/core/console-log.js';
 import type { AttachRequest, GuestFileInfo, GuestFileStat, ProcessOutput, ProcessSpec, ProcessState, ProcessStream } from '../../src/core/types.js';
 
 const fakeInfo = (path: string, file: Buffer | undefined): GuestFileInfo => ({

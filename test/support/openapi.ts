@@ -86,7 +86,8 @@ export class ResponseChecker {
     }
     if (res.statusCode !== 405) this.answered.add(nameOf(operation));
     if (method === 'HEAD' || res.statusCode === 101) return;
-    const type = String(res.headers['content-type'] ?? '').split(';', 1)[0]!;
+    const contentType = res.headers['content-type'];
+    const type = (typeof contentType === 'string' ? contentType : '').split(';', 1)[0]!;
     const media = declared.content?.[type];
     assert.ok(media?.schema, `${where}: ${type} is declared`);
     if (type === 'text/event-stream') return this.#checkEvents(where, media.schema as object, res.body);

@@ -9,7 +9,7 @@ import { spawnSync } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseLocation } from '../../src/cli/commands/cp.js';
+import { parseLocation } from '../../src/cli/commands/cp-transfer.js';
 import { EXIT, EXIT_CODES, exitCodeOf, UsageError } from '../../src/cli/shared/exit-codes.js';
 import { formatTable } from '../../src/cli/shared/output.js';
 import { configPath, readConfig, resolveSettings, writeConfig } from '../../src/cli/shared/settings.js';

@@ -1,6 +1,6 @@
 /**
  * The hop on the wire (issue 26): a real API node's hop (hop-proxy.ts) in front of a real VM host's
- * API (buildApi with `hop`). What an API node sent is captured as it left, then sent to the host
+ * API (buildApi with `vmHostRole`). What an API node sent is captured as it left, then sent to the host
  * again, or changed on its way: a used hop is refused under every text of its signature, and a
  * body other than the one signed, whole or framed, is refused before anything acts on it.
  */
@@ -16,6 +16,7 @@ import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { buildApi } from '../../src/api/app.js';
 import { forwardRequest } from '../../src/cluster/hop-proxy.js';
+import { vmHostRole } from '../../src/cluster/vm-host-api.js';
 import { Core } from '../../src/core/core.js';
 import { SecretBox } from '../../src/core/secret-box.js';
 import { ADMIN_TOKEN_ID, DEFAULT_TENANT } from '../../src/core/tokens.js';
@@ -61,7 +62,7 @@ before(async () => {
   driver = new FakeDriver();
   core = new Core({ store, driver, gateway: new FakeGateway(), secretBox: new SecretBox(randomBytes(32)), log: silentLog, tenantLimits: ROOMY_TENANT_LIMITS, node: NODE });
   const none = { ratePerSec: 0, burst: 0 };
-  host = await buildApi({ core, logger: false, rateLimit: none, unauthenticatedRateLimit: none, maxFileBytes: 4 * 1024 * 1024, listenHost: '127.0.0.1', hop: { secret: SECRET, node: NODE } });
+  host = await buildApi({ core, logger: false, rateLimit: none, unauthenticatedRateLimit: none, maxFileBytes: 4 * 1024 * 1024, listenHost: '127.0.0.1', fleet: vmHostRole(core, { secret: SECRET, node: NODE }) });
   await host.listen({ host: '127.0.0.1', port: 0 });
   hostPort = (host.server.address() as AddressInfo).port;
   recorder = createServer((req, res) => {

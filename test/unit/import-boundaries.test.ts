@@ -54,7 +54,10 @@ test('every rule catches a violation of its own', () => {
   put('src/cluster/fleet.ts', "import { ok } from '../core/ok.js';\nexport const c = ok;\n");
   put('src/vm/driver.ts', "import { r } from '../api/route.js';\nimport { y } from './own.js';\nimport { ok } from '../core/ok.js';\nexport const x = r + y + ok;\n");
   put('src/vm/own.ts', 'export const y = 1;\n');
-  put('src/api/route.ts', "import type { S } from '../store/db.js';\nexport const r: S = 1;\n");
+  put('src/api/route.ts', "import type { S } from '../store/db.js';\nimport { c } from '../cluster/fleet.js';\nexport const r: S = c;\n");
+  // A cycle inside one folder, where no folder rule sees it; type-only imports count.
+  put('src/core/one.ts', "import type { Two } from './two.js';\nexport type One = { two?: Two };\n");
+  put('src/core/two.ts', "import type { One } from './one.js';\nexport type Two = { one?: One };\n");
   put('src/store/db.ts', "import { ok } from '../core/ok.js';\nexport type S = number;\nexport const s: S = ok;\n");
   put('client/sdk.ts', "import { ok } from '../src/core/ok.js';\nexport const sdk = ok;\n");
   put('console/main.ts', "import { sdk } from '../client/sdk.js';\nexport const main = sdk;\n");
@@ -62,10 +65,12 @@ test('every rule catches a violation of its own', () => {
   const { result } = cruise(fixture, ['src', 'client', 'console']);
   assert.deepEqual(describe(result).sort(), [
     'adapters-import-only-core-and-platform: src/vm/driver.ts -> src/api/route.ts',
+    'api-does-not-import-cluster: src/api/route.ts -> src/cluster/fleet.ts',
     'api-reaches-adapters-through-core: src/api/route.ts -> src/store/db.ts',
     'core-does-not-import-cluster: src/core/leak.ts -> src/cluster/fleet.ts',
     'core-imports-no-adapter: src/core/leak.ts -> src/cluster/fleet.ts',
     'core-imports-no-adapter: src/core/leak.ts -> src/vm/driver.ts',
+    'no-import-cycle: src/core/one.ts -> src/core/two.ts',
     'sdk-and-console-import-nothing-from-src: client/sdk.ts -> src/core/ok.ts',
   ]);
   // `npm run lint:boundaries` (the default reporter) fails on them; the JSON reporter exits 0.

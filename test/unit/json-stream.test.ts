@@ -99,16 +99,17 @@ test('work is linear in the bytes received: a line arriving in 512 pieces is exa
 
 test('a line longer than its owner allows ends the connection after that many bytes, not more', async () => {
   let written = 0;
-  const { path, server } = await peer(async (s) => {
+  const flood = async (s: Socket): Promise<void> => {
     s.on('error', () => undefined);
     // One proper message, then an endless line.
     s.write('{"return": {}}\n');
-    const flood = Buffer.alloc(256 * 1024, 'x');
+    const line = Buffer.alloc(256 * 1024, 'x');
     while (!s.destroyed && written < 256 * 1024 * 1024) {
-      written += flood.length;
-      if (!s.write(flood)) await new Promise((r) => { s.once('drain', r); s.once('close', r); });
+      written += line.length;
+      if (!s.write(line)) await new Promise((r) => { s.once('drain', r); s.once('close', r); });
     }
-  });
+  };
+  const { path, server } = await peer((s) => void flood(s));
   const got: unknown[] = [];
   const stream = await JsonStream.connect(path, (m) => got.push(m), { maxLineBytes: () => 64 * 1024 });
   const err = await new Promise<Error | undefined>((r) => stream.onClose(r));

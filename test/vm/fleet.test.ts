@@ -122,7 +122,8 @@ test('exec, files, a streamed exec and a terminal through API node 2 reach a run
     ws.once('error', reject);
     ws.once('open', () => ws.send(Buffer.from('echo fleet-$((6*7))\n')));
     ws.on('message', (data, binary) => {
-      if (binary) seen += data.toString();
+      // ws's default binaryType: a Buffer.
+      if (binary) seen += (data as Buffer).toString();
       if (seen.includes('fleet-42')) resolve();
     });
   });

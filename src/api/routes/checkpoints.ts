@@ -7,7 +7,7 @@ export const checkpointRoutes: RoutePlugin = async (app, { core }) => {
   const tags = ['checkpoints'];
 
   app.post('/v1/runtimes/:runtime_id/checkpoints', {
-    config: { scope: 'checkpoints:write' },
+    config: { scope: 'checkpoints:write', forward: 'runtime' },
     schema: {
       operationId: 'createCheckpoint',
       tags,
@@ -39,7 +39,7 @@ export const checkpointRoutes: RoutePlugin = async (app, { core }) => {
   }, async (req) => ({ data: checkpointView(await core.checkpoints.get(req.principal.tenantId, req.params.checkpoint_id)) }));
 
   app.delete('/v1/checkpoints/:checkpoint_id', {
-    config: { scope: 'checkpoints:write' },
+    config: { scope: 'checkpoints:write', forward: 'checkpoint' },
     schema: {
       operationId: 'deleteCheckpoint',
       tags,

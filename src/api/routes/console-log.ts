@@ -6,7 +6,7 @@ import { DEFAULT_CONSOLE_LOG_BYTES } from '../../core/console-log.js';
 
 export const consoleLogRoutes: RoutePlugin = async (app, { core }) => {
   app.get('/v1/runtimes/:runtime_id/console-log', {
-    config: { scope: 'runtimes:read' },
+    config: { scope: 'runtimes:read', forward: 'runtime' },
     schema: {
       operationId: 'getRuntimeConsoleLog',
       tags: ['runtimes'],

@@ -14,7 +14,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
   acceptRawBodies(app);
 
   app.get('/v1/runtimes/:runtime_id/files', {
-    config: { scope: 'files:read' },
+    config: { scope: 'files:read', forward: 'runtime' },
     schema: {
       operationId: 'readFile',
       tags,
@@ -29,7 +29,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
   });
 
   app.put('/v1/runtimes/:runtime_id/files', {
-    config: { scope: 'files:write' },
+    config: { scope: 'files:write', forward: 'runtime' },
     schema: {
       operationId: 'writeFile',
       tags,
@@ -45,7 +45,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
   });
 
   app.delete('/v1/runtimes/:runtime_id/files', {
-    config: { scope: 'files:write' },
+    config: { scope: 'files:write', forward: 'runtime' },
     schema: {
       operationId: 'removePath',
       tags,
@@ -60,7 +60,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
   });
 
   app.get('/v1/runtimes/:runtime_id/files/list', {
-    config: { scope: 'files:read' },
+    config: { scope: 'files:read', forward: 'runtime' },
     schema: {
       operationId: 'listDirectory',
       tags,
@@ -72,7 +72,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
   }, async (req) => ({ data: await core.files.listDir(req.principal.tenantId, req.params.runtime_id, req.query.path) }));
 
   app.get('/v1/runtimes/:runtime_id/files/stat', {
-    config: { scope: 'files:read' },
+    config: { scope: 'files:read', forward: 'runtime' },
     schema: {
       operationId: 'statPath',
       tags,
@@ -84,7 +84,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
   }, async (req) => ({ data: await core.files.statPath(req.principal.tenantId, req.params.runtime_id, req.query.path, req.query.follow_symlinks ?? true) }));
 
   app.post('/v1/runtimes/:runtime_id/files/mkdir', {
-    config: { scope: 'files:write' },
+    config: { scope: 'files:write', forward: 'runtime' },
     schema: {
       operationId: 'makeDirectory',
       tags,
@@ -99,7 +99,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
   });
 
   app.get('/v1/runtimes/:runtime_id/files/archive', {
-    config: { scope: 'files:read' },
+    config: { scope: 'files:read', forward: 'runtime' },
     schema: {
       operationId: 'downloadArchive',
       tags,
@@ -120,7 +120,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
   });
 
   app.put('/v1/runtimes/:runtime_id/files/archive', {
-    config: { scope: 'files:write' },
+    config: { scope: 'files:write', forward: 'runtime' },
     schema: {
       operationId: 'uploadArchive',
       tags,

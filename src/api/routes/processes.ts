@@ -63,7 +63,7 @@ export const processRoutes: RoutePlugin = async (app, { core }) => {
   const processes = core.processes;
 
   app.post('/v1/runtimes/:runtime_id/exec', {
-    config: { scope: 'exec' },
+    config: { scope: 'exec', forward: 'runtime' },
     schema: {
       operationId: 'execCommand',
       tags: ['runtimes'],
@@ -115,7 +115,7 @@ export const processRoutes: RoutePlugin = async (app, { core }) => {
   });
 
   app.post('/v1/runtimes/:runtime_id/processes', {
-    config: { scope: 'exec' },
+    config: { scope: 'exec', forward: 'runtime' },
     schema: {
       operationId: 'startProcess',
       tags,
@@ -139,7 +139,7 @@ export const processRoutes: RoutePlugin = async (app, { core }) => {
   });
 
   app.get('/v1/runtimes/:runtime_id/processes', {
-    config: { scope: 'exec' },
+    config: { scope: 'exec', forward: 'runtime' },
     schema: {
       operationId: 'listProcesses',
       tags,
@@ -150,12 +150,12 @@ export const processRoutes: RoutePlugin = async (app, { core }) => {
   }, async (req) => ({ data: (await processes.list(req.principal.tenantId, req.params.runtime_id)).map(processView) }));
 
   app.get('/v1/runtimes/:runtime_id/processes/:process_id', {
-    config: { scope: 'exec' },
+    config: { scope: 'exec', forward: 'runtime' },
     schema: { operationId: 'getProcess', tags, summary: 'Get a process', params: ProcessParams, response: { 200: DataOf(Type.Ref(Process), 'the process') } },
   }, async (req) => ({ data: processView(await processes.get(req.principal.tenantId, req.params.runtime_id, req.params.process_id)) }));
 
   app.delete('/v1/runtimes/:runtime_id/processes/:process_id', {
-    config: { scope: 'exec' },
+    config: { scope: 'exec', forward: 'runtime' },
     schema: {
       operationId: 'forgetProcess',
       tags,
@@ -169,7 +169,7 @@ export const processRoutes: RoutePlugin = async (app, { core }) => {
   });
 
   app.get('/v1/runtimes/:runtime_id/processes/:process_id/output', {
-    config: { scope: 'exec' },
+    config: { scope: 'exec', forward: 'runtime' },
     schema: {
       operationId: 'streamProcessOutput',
       tags,
@@ -201,7 +201,7 @@ export const processRoutes: RoutePlugin = async (app, { core }) => {
   });
 
   app.post('/v1/runtimes/:runtime_id/processes/:process_id/signal', {
-    config: { scope: 'exec' },
+    config: { scope: 'exec', forward: 'runtime' },
     schema: {
       operationId: 'signalProcess',
       tags,
@@ -221,7 +221,7 @@ export const stdinRoutes: RoutePlugin<{ maxStdinBytes: number }> = async (app, {
   acceptRawBodies(app);
 
   app.post('/v1/runtimes/:runtime_id/processes/:process_id/stdin', {
-    config: { scope: 'exec' },
+    config: { scope: 'exec', forward: 'runtime' },
     schema: {
       operationId: 'writeProcessStdin',
       tags,

@@ -39,7 +39,7 @@ export const runtimeRoutes: RoutePlugin<{ ingress: IngressAddress | null }> = as
   });
 
   app.post('/v1/runtimes', {
-    config: { scope: 'runtimes:write' },
+    config: { scope: 'runtimes:write', forward: 'create' },
     schema: {
       operationId: 'createRuntime',
       tags,
@@ -58,7 +58,7 @@ export const runtimeRoutes: RoutePlugin<{ ingress: IngressAddress | null }> = as
   }, async (req) => ({ data: view(await core.shown.one(await runtimes.get(req.principal.tenantId, req.params.runtime_id))) }));
 
   app.delete('/v1/runtimes/:runtime_id', {
-    config: { scope: 'runtimes:write' },
+    config: { scope: 'runtimes:write', forward: 'runtime' },
     schema: { operationId: 'deleteRuntime', tags, summary: 'Delete a runtime (from any state)', params: RuntimeParams, response: { 200: Empty('the runtime, its VM, disk and rules are gone') } },
   }, async (req) => {
     await runtimes.delete(req.principal.tenantId, req.params.runtime_id);
@@ -66,7 +66,7 @@ export const runtimeRoutes: RoutePlugin<{ ingress: IngressAddress | null }> = as
   });
 
   app.patch('/v1/runtimes/:runtime_id', {
-    config: { scope: 'runtimes:write' },
+    config: { scope: 'runtimes:write', forward: 'runtime' },
     schema: {
       operationId: 'patchRuntime',
       tags,
@@ -86,7 +86,7 @@ export const runtimeRoutes: RoutePlugin<{ ingress: IngressAddress | null }> = as
   const InNewState = DataOf(Type.Ref(Runtime), 'the runtime in its new state');
   for (const [op, operationId, summary] of lifecycle) {
     app.post(`/v1/runtimes/:runtime_id/${op}`, {
-      config: { scope: 'runtimes:write' },
+      config: { scope: 'runtimes:write', forward: 'runtime' },
       schema: { operationId, tags, summary, params: RuntimeParams, response: { 200: InNewState } },
     }, async (req) => ({ data: view(await runtimes.lifecycle(req.principal.tenantId, req.params.runtime_id, op)) }));
   }

@@ -57,7 +57,7 @@ export const ruleRoutes: RoutePlugin = async (app, { core }) => {
   const RuleDeleted = Empty('the rule is gone');
 
   app.get('/v1/runtimes/:runtime_id/secret-injection-rules', {
-    config: { scope: 'secrets:read' },
+    config: { scope: 'secrets:read', forward: 'runtime' },
     schema: {
       operationId: 'listRuntimeSecretInjectionRules',
       tags,
@@ -69,17 +69,17 @@ export const ruleRoutes: RoutePlugin = async (app, { core }) => {
   }, async (req) => listView(await core.rules.list(req.principal.tenantId, pageOf(req.query), req.params.runtime_id), ruleView));
 
   app.post('/v1/runtimes/:runtime_id/secret-injection-rules', {
-    config: { scope: 'secrets:write' },
+    config: { scope: 'secrets:write', forward: 'runtime' },
     schema: { operationId: 'createSecretInjectionRule', tags, summary: 'Create a runtime-scoped rule', params: RuntimeParams, body: RuleCreateBody, response: { 201: RuleData } },
   }, async (req, reply) => reply.code(201).send({ data: ruleView(await core.rules.create(req.principal.tenantId, req.params.runtime_id, req.body)) }));
 
   app.get('/v1/runtimes/:runtime_id/secret-injection-rules/:rule_id', {
-    config: { scope: 'secrets:read' },
+    config: { scope: 'secrets:read', forward: 'runtime' },
     schema: { operationId: 'getRuntimeSecretInjectionRule', tags, summary: "Get a runtime's rule", params: RuntimeRuleParams, response: { 200: RuleData } },
   }, async (req) => ({ data: ruleView(await core.rules.get(req.principal.tenantId, req.params.rule_id, req.params.runtime_id)) }));
 
   app.delete('/v1/runtimes/:runtime_id/secret-injection-rules/:rule_id', {
-    config: { scope: 'secrets:write' },
+    config: { scope: 'secrets:write', forward: 'runtime' },
     schema: { operationId: 'deleteRuntimeSecretInjectionRule', tags, summary: "Delete a runtime's rule", params: RuntimeRuleParams, response: { 200: RuleDeleted } },
   }, async (req) => {
     await core.rules.delete(req.principal.tenantId, req.params.rule_id, req.params.runtime_id);
@@ -98,7 +98,7 @@ export const ruleRoutes: RoutePlugin = async (app, { core }) => {
   }, async (req) => listView(await core.rules.list(req.principal.tenantId, pageOf(req.query)), ruleView));
 
   app.delete('/v1/secret-injection-rules/:rule_id', {
-    config: { scope: 'secrets:write' },
+    config: { scope: 'secrets:write', forward: 'rule' },
     schema: { operationId: 'deleteSecretInjectionRule', tags, summary: 'Delete a rule by UUID', params: RuleParams, response: { 200: RuleDeleted } },
   }, async (req) => {
     await core.rules.delete(req.principal.tenantId, req.params.rule_id);

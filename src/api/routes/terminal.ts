@@ -109,7 +109,7 @@ export const terminalRoutes: RoutePlugin = async (app, { core }) => {
   app.route({
     method: 'GET',
     url: '/v1/runtimes/:runtime_id/terminal',
-    config: { scope: 'exec' },
+    config: { scope: 'exec', forward: 'runtime' },
     schema: {
       operationId: 'openTerminal',
       tags: ['processes'],

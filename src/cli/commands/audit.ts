@@ -4,7 +4,8 @@
  * again every --interval seconds and prints those it has not printed yet.
  */
 import { Option, type Command } from 'commander';
-import { VesselError, type Audit, type AuditListOptions, type Vessel } from 'vessel/client';
+import type { Audit, AuditListOptions, Vessel } from 'vessel/client';
+import { VesselError } from '../../../client/errors.js';
 import { clientAction, withJson } from '../shared/client.js';
 import { formatTable, printJson, printJsonLine } from '../shared/output.js';
 import { positiveNumber } from '../shared/parse.js';

@@ -4,7 +4,7 @@
  * stdin, a prompt without echo, or a file, never an argument.
  */
 import type { Command } from 'commander';
-import { Vessel, VesselError } from 'vessel/client';
+import { VesselError } from '../../../client/errors.js';
 import { clientAction, withJson } from '../shared/client.js';
 import { printJson } from '../shared/output.js';
 import { configPath, removeConfig, resolveUrl, writeConfig } from '../shared/settings.js';
@@ -12,6 +12,7 @@ import { readSecretValue, refuseValueInArgv } from '../shared/stdio.js';
 
 /** A request that any valid token may make: permission_denied still says the token is known. */
 async function verify(url: string, token: string): Promise<void> {
+  const { Vessel } = await import('vessel/client');
   const vessel = new Vessel({ url, token, retry: { maxRetries: 0 } });
   try {
     await vessel.runtimes.list({ limit: 1 }).pages().next();

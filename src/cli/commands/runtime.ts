@@ -108,7 +108,7 @@ async function patchBody(rt: Runtime, flags: PatchFlags): Promise<RuntimePatchRe
 /** `--label key=value` or `--label key` for the list filter: the SDK's labels (true: the key alone). */
 function labelSelectors(selectors: string[] | undefined): Record<string, string | true> | undefined {
   if (selectors === undefined) return undefined;
-  return Object.fromEntries(selectors.map((s) => (s.includes('=') ? [s.slice(0, s.indexOf('=')), s.slice(s.indexOf('=') + 1)] : [s, true])));
+  return Object.fromEntries(selectors.map((s): [string, string | true] => (s.includes('=') ? [s.slice(0, s.indexOf('=')), s.slice(s.indexOf('=') + 1)] : [s, true])));
 }
 
 const LIFECYCLE = {

@@ -15,7 +15,7 @@
 import { constants as osConstants } from 'node:os';
 import type { Command } from 'commander';
 import type { Runtime, SignalName } from 'vessel/client';
-import { VesselError } from 'vessel/client';
+import { VesselError } from '../../../client/errors.js';
 import { clientAction, exitWith } from '../shared/client.js';
 import { EXIT_BROKEN_PIPE } from '../shared/command-output.js';
 import { CliError, EXIT } from '../shared/exit-codes.js';

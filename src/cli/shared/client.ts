@@ -4,7 +4,9 @@
  * exit status of exit-codes.ts.
  */
 import type { Command } from 'commander';
-import { Vessel, VesselError } from 'vessel/client';
+import type { Vessel } from 'vessel/client';
+// The SDK's error class alone: the SDK itself is loaded only by a command that calls the service.
+import { VesselError } from '../../../client/errors.js';
 import { CliError, EXIT, exitCodeOf } from './exit-codes.js';
 import { printJson } from './output.js';
 import { resolveSettings } from './settings.js';
@@ -53,13 +55,15 @@ export function clientAction<A extends unknown[]>(work: (ctx: Context, ...args: 
   return async (...all: unknown[]): Promise<void> => {
     const command = all.at(-1) as Command;
     const json = command.optsWithGlobals<{ json?: boolean }>().json === true;
+    // Loaded here, not when the program is built: --help, usage errors and completion never need it.
+    const sdk = await import('vessel/client');
     let vessel: Vessel | undefined;
     const ctx: Context = {
       json,
       get vessel() {
         if (vessel === undefined) {
           const settings = resolveSettings();
-          vessel = new Vessel({ url: settings.url, token: settings.token });
+          vessel = new sdk.Vessel({ url: settings.url, token: settings.token });
         }
         return vessel;
       },

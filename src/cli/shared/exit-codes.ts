@@ -4,7 +4,9 @@
  * (retry on 6, create on 3) without parsing messages; exec and shell pass the command's own
  * status through, so theirs are only the CLI's when the command never ran.
  */
-import { VesselError, type ErrorCode } from 'vessel/client';
+import type { ErrorCode } from 'vessel/client';
+// The SDK's error class alone: the SDK itself is loaded only by a command that calls the service.
+import { VesselError } from '../../../client/errors.js';
 
 export const EXIT = {
   ok: 0,
