@@ -76,7 +76,7 @@ export class PartLink {
     if (this.#closed !== null) return;
     this.#closed = reason;
     this.socket.destroy();
-    for (const { reject } of this.#pending.values()) reject(new LinkClosedError(reason));
+    for (const pending of this.#pending.values()) pending.reject(new LinkClosedError(reason));
     this.#pending.clear();
     this.#buffered = [];
     for (const listener of this.#closeListeners.splice(0)) listener(reason);
