@@ -38,6 +38,7 @@ import { runtimeRoutes } from './routes/runtimes.js';
 import { secretRoutes, ruleRoutes, auditRoutes } from './routes/secrets.js';
 import { bearerFromProtocols, selectProtocol } from './websocket-auth.js';
 import { SeenHops, verifyHop, type VerifiedHop } from '../cluster/hop.js';
+import type { HostHop } from '../cluster/host-hops.js';
 import { checkpointMoveRoutes } from '../cluster/checkpoint-moves.js';
 import { runtimeMoveRoutes } from '../cluster/runtime-moves.js';
 import { routeKind, type Forwarder } from '../cluster/forwarder.js';
@@ -75,10 +76,10 @@ export interface ApiOptions {
   /** Where the service's ingress listener is reached, for the runtimes' ingress_urls; absent when it runs none. */
   ingress?: IngressAddress | undefined;
   /**
-   * A VM host of a fleet (`--role node`): calls come from API nodes over the hop, signed with the
-   * per-cluster secret for this host (src/cluster/hop.ts); a bearer token is accepted for /metrics alone.
+   * A VM host of a fleet (`--role node`): calls come from API nodes over the hop, signed with this
+   * host's own key (src/cluster/hop.ts); a bearer token is accepted for /metrics alone.
    */
-  hop?: { secret: string; node: string } | undefined;
+  hop?: HostHop | undefined;
   /** An API node of a fleet (`--role api`): what needs a VM is sent on to its host. */
   forwarder?: Forwarder | undefined;
 }
@@ -315,8 +316,8 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   await app.register(consoleLogRoutes, { core });
   await app.register(consoleRoutes, options.console ?? {});
   if (options.hop !== undefined) {
-    await app.register(checkpointMoveRoutes, { core, secret: options.hop.secret });
-    await app.register(runtimeMoveRoutes, { core, secret: options.hop.secret });
+    await app.register(checkpointMoveRoutes, { core, ...options.hop });
+    await app.register(runtimeMoveRoutes, { core, ...options.hop });
   }
   return app;
 }

@@ -27,6 +27,7 @@ import {
   checkpointFromRow,
   checkpointToRow,
   checkLeaseSecs,
+  credentialKey,
   nameHeld,
   decodePageToken,
   nodeFromRow,
@@ -515,6 +516,8 @@ function nodeRepo(db: pg.Pool): NodeRepo {
      SELECT value FROM proposed UNION ALL SELECT value FROM fleet_settings WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM proposed)`,
   );
   const load = new Sql(runtimeHoldings('node IS NOT NULL', '$1', 'node'));
+  const enroll = new Sql('INSERT INTO fleet_settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value');
+  const setting = new Sql('SELECT value FROM fleet_settings WHERE name = $1');
   const live = [...LIVE_STATUSES];
   const toNode = (row: Row) => nodeFromRow(row, row.alive === true);
   return {
@@ -544,6 +547,11 @@ function nodeRepo(db: pg.Pool): NodeRepo {
         const row = await shared.one(db, [name, proposed]);
         if (row !== undefined) return String(row.value);
       }
+    },
+    enroll: async (name, credential) => void (await enroll.rows(db, [credentialKey(name), credential])),
+    credential: async (name) => {
+      const row = await setting.one(db, [credentialKey(name)]);
+      return row === undefined ? undefined : String(row.value);
     },
   };
 }

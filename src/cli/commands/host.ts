@@ -26,8 +26,12 @@ export function registerHostCommands(program: Command): void {
     .action(async (name: string) => (await host()).drainNode(name, true));
   node
     .command('evacuate <name>')
-    .description('drains the host, then moves its runtimes (ids, names and URLs kept; suspended ones stay) and its checkpoints to other hosts; needs VESSEL_INTERNAL_SECRET')
+    .description('drains the host, then moves its runtimes (ids, names and URLs kept; suspended ones stay) and its checkpoints to other hosts; needs VESSEL_INTERNAL_SECRET and VESSEL_MASTER_KEY')
     .action(async (name: string) => (await host()).evacuateNode(name));
+  node
+    .command('enroll <name>')
+    .description("issues a VM host's certificate and prints its key (give it to that host alone as VESSEL_NODE_KEY); needs VESSEL_INTERNAL_SECRET and VESSEL_MASTER_KEY; again: renews the certificate")
+    .action(async (name: string) => (await host()).enrollNode(name));
   node
     .command('undrain <name>')
     .description('puts a drained host back into placement')
