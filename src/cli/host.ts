@@ -65,6 +65,20 @@ export const evacuateNode = (name: string): Promise<void> =>
   });
 
 /**
+ * Gives the VM hosts' PostgreSQL role its privileges, and no more (src/store/postgres-host-role.ts);
+ * with `create`, makes it first if it is missing (LOGIN; the password VESSEL_HOST_DB_PASSWORD
+ * names, if set). Runs as the tables' owner, the role VESSEL_DATABASE_URL names.
+ */
+export const setUpHostDbRole = (role: string, o: { create: boolean }): Promise<void> =>
+  withStore(async (_store, config) => {
+    if (config.databaseUrl === undefined) throw new CliError('VESSEL_DATABASE_URL must name the fleet\'s PostgreSQL, as its tables\' owner');
+    if (!/^[a-z_][a-z0-9_]{0,62}$/.test(role)) throw new CliError(`a role name is lower-case letters, digits and '_', got '${role.slice(0, 80)}'`);
+    const { setUpHostRole } = await import('../store/postgres-host-role.js');
+    const applied = await setUpHostRole(config.databaseUrl, role, o.create ? { password: process.env.VESSEL_HOST_DB_PASSWORD || undefined } : null);
+    for (const statement of applied) process.stdout.write(`${statement};\n`);
+  });
+
+/**
  * Enrolls a VM host (src/cluster/enrollment.ts): its certificate and its copy of the egress CA go
  * to the store, and its key is printed, to be given to that host alone as VESSEL_NODE_KEY.
  */
