@@ -19,7 +19,7 @@ import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
 import { createECDH, createPrivateKey, createPublicKey, hkdfSync, randomBytes, webcrypto, type KeyObject } from 'node:crypto';
 import { Agent, request as httpsRequest } from 'node:https';
-import type { Socket } from 'node:net';
+import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { createServer as createTlsServer, type PeerCertificate, type SecureContextOptions, type TlsOptions } from 'node:tls';
 
 x509.cryptoProvider.set(webcrypto as unknown as Crypto);
@@ -160,15 +160,22 @@ export function memberOf(cert: PeerCertificate | undefined): { unit: string; nam
   return typeof cn === 'string' && typeof ou === 'string' ? { unit: ou, name: cn } : null;
 }
 
-/** The server side of a host's hop port: its certificate, and a certificate of the fleet's CA asked of every peer. */
-export const hostServerOptions = (identity: TlsIdentity): SecureContextOptions & { requestCert: true; rejectUnauthorized: true; minVersion: 'TLSv1.3' } => ({
+/**
+ * The server side of a host's hop port: its certificate, and a certificate of the fleet's CA asked
+ * of every peer. A peer without one still completes the handshake, and gets the probes alone
+ * (listenTls): the kubelet's HTTPS probe and Prometheus present none.
+ */
+export const hostServerOptions = (identity: TlsIdentity): SecureContextOptions & { requestCert: true; rejectUnauthorized: false; minVersion: 'TLSv1.3' } => ({
   ca: identity.ca,
   cert: identity.cert,
   key: identity.key,
   requestCert: true,
-  rejectUnauthorized: true,
+  rejectUnauthorized: false,
   minVersion: 'TLSv1.3',
 });
+
+/** What a peer without a fleet certificate may ask for: liveness, and metrics (which want an admin token). */
+const OPEN_PATHS = new Set(['/healthz', '/metrics']);
 
 /**
  * The client side: connections to VM hosts, kept alive and reused, each checked to be the host
@@ -213,12 +220,22 @@ export class HopTls {
 export { httpsRequest };
 
 /**
- * Serves `app` (a Fastify instance, ready) on a TLS listener: each connection, once its handshake
- * passed, is handed to the app's own HTTP server, so upgrades, keep-alive and shutdown work as on
- * a plain listener. Nothing else listens: a plain HTTP hop finds no one to talk to.
+ * Serves an app's HTTP server (Fastify's, ready) on a TLS listener: a connection whose peer proved
+ * a certificate of the fleet's CA is handed to that server, so upgrades, keep-alive and shutdown
+ * work as on a plain listener. A peer without one is served by a gate that passes GET and HEAD of
+ * OPEN_PATHS to the app and refuses everything else, hops included, before any of it is read. No
+ * plain listener exists: a plain HTTP hop finds no one to talk to.
  */
-export async function listenTls(server: { emit(event: 'connection', socket: Socket): boolean }, options: TlsOptions, host: string, port: number): Promise<() => Promise<void>> {
-  const listener = createTlsServer(options, (socket) => server.emit('connection', socket));
+export async function listenTls(server: HttpServer, options: TlsOptions, host: string, port: number): Promise<() => Promise<void>> {
+  const gate = createHttpServer((req, res) => {
+    const path = (req.url ?? '').split('?', 1)[0]!;
+    if ((req.method === 'GET' || req.method === 'HEAD') && OPEN_PATHS.has(path)) return void server.emit('request', req, res);
+    const body = JSON.stringify({ error: { code: 'unauthenticated', message: 'this is a VM host: its hop takes a certificate of the fleet (call an API node)' } });
+    res.writeHead(401, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body);
+  });
+  gate.headersTimeout = 10_000;
+  gate.requestTimeout = 10_000;
+  const listener = createTlsServer(options, (socket) => (socket.authorized ? server.emit('connection', socket) : gate.emit('connection', socket)));
   // A peer that fails its handshake (no certificate, another CA, plain HTTP) is closed; that is all.
   listener.on('tlsClientError', () => undefined);
   await new Promise<void>((resolve, reject) => {
@@ -228,5 +245,8 @@ export async function listenTls(server: { emit(event: 'connection', socket: Sock
       resolve();
     });
   });
-  return () => new Promise((resolve) => listener.close(() => resolve()));
+  return async () => {
+    await new Promise((resolve) => listener.close(resolve));
+    gate.closeAllConnections();
+  };
 }
