@@ -13,6 +13,9 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { moveRuntime } from '../src/cluster/runtime-moves.js';
+import { apiHopClient } from '../src/cluster/enrollment.js';
+import { SecretBox } from '../src/core/secret-box.js';
+import { PostgresStore } from '../src/store/postgres-store.js';
 import { startPostgres } from '../test/support/postgres-cluster.js';
 import { Service } from '../test/support/service.js';
 
@@ -84,6 +87,9 @@ async function main(): Promise<void> {
     const moves: number[] = [];
     const source = (await db.query("SELECT id, tenant_id, node FROM runtimes WHERE display_name = 'source'")).rows[0] as { id: string; tenant_id: string; node: string };
     const principal = { tokenId: 'bench', tenantId: source.tenant_id, scopes: new Set(['runtimes:write'] as const) };
+    // The operator's side of a move, as `vessel node evacuate` makes it.
+    const store = await PostgresStore.open(url);
+    const client = await apiHopClient(store.nodes, shared.VESSEL_INTERNAL_SECRET, new SecretBox(Buffer.from(shared.VESSEL_MASTER_KEY, 'hex')));
     for (let i = 0; i < ROUNDS; i++) {
       let t = performance.now();
       const extra = await call('POST', '/v1/runtimes/source/checkpoints', { name: `extra-${i}` }, 201);
@@ -94,11 +100,13 @@ async function main(): Promise<void> {
       const to = from === 'host-1' ? 'host-2' : 'host-1';
       const internalUrl = (await db.query('SELECT internal_url FROM nodes WHERE name = $1', [from])).rows[0].internal_url as string;
       t = performance.now();
-      await moveRuntime(shared.VESSEL_INTERNAL_SECRET, { name: from, internalUrl }, principal, randomUUID(), source.id, to);
+      await moveRuntime(client, { name: from, internalUrl }, principal, randomUUID(), source.id, to);
       moves.push(performance.now() - t);
       if ((await db.query('SELECT node FROM runtimes WHERE id = $1', [source.id])).rows[0].node !== to) throw new Error('the runtime did not move');
       if ((await call('POST', '/v1/runtimes/source/exec', { command: 'test -s /root/dirty && echo ok' })).stdout !== 'ok\n') throw new Error('the moved runtime lost its disk');
     }
+    client.close();
+    await store.close();
     const [c, r] = [pct(captures, 50), pct(moves, 50)];
     const [l, m] = [pct(local, 50), pct(moved, 50)];
     process.stdout.write(

@@ -47,8 +47,10 @@ export interface Config {
   fleet: {
     /** What this VM host registers as, and `vessel node drain` names. */
     nodeName: string;
-    /** Authenticates the API node → VM host hop; at least 32 characters. */
+    /** The fleet secret, which API nodes derive every host's key from (src/cluster/fleet-keys.ts); at least 32 characters. */
     internalSecret: string | undefined;
+    /** A VM host's own key, as `vessel node enroll NAME` printed it: all an enrolled host holds of the fleet's keys. */
+    nodeKey: string | undefined;
     /** Where a VM host serves the hop (and /healthz, /metrics). */
     internalPort: number;
     /** The address API nodes reach this host at (its internal and ingress listeners). */
@@ -61,11 +63,14 @@ export interface Config {
 /** A node's name is a DNS label or a dotted host name: it appears in URLs, logs and messages. */
 const NODE_NAME = /^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$/;
 
-function nodeName(env: NodeJS.ProcessEnv): string {
-  const name = (env.VESSEL_NODE_NAME || hostname()).toLowerCase();
-  if (!NODE_NAME.test(name)) throw new Error(`VESSEL_NODE_NAME must be a host name (letters, digits, '-' and '.', at most 63), got '${name.slice(0, 80)}'`);
+/** A VM host's name as the fleet spells it (lower case), or an error saying what one is. */
+export function checkNodeName(given: string, setting = 'VESSEL_NODE_NAME'): string {
+  const name = given.toLowerCase();
+  if (!NODE_NAME.test(name)) throw new Error(`${setting} must be a host name (letters, digits, '-' and '.', at most 63), got '${name.slice(0, 80)}'`);
   return name;
 }
+
+const nodeName = (env: NodeJS.ProcessEnv): string => checkNodeName(env.VESSEL_NODE_NAME || hostname());
 
 /** Only a PostgreSQL URL: a typo must not silently fall back to a fresh SQLite file. */
 function databaseUrl(env: NodeJS.ProcessEnv): string | undefined {
@@ -172,6 +177,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     fleet: {
       nodeName: nodeName(env),
       internalSecret: env.VESSEL_INTERNAL_SECRET || undefined,
+      nodeKey: env.VESSEL_NODE_KEY || undefined,
       internalPort: int(env, 'VESSEL_INTERNAL_PORT', 8082),
       advertiseHost: env.VESSEL_ADVERTISE_HOST || (['0.0.0.0', '::'].includes(env.VESSEL_HOST ?? '') ? hostname() : (env.VESSEL_HOST ?? '127.0.0.1')),
       leaseSecs: int(env, 'VESSEL_NODE_LEASE_SECS', 15),

@@ -14,8 +14,9 @@ import type { Token } from '../core/types.js';
 import { openStore } from '../store/open-store.js';
 import { buildImage } from '../vm/guest-image.js';
 import { ensureHostPackages } from '../vm/host-packages.js';
-import { loadConfig, type Config } from './config.js';
-import { ensureDataDir } from './data-dir.js';
+import { checkNodeName, loadConfig, type Config } from './config.js';
+import { ensureDataDir, loadMasterKey } from './data-dir.js';
+import { SecretBox } from '../core/secret-box.js';
 import { progressDisplay } from './progress.js';
 import { CliError } from './shared/exit-codes.js';
 import { imagesDir, serve, type Role } from './serve.js';
@@ -38,14 +39,55 @@ export const drainNode = (name: string, draining: boolean): Promise<void> =>
     process.stdout.write(`${JSON.stringify({ name, draining })}\n`);
   });
 
+/**
+ * The fleet secret and the master key, for commands that act as an API node does: given in the
+ * environment, never made up here (a key made up would seal the fleet's CAs under the wrong one).
+ */
+function fleetKeys(config: Config, why: string): { secret: string; box: SecretBox } {
+  const secret = config.fleet.internalSecret;
+  if (secret === undefined || config.masterKey === undefined) throw new CliError(`VESSEL_INTERNAL_SECRET and VESSEL_MASTER_KEY must be set, as on the API nodes: ${why}`);
+  return { secret, box: new SecretBox(loadMasterKey(config.dataDir, config.masterKey)) };
+}
+
 /** Drains the host, then moves what runs and what is kept there to other hosts (src/cluster/evacuation.ts). */
 export const evacuateNode = (name: string): Promise<void> =>
   withStore(async (store, config) => {
-    const secret = config.fleet.internalSecret;
-    if (secret === undefined) throw new Error('VESSEL_INTERNAL_SECRET must be set: moves are calls between VM hosts, signed with it');
+    const { secret, box } = fleetKeys(config, 'moves are calls to VM hosts, signed with their keys, over TLS with the fleet CA');
     const { evacuate } = await import('../cluster/evacuation.js');
-    const stayed = await evacuate(store, secret, name, (line) => process.stdout.write(`${JSON.stringify(line)}\n`));
-    if (stayed > 0) throw new CliError(`${stayed} runtime(s) or checkpoint(s) stayed on '${name}': see the lines with "moved":false`);
+    const { apiHopClient } = await import('../cluster/enrollment.js');
+    const client = await apiHopClient(store.nodes, secret, box);
+    try {
+      const stayed = await evacuate(store, client, name, (line) => process.stdout.write(`${JSON.stringify(line)}\n`));
+      if (stayed > 0) throw new CliError(`${stayed} runtime(s) or checkpoint(s) stayed on '${name}': see the lines with "moved":false`);
+    } finally {
+      client.close();
+    }
+  });
+
+/**
+ * Gives the VM hosts' PostgreSQL role its privileges, and no more (src/store/postgres-host-role.ts);
+ * with `create`, makes it first if it is missing (LOGIN; the password VESSEL_HOST_DB_PASSWORD
+ * names, if set). Runs as the tables' owner, the role VESSEL_DATABASE_URL names.
+ */
+export const setUpHostDbRole = (role: string, o: { create: boolean }): Promise<void> =>
+  withStore(async (_store, config) => {
+    if (config.databaseUrl === undefined) throw new CliError('VESSEL_DATABASE_URL must name the fleet\'s PostgreSQL, as its tables\' owner');
+    if (!/^[a-z_][a-z0-9_]{0,62}$/.test(role)) throw new CliError(`a role name is lower-case letters, digits and '_', got '${role.slice(0, 80)}'`);
+    const { setUpHostRole } = await import('../store/postgres-host-role.js');
+    const applied = await setUpHostRole(config.databaseUrl, role, o.create ? { password: process.env.VESSEL_HOST_DB_PASSWORD || undefined } : null);
+    for (const statement of applied) process.stdout.write(`${statement};\n`);
+  });
+
+/**
+ * Enrolls a VM host (src/cluster/enrollment.ts): its certificate and its copy of the egress CA go
+ * to the store, and its key is printed, to be given to that host alone as VESSEL_NODE_KEY.
+ */
+export const enrollNode = (name: string): Promise<void> =>
+  withStore(async (store, config) => {
+    const { secret, box } = fleetKeys(config, "a host's key is derived from the fleet secret, and the fleet's CAs are sealed with the master key");
+    const { enrollHost } = await import('../cluster/enrollment.js');
+    const { nodeKey, notAfter } = await enrollHost(store.nodes, secret, box, checkNodeName(name));
+    process.stdout.write(`${JSON.stringify({ name, node_key: nodeKey, certificate_expires: notAfter })}\n`);
   });
 
 /**

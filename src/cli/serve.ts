@@ -21,6 +21,10 @@ import { JSON_BODY_LIMIT } from '../api/app.js';
 import { Forwarder } from '../cluster/forwarder.js';
 import { cutHops } from '../cluster/hop-proxy.js';
 import { MIN_SECRET_CHARS } from '../cluster/hop.js';
+import { apiHopClient, hostCredential } from '../cluster/enrollment.js';
+import { checkNodeKey, hostKey } from '../cluster/fleet-keys.js';
+import { HopTls, hostServerOptions, listenTls } from '../cluster/fleet-tls.js';
+import type { HostHop } from '../cluster/host-hops.js';
 import { IngressEntry } from '../cluster/ingress-entry.js';
 import { NodeLease, freeDiskBytes, hostIdentity } from '../cluster/node-lease.js';
 import { noGateway, noVmDriver } from '../cluster/no-vm-host.js';
@@ -50,7 +54,7 @@ export async function serve(config: Config, role: Role = 'all'): Promise<void> {
   const log = pino(serviceLogOptions(config.logLevel));
   // A stray rejection in background work must not take every tenant's API down with it.
   process.on('unhandledRejection', (err) => log.error({ err }, 'unhandled rejection'));
-  const fleetSecret = role === 'all' ? undefined : fleetSettings(config, role);
+  const fleet = role === 'all' ? undefined : fleetSettings(config, role);
   ensureDataDir(config.dataDir);
   // An API node keeps nothing in its data directory that another process could share by mistake.
   const unlock = role === 'api' ? () => undefined : lockDataDir(config.dataDir);
@@ -67,19 +71,24 @@ export async function serve(config: Config, role: Role = 'all'): Promise<void> {
     listenHost: config.host,
     ingress,
   };
-  const started = role === 'api' ? await startApiNode(config, fleetSecret!, secretBox, log) : await startVmHost(config, role, fleetSecret, secretBox, log);
+  const started = role === 'api' ? await startApiNode(config, fleet!.secret!, secretBox, log) : await startVmHost(config, role, fleet, secretBox, log);
   const { core } = started;
 
-  await core.tokens.installAdmin(admin.token);
-  if (admin.created) {
+  // A VM host takes no bearer token but an admin's for /metrics, and writes no token: its
+  // database role may not (docs/scaling.md, "The VM hosts' database role").
+  if (role !== 'node') await core.tokens.installAdmin(admin.token);
+  if (admin.created && role !== 'node') {
     // Printed once, to the terminal only; the file keeps it for the operator.
     process.stderr.write(`\nAdmin token (also in ${join(config.dataDir, 'admin-token')}):\n  ${admin.token}\n\n`);
   }
   await started.beforeListen();
 
-  const app = await buildApi({ core, ...apiOptions, fleet: role === 'node' ? vmHostRole(core, { secret: fleetSecret!, node: config.fleet.nodeName }) : started.forwarder?.role() });
-  // A VM host serves the hop (with /healthz and /metrics) on its internal port alone.
-  await app.listen({ host: config.host, port: role === 'node' ? config.fleet.internalPort : config.port });
+  const app = await buildApi({ core, ...apiOptions, fleet: started.hop !== undefined ? vmHostRole(core, started.hop) : started.forwarder?.role() });
+  // A VM host serves the hop (with /healthz and /metrics) on its internal port alone; over TLS
+  // alone once it is enrolled.
+  const hopTls = started.hop?.tls;
+  const stopTls = hopTls == null ? null : await app.ready().then(() => listenTls(app.server, hostServerOptions(hopTls.identity), config.host, config.fleet.internalPort));
+  if (stopTls === null) await app.listen({ host: config.host, port: role === 'node' ? config.fleet.internalPort : config.port });
 
   let closing = false;
   const shutdown = async (signal: string) => {
@@ -88,6 +97,7 @@ export async function serve(config: Config, role: Role = 'all'): Promise<void> {
     log.info({ signal }, role === 'api' ? 'shutting down' : 'shutting down; VMs keep running');
     // Streams through this API node would hold app.close() for as long as they run.
     cutHops();
+    await stopTls?.();
     await app.close();
     await started.close();
     await core.close();
@@ -101,46 +111,73 @@ export async function serve(config: Config, role: Role = 'all'): Promise<void> {
 interface Started {
   core: Core;
   forwarder?: Forwarder;
+  /** A VM host's side of the hop: its key and name, and its certificate once enrolled. */
+  hop?: HostHop;
   /** What runs once the admin token is in and before the API listens. */
   beforeListen(): Promise<void>;
   /** What stops before the core closes. */
   close(): Promise<void>;
 }
 
-/** A fleet needs the shared PostgreSQL and the hop's secret; the secret is returned. */
-function fleetSettings(config: Config, role: Role): string {
+/**
+ * What a fleet member needs: the shared PostgreSQL, and its keys. An API node holds the fleet
+ * secret. A VM host holds its own key (VESSEL_NODE_KEY, from `vessel node enroll`), or, not
+ * enrolled, the fleet secret it derives its key from (and then serves the hop without TLS).
+ */
+interface FleetKeySettings {
+  secret?: string;
+  /** This VM host's own key. */
+  nodeKey?: string;
+  /** Whether the host is enrolled (given its own key): TLS, and none of the fleet secret. */
+  enrolled: boolean;
+}
+
+function fleetSettings(config: Config, role: Role): FleetKeySettings {
   if (config.databaseUrl === undefined) throw new Error(`--role ${role} needs VESSEL_DATABASE_URL: the API nodes and VM hosts of a fleet share one PostgreSQL`);
   const secret = config.fleet.internalSecret;
-  if (secret === undefined || secret.length < MIN_SECRET_CHARS) throw new Error(`--role ${role} needs VESSEL_INTERNAL_SECRET, the same on every node of the fleet, of at least ${MIN_SECRET_CHARS} characters`);
-  return secret;
+  const secretOk = secret !== undefined && secret.length >= MIN_SECRET_CHARS;
+  if (role === 'node' && config.fleet.nodeKey !== undefined) return { nodeKey: checkNodeKey(config.fleet.nodeKey), enrolled: true };
+  if (!secretOk) {
+    const or = role === 'node' ? ' (or VESSEL_NODE_KEY, which `vessel node enroll NAME` prints for this host)' : '';
+    throw new Error(`--role ${role} needs VESSEL_INTERNAL_SECRET${or}, the same on every API node of the fleet, of at least ${MIN_SECRET_CHARS} characters`);
+  }
+  return role === 'node' ? { secret, nodeKey: hostKey(secret, config.fleet.nodeName), enrolled: false } : { secret, enrolled: false };
 }
 
 /** An API node: the store, the core over it with no VMs, the forwarder and the ingress entry. */
 async function startApiNode(config: Config, secret: string, secretBox: SecretBox, log: pino.Logger): Promise<Started> {
   const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'a database connection failed; it is replaced') });
   const core = new Core({ store, driver: noVmDriver(), gateway: noGateway(), secretBox, log, tenantLimits: config.tenantLimits });
-  const entry = new IngressEntry(store, core.nodes, config.egress.ingress.domain, secret, log);
+  const client = await apiHopClient(store.nodes, secret, secretBox);
+  const entry = new IngressEntry(store, core.nodes, config.egress.ingress.domain, client.keys, log);
   return {
     core,
-    forwarder: new Forwarder(store, core.nodes, secret, JSON_BODY_LIMIT),
+    forwarder: new Forwarder(store, core.nodes, client, JSON_BODY_LIMIT),
     beforeListen: () => entry.listen(config.egress.ingress.host, config.egress.ingress.port),
-    close: entry.close,
+    close: async () => {
+      await entry.close();
+      client.close();
+    },
   };
 }
 
 /** A single host (`all`) or a fleet's VM host (`node`): VMs, their network, and for a node its lease. */
-async function startVmHost(config: Config, role: Role, secret: string | undefined, secretBox: SecretBox, log: pino.Logger): Promise<Started> {
+async function startVmHost(config: Config, role: Role, fleet: FleetKeySettings | undefined, secretBox: SecretBox, log: pino.Logger): Promise<Started> {
   const { image, accel, qemuVersion } = await prepareHost(config, log);
   const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'a database connection failed; it is replaced') });
+  const node = role === 'node' ? config.fleet.nodeName : null;
+  const secret = fleet?.nodeKey;
+  const credential = node !== null && secret !== undefined && fleet?.enrolled === true ? await hostCredential(store.nodes, node, secret) : null;
+  if (node !== null && credential === null) log.warn({ node }, 'this VM host holds the fleet secret and serves the hop without TLS: enroll it (vessel node enroll) and give it VESSEL_NODE_KEY instead');
   // A fleet's hosts share one CA: a checkpoint's guest trusts it on whichever host its files move to.
-  const ca = role === 'node' ? await CertificateAuthority.shared((proposed) => store.nodes.shared('egress-ca', proposed), secretBox) : await CertificateAuthority.loadOrCreate(config.dataDir);
+  const ca =
+    credential !== null ? await credential.egressCa : role === 'node' ? await CertificateAuthority.shared((proposed) => store.nodes.shared('egress-ca', proposed), secretBox) : await CertificateAuthority.loadOrCreate(config.dataDir);
   // Its VMs' cgroups and its gateway's TAPs and nftables table are named after the data directory.
   const instance = createHash('sha256').update(config.dataDir).digest('hex').slice(0, 8);
   const detected = VmCgroups.detect(instance);
   if (detected.cgroups === null) log.warn({ reason: detected.reason }, 'VMs run without cgroup limits');
   else log.info({ version: detected.cgroups.version }, 'each VM runs in a cgroup of its own');
   const driver = new QemuDriver({ dataDir: config.dataDir, image, accel, qemuVersion, guestCaPem: ca.certPem, memoryOvercommit: config.memoryOvercommit, cgroups: detected.cgroups, log });
-  const node = role === 'node' ? config.fleet.nodeName : null;
   // A fleet's host learns each relayed visitor from the entries' signed PROXY headers.
   const fleetIngress = node === null || secret === undefined ? undefined : { secret, node };
   const gateway = new Gateway({ instance, ca, ...config.egress, ingress: { ...config.egress.ingress, fleet: fleetIngress }, logLevel: config.logLevel, log });
@@ -159,13 +196,15 @@ async function startVmHost(config: Config, role: Role, secret: string | undefine
             log.fatal({ err: err.message }, 'this VM host lost its name to another host; it stops (its VMs keep running)');
             process.exit(1);
           },
-          internalUrl: `http://${advertiseHost}:${internalPort}`,
+          internalUrl: `${credential === null ? 'http' : 'https'}://${advertiseHost}:${internalPort}`,
           ingressAddress: `${advertiseHost}:${config.egress.ingress.port}`,
           leaseSecs,
           capacity: () => ({ ...driver.hostLimits(), memoryMib: hostMemoryLimitMib() * config.memoryOvercommit, runtimes: MAX_SLOT, diskBytes: freeDiskBytes(config.dataDir) }),
         }, log);
+  const hop = node === null || secret === undefined ? undefined : { secret, node, tls: credential === null ? null : new HopTls(credential.tls) };
   return {
     core,
+    hop,
     beforeListen: async () => {
       const reconciled = await core.reconcile();
       log.info(reconciled, 'reconciled runtimes with live VMs');
@@ -173,6 +212,9 @@ async function startVmHost(config: Config, role: Role, secret: string | undefine
       // Registered once its VMs are adopted: API nodes send it nothing before.
       await lease?.start();
     },
-    close: async () => lease?.stop(),
+    close: async () => {
+      await lease?.stop();
+      hop?.tls?.close();
+    },
   };
 }

@@ -10,6 +10,8 @@ import type { Store } from '../core/ports.js';
 import { MOVABLE } from '../core/runtime-moves.js';
 import type { Principal, VmNode } from '../core/types.js';
 import { moveCheckpoint } from './checkpoint-moves.js';
+import type { FleetKeys } from './fleet-keys.js';
+import type { HopClient } from './hop-proxy.js';
 import { placeRuntime, type Demand } from './placement.js';
 import { moveRuntime } from './runtime-moves.js';
 
@@ -25,11 +27,11 @@ export interface EvacuationLine {
   reason?: string;
 }
 
-/** The operator acts for each object's tenant: the cluster secret vouches for that, as an API node's does. */
+/** The operator acts for each object's tenant: the fleet secret vouches for that, as an API node's does. */
 const operatorFor = (tenantId: string): Principal => ({ tokenId: 'operator-evacuation', tenantId, scopes: new Set(['runtimes:write']) });
 
 /** Resolves with what stayed on the host (0: it is empty of runtimes that run and of checkpoints). */
-export async function evacuate(store: Store, secret: string, name: string, report: (line: EvacuationLine) => void): Promise<number> {
+export async function evacuate(store: Store, client: HopClient & { keys: FleetKeys }, name: string, report: (line: EvacuationLine) => void): Promise<number> {
   if (!(await store.nodes.setDraining(name, true))) throw new Error(`no VM host is registered as '${name}'`);
   let stayed = 0;
   const say = (line: EvacuationLine) => {
@@ -56,7 +58,7 @@ export async function evacuate(store: Store, secret: string, name: string, repor
     let target: VmNode | null = null;
     try {
       target = await place({ memoryMib: rt.resources.limits.memory_mib, vcpus: rt.resources.vcpus });
-      await moveRuntime(secret, await source(), operatorFor(rt.tenantId), randomUUID(), rt.id, target.name);
+      await moveRuntime(client, await source(), operatorFor(rt.tenantId), randomUUID(), rt.id, target.name);
       say({ ...line, node: target.name, moved: true });
     } catch (err) {
       // The answer is not the truth when it was lost (a timeout, a cut connection): the row is.
@@ -75,7 +77,7 @@ export async function evacuate(store: Store, secret: string, name: string, repor
     try {
       await source();
       const target = await place({ memoryMib: cp.resources.limits.memory_mib, vcpus: cp.resources.vcpus });
-      await moveCheckpoint(secret, target, operatorFor(cp.tenantId!), randomUUID(), cp.id);
+      await moveCheckpoint(client, target, name, operatorFor(cp.tenantId!), randomUUID(), cp.id);
       say({ ...line, node: target.name, moved: true });
     } catch (err) {
       say({ ...line, node: name, moved: false, reason: (err as Error).message });

@@ -15,7 +15,8 @@ import { DEFAULT_MEMORY_MIB } from '../core/runtimes.js';
 import type { NodeLoad, VmNode } from '../core/types.js';
 import { sendError, toVesselError } from '../api/errors.js';
 import type { FleetRole, VmHostOf } from '../api/fleet.js';
-import { forwardRequest, forwardUpgrade, HopUnreachable, type HopCall, type HopTarget } from './hop-proxy.js';
+import { forwardRequest, forwardUpgrade, HopUnreachable, type HopCall, type HopClient, type HopTarget } from './hop-proxy.js';
+import type { FleetKeys } from './fleet-keys.js';
 import { moveCheckpoint } from './checkpoint-moves.js';
 import { addLoad, placeRuntime, type Demand } from './placement.js';
 
@@ -30,7 +31,8 @@ export class Forwarder {
   constructor(
     private readonly store: Store,
     private readonly nodes: NodeDirectory,
-    private readonly secret: string,
+    /** Every host's key (from the fleet secret) and this node's fleet certificate. */
+    private readonly client: HopClient & { keys: FleetKeys },
     /** The largest create body it reads to place one (the API's JSON limit). */
     private readonly maxBodyBytes: number,
   ) {}
@@ -85,13 +87,13 @@ export class Forwarder {
     try {
       // Only a WebSocket route upgrades, and only a request that came as one (@fastify/websocket's `ws`).
       if (websocket && (request as { ws?: boolean }).ws === true) {
-        await forwardUpgrade(this.secret, hop, request.raw, request.raw.socket, call);
+        await forwardUpgrade(this.client, hop, request.raw, request.raw.socket, call);
         reply.hijack();
         return;
       }
       // Settled when the caller's response ends, however early: a create given up on frees its place.
       reply.raw.once('close', settle);
-      const stream = await forwardRequest(this.secret, hop, request.raw, reply.raw, call);
+      const stream = await forwardRequest(this.client, hop, request.raw, reply.raw, call);
       reply.hijack();
       stream();
     } catch (err) {
@@ -141,7 +143,7 @@ export class Forwarder {
     // Its host takes no new runtimes: the fork goes where placement says, and the checkpoint's
     // files go there first (docs/scaling.md, "Moving checkpoints").
     const target = await this.#place(demand);
-    await moveCheckpoint(this.secret, target, call.principal, call.requestId, cp.id);
+    await moveCheckpoint(this.client, target, cp.node, call.principal, call.requestId, cp.id);
     return { target, placed: { node: target.name, demand } };
   }
 

@@ -11,17 +11,48 @@ import type { Principal } from '../core/types.js';
 import { BEARER_PROTOCOL_PREFIX } from '../api/websocket-auth.js';
 import { HOP_HEADERS, bodyKeyOf, signHop } from './hop.js';
 import { BodyFramer, FRAMED_BODY, MAX_WHOLE_BODY_BYTES, NO_BODY, wholeBody } from './hop-body.js';
+import { GRANT_HEADERS, type HopKeys } from './fleet-keys.js';
+import { httpsRequest, type HopTls } from './fleet-tls.js';
 
 /** A host that has not accepted the connection by then is treated as down for this request. */
 const CONNECT_TIMEOUT_MS = 5000;
 
 /** Headers that describe one connection, not the message (RFC 9110 §7.6.1), and ours that only the hop may set. */
-const CONNECTION_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host', 'authorization', ...HOP_HEADERS]);
+const CONNECTION_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host', 'authorization', ...HOP_HEADERS, ...GRANT_HEADERS]);
 
 export interface HopTarget {
-  /** `http://host:port` of the VM host's hop listener. */
+  /** `https://host:port` (or `http://`, a host without TLS) of the VM host's hop listener. */
   internalUrl: string;
   name: string;
+}
+
+/** What a caller makes hops with: keys to sign them (fleet-keys.ts), and TLS where the fleet has it (fleet-tls.ts). */
+export interface HopClient {
+  keys: HopKeys;
+  /** Null: this caller has no fleet certificate, and reaches hosts over plain HTTP only. */
+  tls: HopTls | null;
+  /**
+   * Refuses a host reached over plain HTTP that must be reached over TLS (an enrolled host, whose
+   * row in the store names an http:// address: a downgrade, or a host not yet restarted on TLS).
+   */
+  plainRefusal(target: HopTarget): Promise<string | null>;
+}
+
+/** How one hop reaches its host: the request function and its TLS or pooling options. */
+interface Transport {
+  request: typeof httpRequest;
+  options: object;
+}
+
+async function transport(client: HopClient, target: HopTarget, upgrade: boolean): Promise<Transport> {
+  const url = new URL(target.internalUrl);
+  if (url.protocol === 'https:') {
+    if (client.tls === null) throw new HopUnreachable(`VM host '${target.name}' serves the hop over TLS, and this node holds no fleet certificate`);
+    return { request: httpsRequest as unknown as typeof httpRequest, options: client.tls.requestOptions(target.name, upgrade) };
+  }
+  const refusal = await client.plainRefusal(target);
+  if (refusal !== null) throw new HopUnreachable(refusal);
+  return { request: httpRequest, options: { agent: upgrade ? false : agent } };
 }
 
 export interface HopCall {
@@ -63,7 +94,7 @@ function carried(request: IncomingMessage, call: HopCall, upgrade: boolean): Car
   return bodyOf(request) === 'none' ? { kind: 'none' } : { kind: 'frames' };
 }
 
-function outgoingHeaders(request: IncomingMessage, secret: string, call: HopCall, body: Carried, method: string, url: string, target: URL, node: string): Record<string, string | string[]> {
+function outgoingHeaders(request: IncomingMessage, keys: HopKeys, call: HopCall, body: Carried, method: string, url: string, target: URL, node: string): { headers: Record<string, string | string[]>; key: string } {
   const incoming = request.headers;
   const headers: Record<string, string | string[]> = {};
   for (const [name, value] of Object.entries(incoming)) if (!CONNECTION_HEADERS.has(name) && value !== undefined) headers[name] = value;
@@ -84,8 +115,9 @@ function outgoingHeaders(request: IncomingMessage, secret: string, call: HopCall
   headers['x-request-id'] = call.requestId;
   headers['x-forwarded-for'] = call.clientIp;
   const name = body.kind === 'whole' ? wholeBody(body.bytes) : body.kind === 'frames' ? FRAMED_BODY : NO_BODY;
-  Object.assign(headers, signHop(secret, call.principal, { method, url, requestId: call.requestId, node, body: name }));
-  return headers;
+  const signing = keys.forCall(node, method, url, call.principal.tenantId);
+  Object.assign(headers, signing.headers, signHop(signing.key, call.principal, { method, url, requestId: call.requestId, node, body: name }));
+  return { headers, key: signing.key };
 }
 
 /** How the caller framed its body (Node's server refuses a request that gives both). */
@@ -94,14 +126,14 @@ function bodyOf(incoming: IncomingMessage): 'chunked' | 'length' | 'none' {
   return incoming.headers['content-length'] !== undefined && incoming.headers['content-length'] !== '0' ? 'length' : 'none';
 }
 
-function open(secret: string, target: HopTarget, incoming: IncomingMessage, call: HopCall, upgrade: boolean) {
+function open(client: HopClient, via: Transport, target: HopTarget, incoming: IncomingMessage, call: HopCall, upgrade: boolean) {
   const url = new URL(target.internalUrl);
   const method = incoming.method ?? 'GET';
   const path = incoming.url ?? '/';
   const body = carried(incoming, call, upgrade);
-  const headers = outgoingHeaders(incoming, secret, call, body, method, path, url, target.name);
+  const { headers, key } = outgoingHeaders(incoming, client.keys, call, body, method, path, url, target.name);
   if (upgrade) Object.assign(headers, { connection: 'Upgrade', upgrade: 'websocket' });
-  const out = httpRequest({ host: url.hostname, port: url.port, method, path, headers, agent: upgrade ? false : agent });
+  const out = via.request({ host: url.hostname, port: url.port, method, path, headers, ...via.options });
   const connectTimer = setTimeout(() => out.destroy(new HopUnreachable(`VM host '${target.name}' did not accept a connection within ${CONNECT_TIMEOUT_MS / 1000} s`)), CONNECT_TIMEOUT_MS);
   out.once('socket', (socket) => {
     if (!socket.connecting) clearTimeout(connectTimer);
@@ -111,7 +143,7 @@ function open(secret: string, target: HopTarget, incoming: IncomingMessage, call
   if (body.kind === 'whole') out.end(body.bytes);
   else if (body.kind === 'none') out.end();
   else {
-    const frames = new BodyFramer(bodyKeyOf(secret, headers as Record<string, string>));
+    const frames = new BodyFramer(bodyKeyOf(key, headers as Record<string, string>));
     // The last frame goes only when the caller's body ended: a caller that leaves mid-body cuts
     // the hop (forwardRequest), and the host sees a body without its end, never a shorter one.
     (call.body === undefined ? incoming : Readable.from([call.body])).pipe(frames).pipe(out);
@@ -127,9 +159,10 @@ const unreachable = (target: HopTarget, err: Error): HopUnreachable =>
  * once it has one: the caller takes the response over (Fastify's hijack) only then, so a host
  * that cannot be reached still gets an error envelope from the API node.
  */
-export function forwardRequest(secret: string, target: HopTarget, incoming: IncomingMessage, res: ServerResponse, call: HopCall): Promise<() => void> {
+export async function forwardRequest(client: HopClient, target: HopTarget, incoming: IncomingMessage, res: ServerResponse, call: HopCall): Promise<() => void> {
+  const via = await transport(client, target, false);
   return new Promise((resolve, reject) => {
-    const out = open(secret, target, incoming, call, false);
+    const out = open(client, via, target, incoming, call, false);
     track(out);
     // A caller gone at any point, before the host answered too, cuts the hop: an SSE stream
     // nobody reads must not run on.
@@ -155,9 +188,10 @@ export function forwardRequest(secret: string, target: HopTarget, incoming: Inco
  * Forwards a WebSocket upgrade: the host's 101 (or its refusal) goes back on the caller's socket
  * as it came, then bytes flow both ways until either side closes.
  */
-export function forwardUpgrade(secret: string, target: HopTarget, incoming: IncomingMessage, socket: Duplex, call: HopCall): Promise<void> {
+export async function forwardUpgrade(client: HopClient, target: HopTarget, incoming: IncomingMessage, socket: Duplex, call: HopCall): Promise<void> {
+  const via = await transport(client, target, true);
   return new Promise((resolve, reject) => {
-    const out = open(secret, target, incoming, call, true);
+    const out = open(client, via, target, incoming, call, true);
     track(out);
     socket.once('close', () => out.destroy());
     out.once('error', (err) => reject(unreachable(target, err)));
@@ -204,6 +238,8 @@ export interface OwnHopCall {
   requestId: string;
   method: 'GET' | 'POST' | 'DELETE';
   path: string;
+  /** Grants handed to the called host for the calls it makes in turn (fleet-keys.ts). */
+  headers?: Record<string, string>;
 }
 
 /** A host's refusal of an own call, as large as an error envelope can be. */
@@ -214,16 +250,20 @@ const MAX_ERROR_BYTES = 64 * 1024;
  * is a success; a refusal is rejected as the host's own error. The answer must keep coming: a
  * host silent for `idleMs` is cut.
  */
-export function callHop(secret: string, target: HopTarget, call: OwnHopCall, idleMs: number): Promise<IncomingMessage> {
+export async function callHop(client: HopClient, target: HopTarget, call: OwnHopCall, idleMs: number): Promise<IncomingMessage> {
+  const via = await transport(client, target, false);
+  const signing = client.keys.forCall(target.name, call.method, call.path, call.principal.tenantId);
   return new Promise((resolve, reject) => {
     const url = new URL(target.internalUrl);
     const headers = {
       host: url.host,
       'x-request-id': call.requestId,
       'content-length': '0',
-      ...signHop(secret, call.principal, { method: call.method, url: call.path, requestId: call.requestId, node: target.name, body: NO_BODY }),
+      ...signing.headers,
+      ...(call.headers ?? {}),
+      ...signHop(signing.key, call.principal, { method: call.method, url: call.path, requestId: call.requestId, node: target.name, body: NO_BODY }),
     };
-    const out = httpRequest({ host: url.hostname, port: url.port, method: call.method, path: call.path, headers, agent });
+    const out = via.request({ host: url.hostname, port: url.port, method: call.method, path: call.path, headers, ...via.options });
     track(out);
     out.setTimeout(idleMs, () => out.destroy(new HopUnreachable(`VM host '${target.name}' sent nothing for ${Math.round(idleMs / 1000)} s`)));
     out.once('error', (err) => reject(unreachable(target, err)));

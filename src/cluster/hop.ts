@@ -1,9 +1,10 @@
 /**
  * The hop from an API node to a VM host (docs/scaling.md, "The hop"): the API node has
- * authenticated the caller, and tells the host who it is, under an HMAC of the per-cluster secret
- * (VESSEL_INTERNAL_SECRET). The MAC covers the method, the path with its query, the principal, the
- * request id, the host it is meant for, the time and the body (hop-body.ts: a digest, or frames
- * each checked under a key derived from this MAC), so a captured header set opens nothing else,
+ * authenticated the caller, and tells the host who it is, under an HMAC keyed with that host's
+ * own key (fleet-keys.ts: derived from VESSEL_INTERNAL_SECRET, which API nodes hold and hosts do
+ * not). The MAC covers the method, the path with its query, the principal, the request id, the
+ * host it is meant for, the time and the body (hop-body.ts: a digest, or frames each checked
+ * under a key derived from this MAC), so a captured header set opens nothing else,
  * carries no other body, goes stale in a minute, and is refused if it comes twice.
  *
  * The signature is read strictly: exactly the 43 characters of base64url that encode 32 bytes,
@@ -17,6 +18,7 @@ import type { Readable } from 'node:stream';
 import { SCOPES, type Principal, type Scope } from '../core/types.js';
 import { SeenOnce } from '../platform/seen-once.js';
 import { BodyUnframer, WholeBodyCheck, checkedBody, frameKey, parseBodyName } from './hop-body.js';
+import { HOP_GRANT, grantKey, grantRefusal, parseClaims } from './fleet-keys.js';
 
 export const HOP_PRINCIPAL = 'x-vessel-hop-principal';
 export const HOP_TIME = 'x-vessel-hop-time';
@@ -81,8 +83,13 @@ export interface VerifiedHop {
   checkBody(payload: Readable): Readable;
 }
 
-/** The hop the API node vouches for, or why it is refused (never which part of the MAC failed). */
-export function verifyHop(secret: string, headers: IncomingHttpHeaders, r: HopRequest, now = Date.now(), seen?: SeenHops): VerifiedHop | string {
+/**
+ * The hop the API node vouches for, or why it is refused (never which part of the MAC failed).
+ * `hostKey` is this host's own key (fleet-keys.ts). A hop that names a grant (another host's call
+ * for a move) is checked under the key derived from this host's key and the grant's claims, and
+ * only for what they allow: this host, those methods, that path prefix and tenant, before expiry.
+ */
+export function verifyHop(hostKey: string, headers: IncomingHttpHeaders, r: HopRequest, now = Date.now(), seen?: SeenHops): VerifiedHop | string {
   const [encoded, time, signature, bodyText] = HOP_HEADERS.map((h) => headers[h]);
   if (typeof encoded !== 'string' || typeof time !== 'string' || typeof signature !== 'string' || typeof bodyText !== 'string') return 'incomplete hop headers';
   if (encoded.length > MAX_PRINCIPAL_CHARS || !/^\d{1,15}$/.test(time)) return 'malformed hop headers';
@@ -90,6 +97,17 @@ export function verifyHop(secret: string, headers: IncomingHttpHeaders, r: HopRe
   const body = parseBodyName(bodyText);
   if (given === null || body === null) return 'malformed hop headers';
   if (Math.abs(now - Number(time)) > MAX_SKEW_MS) return 'the hop is too old, or the clocks of the API node and this host disagree by over a minute';
+  const grantText = headers[HOP_GRANT];
+  let secret = hostKey;
+  let grantTenant: string | null = null;
+  if (grantText !== undefined) {
+    const claims = typeof grantText === 'string' ? parseClaims(grantText) : null;
+    if (claims === null) return 'a malformed grant';
+    const refusal = grantRefusal(claims, r.node, r.method, r.url, now);
+    if (refusal !== null) return refusal;
+    secret = grantKey(hostKey, grantText as string);
+    grantTenant = claims.tenant;
+  }
   const expected = mac(secret, time, encoded, bodyText, r);
   if (!timingSafeEqual(given, expected)) return 'the hop signature does not match';
   // The HTTP framing must be the one the signed body was sent with: a body sent whole has exactly
@@ -101,6 +119,7 @@ export function verifyHop(secret: string, headers: IncomingHttpHeaders, r: HopRe
   if (!framed) return "the hop's body is not framed as signed";
   const principal = parsePrincipal(encoded);
   if (principal === null) return 'malformed hop principal';
+  if (grantTenant !== null && principal.tenantId !== grantTenant) return "a grant for another tenant's objects";
   if (seen !== undefined && !seen.firstTime(given, now)) return 'this hop was already used';
   // No body was signed, and the framing checked above gives it none: Node's parser reads no byte
   // as this request's (an upgrade's, a GET's), so there is nothing to check and the payload is

@@ -24,6 +24,7 @@ import { listenOn } from '../net/listeners.js';
 import { closeRelays, peekBytes, relaySockets, sniffSocket } from '../net/socket-ops.js';
 import { ConnectionsPerSource } from '../net/source-caps.js';
 import { proxyHeader } from '../net/proxy-header.js';
+import type { FleetKeys } from './fleet-keys.js';
 
 /** The longest request head the entry reads ahead for its Host (a host's ingress takes the same). */
 export const MAX_ENTRY_HEAD_BYTES = 16 * 1024;
@@ -56,8 +57,8 @@ export class IngressEntry {
     private readonly store: Store,
     private readonly nodes: NodeDirectory,
     private readonly domain: string,
-    /** The cluster secret, which signs the PROXY headers. */
-    private readonly secret: string,
+    /** Every host's key, from the fleet secret: a PROXY header is signed with the key of the host it goes to. */
+    private readonly keys: FleetKeys,
     private readonly log: Logger,
   ) {
     this.#server = createServer({ pauseOnConnect: true }, (socket) => {
@@ -138,7 +139,7 @@ export class IngressEntry {
       const entered = { address: socket.localAddress ?? '', port: socket.localPort ?? 0 };
       let header: Buffer;
       try {
-        header = proxyHeader(this.secret, to.node, visitor, entered);
+        header = proxyHeader(this.keys.keyOf(to.node), to.node, visitor, entered);
       } catch {
         // No address to name (the visitor is gone): nothing to relay.
         socket.destroy();

@@ -14,21 +14,17 @@ import type { FleetRole } from '../api/fleet.js';
 import { lacksScope } from '../api/guard.js';
 import { checkpointMoveRoutes } from './checkpoint-moves.js';
 import { SeenHops, verifyHop, type VerifiedHop } from './hop.js';
+import type { HostHop } from './host-hops.js';
 import { runtimeMoveRoutes } from './runtime-moves.js';
 
-export interface VmHostSettings {
-  /** The fleet's hop secret (VESSEL_INTERNAL_SECRET). */
-  secret: string;
-  /** This host's name in the fleet: a hop meant for another host is refused. */
-  node: string;
-}
-
-export function vmHostRole(core: Core, { secret, node }: VmHostSettings): FleetRole {
+/** `hop.node`: this host's name in the fleet, and a hop meant for another host is refused; `hop.secret`: its own key (fleet-keys.ts). */
+export function vmHostRole(core: Core, hop: HostHop): FleetRole {
+  const { secret, node } = hop;
   const seen = new SeenHops();
   const bodies = new WeakMap<FastifyRequest, VerifiedHop['checkBody']>();
   const routes: FastifyPluginAsync = async (app) => {
-    await app.register(checkpointMoveRoutes, { core, secret });
-    await app.register(runtimeMoveRoutes, { core, secret });
+    await app.register(checkpointMoveRoutes, { core, ...hop });
+    await app.register(runtimeMoveRoutes, { core, ...hop });
   };
   return {
     guard: (scope) => (request, reply, done) => {

@@ -87,6 +87,10 @@ export interface NodeRepo {
   load(): Promise<Map<string, NodeLoad>>;
   /** A value every host of the fleet must share: `proposed` if none is stored yet, else the one stored first. */
   shared(name: string, proposed: string): Promise<string>;
+  /** Records (or replaces) what the operator enrolled VM host `name` with: its certificate, its copy of the egress CA. */
+  enroll(name: string, credential: string): Promise<void>;
+  /** What `name` was enrolled with; undefined when it never was. */
+  credential(name: string): Promise<string | undefined>;
 }
 
 /** Records owned by a tenant, unique by display name within it. insert() throws already_exists. */

@@ -57,7 +57,7 @@ interface Sealer {
 }
 
 /** Binds the sealed key to its use: a sealed tenant secret can never be passed off as it. */
-const SHARED_CA_CONTEXT = 'vessel:fleet-egress-ca';
+export const SHARED_CA_CONTEXT = 'vessel:fleet-egress-ca';
 
 async function makeCa(): Promise<{ certPem: string; keyPem: string }> {
   const subtle = webcrypto.subtle;

@@ -12,6 +12,7 @@ import { isUuid } from '../core/names.js';
 import type { AuditRepo, CheckpointRepo, NodeRepo, QuotaRepo, RuleRepo, Store, TenantRepo, TokenRepo } from '../core/ports.js';
 import type { NodeLoad, Page, PageRequest, Runtime, RuntimeFilter, Secret, TenantLimits } from '../core/types.js';
 import { PG_MIGRATIONS } from './postgres-migrations.js';
+import { HOST_ROLE_SETTING, grantHostRole } from './postgres-host-role.js';
 import {
   AUDIT_COLUMNS,
   CHECKPOINT_COLUMNS,
@@ -27,6 +28,7 @@ import {
   checkpointFromRow,
   checkpointToRow,
   checkLeaseSecs,
+  credentialKey,
   nameHeld,
   decodePageToken,
   nodeFromRow,
@@ -74,6 +76,7 @@ const pgCode = (err: unknown): string | undefined => (typeof err === 'object' &&
 const pgConstraint = (err: unknown): string | undefined =>
   typeof err === 'object' && err !== null && 'constraint' in err ? String(err.constraint) : undefined;
 const UNIQUE_VIOLATION = '23505';
+const INSUFFICIENT_PRIVILEGE = '42501';
 const FOREIGN_KEY_VIOLATION = '23503';
 
 /** Runs `work` in one transaction on one client of the pool; rolled back when it throws. */
@@ -92,24 +95,41 @@ async function inTransaction<T>(pool: pg.Pool, work: (client: pg.PoolClient) => 
   }
 }
 
+/** The schema's version, or 0 when it has none yet: read with nothing but SELECT. */
+async function schemaVersion(client: pg.PoolClient): Promise<number> {
+  const table = await client.query<{ t: string | null }>("SELECT to_regclass('schema_migrations')::text AS t");
+  if (table.rows[0]?.t == null) return 0;
+  const { rows } = await client.query<{ v: number | null }>('SELECT max(version) AS v FROM schema_migrations');
+  return rows[0]?.v ?? 0;
+}
+
 /**
  * Applies the migrations not yet recorded, each in its own transaction, under a session advisory
  * lock: a second process starting at the same moment waits on the lock, then finds them recorded.
+ * A schema already current is only read: a VM host's role (postgres-host-role.ts) may change none
+ * of it, and starts as long as an API node of its version migrated first.
  */
 export async function migratePostgres(pool: pg.Pool): Promise<void> {
   const client = await pool.connect();
+  const latest = PG_MIGRATIONS.at(-1)!.version;
+  let current = 0;
   try {
+    current = await schemaVersion(client);
+    if (current >= latest) return;
     await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY]);
     try {
       await client.query('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)');
       const { rows } = await client.query<{ v: number | null }>('SELECT max(version) AS v FROM schema_migrations');
-      const current = rows[0]?.v ?? 0;
+      current = rows[0]?.v ?? 0;
       for (const m of PG_MIGRATIONS) {
         if (m.version <= current) continue;
         await client.query('BEGIN');
         try {
           await client.query(m.sql);
           await client.query('INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)', [m.version, new Date().toISOString()]);
+          // New tables get the VM hosts' privileges with the migration that makes them.
+          const role = m.version >= 5 ? (await client.query<{ value: string }>('SELECT value FROM fleet_settings WHERE name = $1', [HOST_ROLE_SETTING])).rows[0]?.value : undefined;
+          if (role !== undefined) await grantHostRole(client, role);
           await client.query('COMMIT');
         } catch (err) {
           await client.query('ROLLBACK').catch(() => undefined);
@@ -119,6 +139,9 @@ export async function migratePostgres(pool: pg.Pool): Promise<void> {
     } finally {
       await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY]);
     }
+  } catch (err) {
+    if (pgCode(err) !== INSUFFICIENT_PRIVILEGE) throw err;
+    throw new Error(`the database schema is at version ${current} and this role may not migrate it to ${latest} (${(err as Error).message}): start an API node of this version first, which migrates it as the tables' owner`);
   } finally {
     client.release();
   }
@@ -515,6 +538,8 @@ function nodeRepo(db: pg.Pool): NodeRepo {
      SELECT value FROM proposed UNION ALL SELECT value FROM fleet_settings WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM proposed)`,
   );
   const load = new Sql(runtimeHoldings('node IS NOT NULL', '$1', 'node'));
+  const enroll = new Sql('INSERT INTO fleet_settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value');
+  const setting = new Sql('SELECT value FROM fleet_settings WHERE name = $1');
   const live = [...LIVE_STATUSES];
   const toNode = (row: Row) => nodeFromRow(row, row.alive === true);
   return {
@@ -544,6 +569,11 @@ function nodeRepo(db: pg.Pool): NodeRepo {
         const row = await shared.one(db, [name, proposed]);
         if (row !== undefined) return String(row.value);
       }
+    },
+    enroll: async (name, credential) => void (await enroll.rows(db, [credentialKey(name), credential])),
+    credential: async (name) => {
+      const row = await setting.one(db, [credentialKey(name)]);
+      return row === undefined ? undefined : String(row.value);
     },
   };
 }

@@ -244,3 +244,6 @@ export const nameHeld = (name: string, until: string): VesselError =>
 export function checkLeaseSecs(leaseSecs: number): void {
   if (!Number.isFinite(leaseSecs) || leaseSecs < 0) throw new RangeError(`a lease of ${leaseSecs} s`);
 }
+
+/** Where a VM host's enrollment is kept among the fleet's settings (`fleet_settings`). */
+export const credentialKey = (node: string): string => `node-credential:${node}`;

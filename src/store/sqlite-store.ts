@@ -23,6 +23,7 @@ import {
   checkpointFromRow,
   checkpointToRow,
   checkLeaseSecs,
+  credentialKey,
   nameHeld,
   decodePageToken,
   nodeFromRow,
@@ -473,6 +474,7 @@ function nodeRepo(db: Db): NodeRepo {
   const load = db.prepare(runtimeHoldings('node IS NOT NULL', 'node'));
   const propose = db.prepare('INSERT INTO fleet_settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING');
   const setting = db.prepare('SELECT value FROM fleet_settings WHERE name = ?');
+  const putSetting = db.prepare('INSERT INTO fleet_settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value');
   const live = JSON.stringify(LIVE_STATUSES);
   const toNode = (row: Row) => nodeFromRow(row, Date.parse(row.lease_expires_at as string) > Date.now());
   return {
@@ -500,5 +502,7 @@ function nodeRepo(db: Db): NodeRepo {
       propose.run(name, proposed);
       return (setting.get(name) as { value: string }).value;
     },
+    enroll: async (name, credential) => void putSetting.run(credentialKey(name), credential),
+    credential: async (name) => (setting.get(credentialKey(name)) as { value: string } | undefined)?.value,
   };
 }

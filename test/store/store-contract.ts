@@ -363,6 +363,16 @@ export function storeContract(subject: StoreUnderTest): void {
     assert.equal(await store.nodes.shared('other', 'x'), 'x');
   });
 
+  withStore("enrollments: a host's is kept under its name, replaced when it is enrolled again, and no other host's", async (store) => {
+    assert.equal(await store.nodes.credential('host-a'), undefined);
+    await store.nodes.enroll('host-a', 'first');
+    await store.nodes.enroll('host-b', 'other');
+    await store.nodes.enroll('host-a', 'renewed');
+    assert.equal(await store.nodes.credential('host-a'), 'renewed');
+    assert.equal(await store.nodes.credential('host-b'), 'other');
+    assert.equal(await store.nodes.shared('host-a', 'x'), 'x', 'a setting of the same name is another thing');
+  });
+
   withStore('audits: a batch stored in order, filtered, pruned to the retention keeping each live runtime its newest', async (store) => {
     const [a, b] = [runtime('acme', 'a'), runtime('acme', 'b')];
     await store.runtimes.insert(a);

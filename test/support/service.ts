@@ -6,6 +6,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { get as httpsGet } from 'node:https';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -108,7 +109,7 @@ export class Service {
     while (Date.now() < deadline) {
       if (child.exitCode !== null) throw new Error(`service exited (${child.exitCode}):\n${this.log}`);
       try {
-        if ((await fetch(`${this.url}/healthz`)).ok) return;
+        if (await this.#healthy()) return;
       } catch {
         // not listening yet
       }
@@ -130,6 +131,26 @@ export class Service {
       }
     }
     return null;
+  }
+
+  /**
+   * An enrolled VM host (VESSEL_NODE_KEY) serves its port over TLS alone, with the fleet's
+   * certificate: its probe is HTTPS, as the kubelet's is, verifying nothing.
+   */
+  #healthy(): Promise<boolean> {
+    if (this.env.VESSEL_NODE_KEY === undefined) return fetch(`${this.url}/healthz`).then((r) => r.ok);
+    return new Promise((resolve, reject) => {
+      const out = httpsGet({ host: '127.0.0.1', port: this.#port, path: '/healthz', rejectUnauthorized: false }, (res) => {
+        res.resume();
+        resolve(res.statusCode === 200);
+      });
+      out.once('error', reject);
+    });
+  }
+
+  /** The port the service's API (a VM host's hop) listens on. */
+  get port(): number {
+    return this.#port;
   }
 
   /** kill -9: no graceful shutdown, exactly what a crash looks like. */

@@ -7,6 +7,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SqliteStore } from '../../src/store/sqlite-store.js';
 import { REPO_ROOT } from '../support/service.js';
+import { hostKey } from '../../src/cluster/fleet-keys.js';
+
+/** What the operator's fleet commands act with, as API nodes do. */
+const fleetKeys = { VESSEL_INTERNAL_SECRET: 'x'.repeat(32), VESSEL_MASTER_KEY: 'a'.repeat(64) };
 
 test('vessel node: ls shows leases, capacity and load; drain and undrain flip placement; an unknown name fails', async () => {
   const dataDir = mkdtempSync(join(tmpdir(), 'vessel-cli-'));
@@ -38,17 +42,23 @@ test('vessel node: ls shows leases, capacity and load; drain and undrain flip pl
     assert.equal(unknown.status, 1);
     // Reported as every CLI error is: one line with its code (docs/cli.md, "Output").
     assert.equal(unknown.err, "vessel: no VM host is registered as 'host-z' (cli)\n");
-    // Evacuation moves files between hosts with signed calls: it needs the cluster secret.
+    // Evacuation moves files between hosts with signed calls over TLS: it needs the fleet secret and the master key.
     const unsigned = vessel('node', 'evacuate', 'host-a');
     assert.notEqual(unsigned.status, 0);
-    assert.match(unsigned.err, /VESSEL_INTERNAL_SECRET must be set/);
+    assert.match(unsigned.err, /VESSEL_INTERNAL_SECRET and VESSEL_MASTER_KEY must be set/);
     assert.equal(vessel('node', 'ls').lines[0].draining, false, 'nothing was done without it');
     const r = spawnSync(process.execPath, [join(REPO_ROOT, 'dist/src/cli/main.js'), 'node', 'evacuate', 'host-z'], {
-      env: { ...process.env, VESSEL_DATA_DIR: dataDir, VESSEL_INTERNAL_SECRET: 'x'.repeat(32) },
+      env: { ...process.env, VESSEL_DATA_DIR: dataDir, ...fleetKeys },
       encoding: 'utf8',
     });
     assert.notEqual(r.status, 0);
     assert.match(r.stderr, /no VM host is registered as 'host-z'/);
+    // Enrollment: refused without the keys; with them, the host's key (the one API nodes derive) is printed, and nothing else of it is kept.
+    assert.match(vessel('node', 'enroll', 'host-a').err, /VESSEL_INTERNAL_SECRET and VESSEL_MASTER_KEY must be set/);
+    const enroll = spawnSync(process.execPath, [join(REPO_ROOT, 'dist/src/cli/main.js'), 'node', 'enroll', 'host-a'], { env: { ...process.env, VESSEL_DATA_DIR: dataDir, ...fleetKeys }, encoding: 'utf8' });
+    assert.equal(enroll.status, 0, enroll.stderr);
+    const printed = JSON.parse(enroll.stdout) as { name: string; node_key: string };
+    assert.deepEqual([printed.name, printed.node_key], ['host-a', hostKey(fleetKeys.VESSEL_INTERNAL_SECRET, 'host-a')]);
   } finally {
     rmSync(dataDir, { recursive: true, force: true });
   }
@@ -65,8 +75,12 @@ test('vessel serve --role: api and node refuse to start without PostgreSQL and t
       assert.match(r.stderr, new RegExp(`--role ${role} needs VESSEL_DATABASE_URL`));
       r = serve(role, { VESSEL_DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none', VESSEL_INTERNAL_SECRET: 'short' });
       assert.notEqual(r.status, 0);
-      assert.match(r.stderr, /needs VESSEL_INTERNAL_SECRET, the same on every node of the fleet, of at least 32 characters/);
+      assert.match(r.stderr, /needs VESSEL_INTERNAL_SECRET.*, the same on every API node of the fleet, of at least 32 characters/);
     }
+    // An enrolled host's own key must be the one `vessel node enroll` printed, in its form.
+    const badKey = serve('node', { VESSEL_DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none', VESSEL_NODE_KEY: 'not-a-key' });
+    assert.notEqual(badKey.status, 0);
+    assert.match(badKey.stderr, /VESSEL_NODE_KEY must be the 64 hex characters/);
     const bad = serve('everything', {});
     assert.notEqual(bad.status, 0);
     assert.match(bad.stderr, /Allowed choices are all, api, node/);

@@ -10,6 +10,8 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { connect, type AddressInfo } from 'node:net';
 import { forwardRequest } from '../../src/cluster/hop-proxy.js';
 import { verifyHop } from '../../src/cluster/hop.js';
+import { hostKey } from '../../src/cluster/fleet-keys.js';
+import { plainHopClient } from '../support/hop-client.js';
 import type { Principal } from '../../src/core/types.js';
 
 const SECRET = 's'.repeat(40);
@@ -26,7 +28,7 @@ async function listen(handler: (req: IncomingMessage, res: ServerResponse) => vo
 const front = (hostPort: number) =>
   listen((req, res) => {
     let n = 0;
-    forwardRequest(SECRET, { name: 'h', internalUrl: `http://127.0.0.1:${hostPort}` }, req, res, { principal, requestId: `r${++n}`, clientIp: '127.0.0.1' }).then(
+    forwardRequest(plainHopClient(SECRET), { name: 'h', internalUrl: `http://127.0.0.1:${hostPort}` }, req, res, { principal, requestId: `r${++n}`, clientIp: '127.0.0.1' }).then(
       (stream) => stream(),
       () => res.writeHead(503).end(),
     );
@@ -47,7 +49,7 @@ test('a chunked body on a GET reaches the host framed as chunked: a request hidd
   const seen: Array<{ method: string; url: string; body: string; hop: boolean }> = [];
   const host = await listen((req, res) => {
     // Read as a VM host reads it: through the hop's check of its signed body.
-    const hop = verifyHop(SECRET, req.headers, { method: req.method!, url: req.url!, requestId: String(req.headers['x-request-id']), node: 'h' });
+    const hop = verifyHop(hostKey(SECRET, 'h'), req.headers, { method: req.method!, url: req.url!, requestId: String(req.headers['x-request-id']), node: 'h' });
     if (typeof hop === 'string') return void res.writeHead(401).end(hop);
     let body = '';
     const checked = hop.checkBody(req);

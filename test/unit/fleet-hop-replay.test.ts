@@ -17,6 +17,8 @@ import type { FastifyInstance } from 'fastify';
 import { buildApi } from '../../src/api/app.js';
 import { forwardRequest } from '../../src/cluster/hop-proxy.js';
 import { vmHostRole } from '../../src/cluster/vm-host-api.js';
+import { hostKey } from '../../src/cluster/fleet-keys.js';
+import { plainHopClient } from '../support/hop-client.js';
 import { Core } from '../../src/core/core.js';
 import { SecretBox } from '../../src/core/secret-box.js';
 import { ADMIN_TOKEN_ID, DEFAULT_TENANT } from '../../src/core/tokens.js';
@@ -62,7 +64,7 @@ before(async () => {
   driver = new FakeDriver();
   core = new Core({ store, driver, gateway: new FakeGateway(), secretBox: new SecretBox(randomBytes(32)), log: silentLog, tenantLimits: ROOMY_TENANT_LIMITS, node: NODE });
   const none = { ratePerSec: 0, burst: 0 };
-  host = await buildApi({ core, logger: false, rateLimit: none, unauthenticatedRateLimit: none, maxFileBytes: 4 * 1024 * 1024, listenHost: '127.0.0.1', fleet: vmHostRole(core, { secret: SECRET, node: NODE }) });
+  host = await buildApi({ core, logger: false, rateLimit: none, unauthenticatedRateLimit: none, maxFileBytes: 4 * 1024 * 1024, listenHost: '127.0.0.1', fleet: vmHostRole(core, { secret: hostKey(SECRET, NODE), node: NODE }) });
   await host.listen({ host: '127.0.0.1', port: 0 });
   hostPort = (host.server.address() as AddressInfo).port;
   recorder = createServer((req, res) => {
@@ -90,7 +92,7 @@ after(async () => {
 async function apiNode(to: number): Promise<{ server: Server; port: number }> {
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     const send = (body?: Buffer) =>
-      forwardRequest(SECRET, { name: NODE, internalUrl: `http://127.0.0.1:${to}` }, req, res, { principal, requestId: `hop-${++sequence}`, clientIp: '127.0.0.1', body }).then(
+      forwardRequest(plainHopClient(SECRET), { name: NODE, internalUrl: `http://127.0.0.1:${to}` }, req, res, { principal, requestId: `hop-${++sequence}`, clientIp: '127.0.0.1', body }).then(
         (stream) => stream(),
         () => res.writeHead(503).end(),
       );

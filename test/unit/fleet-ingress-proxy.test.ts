@@ -11,6 +11,7 @@ import { createServer as createHttpServer, type IncomingMessage, type Server as 
 import { connect as tlsConnect } from 'node:tls';
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { IngressEntry } from '../../src/cluster/ingress-entry.js';
+import { FleetKeys, hostKey } from '../../src/cluster/fleet-keys.js';
 import { MAX_PROXY_HEADER_BYTES, ProxiedClients, parseProxyHeader, proxyHeader } from '../../src/net/proxy-header.js';
 import type { NodeDirectory } from '../../src/core/node-directory.js';
 import type { GatewayHooks, Store } from '../../src/core/ports.js';
@@ -24,6 +25,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 const SECRET = 'f'.repeat(40);
+/** The host's own key: what its ingress checks PROXY headers with. */
+const HOST_KEY = hostKey(SECRET, 'host-1');
 const NODE = 'host-1';
 const RUNTIME = randomUUID();
 const registry = new RuntimeRegistry();
@@ -68,14 +71,14 @@ before(async () => {
   MUTED_PORT = (muted.address() as AddressInfo).port;
   registry.add(new RuntimeNet({ runtimeId: RUNTIME, tenantId: 't', policy: { enabled: true, allowed_hosts: [] }, rules: [] }, 'vsl-proxied', '127.0.0.1'));
   const hooks = { ingressTarget: async (id: string, port: number) => (id === RUNTIME ? { runtimeId: RUNTIME, protocol: port === ECHO_TLS_PORT ? ('https' as const) : ('http' as const) } : null), activity: () => undefined } as unknown as GatewayHooks;
-  ingress = new Ingress({ domain: 'localhost', registry, ca: await CertificateAuthority.loadOrCreate(dir), hooks: () => hooks, log: quietLog, fleet: { secret: SECRET, node: NODE } });
+  ingress = new Ingress({ domain: 'localhost', registry, ca: await CertificateAuthority.loadOrCreate(dir), hooks: () => hooks, log: quietLog, fleet: { secret: hostKey(SECRET, NODE), node: NODE } });
   HOST_PORT = await freePort();
   await ingress.listen('127.0.0.1', HOST_PORT);
   // Two API nodes' entries, as a fleet has: the store and the leases say RUNTIME runs on NODE.
   const store = { runtimes: { findById: async (id: string) => (id === RUNTIME ? { id, node: NODE } : undefined) } } as unknown as Store;
   const nodes = { find: async (name: string) => (name === NODE ? { name, alive: true, ingressAddress: `127.0.0.1:${HOST_PORT}` } : undefined) } as unknown as NodeDirectory;
   for (let i = 0; i < 2; i++) {
-    const entry = new IngressEntry(store, nodes, 'localhost', SECRET, quietLog as never);
+    const entry = new IngressEntry(store, nodes, 'localhost', new FleetKeys(SECRET), quietLog as never);
     const port = await freePort();
     await entry.listen('127.0.0.1', port);
     entries.push({ entry, port });
@@ -242,12 +245,12 @@ test("64 connections of one visitor, across two API nodes, do not shut out anoth
 test('a PROXY header not signed for this host, sent straight to it, is refused, and nothing reaches the guest', async () => {
   const request = Buffer.from(get(ECHO_PORT));
   const sent = (header: Buffer) => visit(HOST_PORT, '127.0.0.9', Buffer.concat([header, request]));
-  const unsigned = Buffer.from(proxyHeader(SECRET, NODE, from('203.0.113.50'), from('127.0.0.1', HOST_PORT)).subarray(0, 28));
+  const unsigned = Buffer.from(proxyHeader(HOST_KEY, NODE, from('203.0.113.50'), from('127.0.0.1', HOST_PORT)).subarray(0, 28));
   unsigned.writeUInt16BE(12, 14);
   const forged = [
     proxyHeader('x'.repeat(40), NODE, from('203.0.113.50'), from('127.0.0.1', HOST_PORT)),
-    proxyHeader(SECRET, 'host-2', from('203.0.113.50'), from('127.0.0.1', HOST_PORT)),
-    proxyHeader(SECRET, NODE, from('203.0.113.50'), from('127.0.0.1', HOST_PORT), now() - 120_000),
+    proxyHeader(HOST_KEY, 'host-2', from('203.0.113.50'), from('127.0.0.1', HOST_PORT)),
+    proxyHeader(HOST_KEY, NODE, from('203.0.113.50'), from('127.0.0.1', HOST_PORT), now() - 120_000),
     unsigned,
   ];
   const before = echoed;
@@ -255,7 +258,7 @@ test('a PROXY header not signed for this host, sent straight to it, is refused, 
   assert.equal(echoed, before, 'no request behind a forged header reached the guest');
 
   // Signed for this host: believed once; the same header again is refused.
-  const genuine = proxyHeader(SECRET, NODE, from('203.0.113.51'), from('127.0.0.1', HOST_PORT));
+  const genuine = proxyHeader(HOST_KEY, NODE, from('203.0.113.51'), from('127.0.0.1', HOST_PORT));
   assert.equal(body(await sent(genuine)), '203.0.113.51');
   assert.equal(await sent(genuine), '', 'a header used before');
   // Without a header, a direct visitor is itself.
@@ -265,7 +268,7 @@ test('a PROXY header not signed for this host, sent straight to it, is refused, 
 test("an API node's connections are not counted as its own while their headers are on the way", async () => {
   const apiNode = '127.0.0.5';
   // It is known as one of the fleet's once it sent a signed header.
-  assert.equal(body(await visit(HOST_PORT, apiNode, Buffer.concat([proxyHeader(SECRET, NODE, from('203.0.113.60'), from('127.0.0.1', HOST_PORT)), Buffer.from(get(ECHO_PORT))]))), '203.0.113.60');
+  assert.equal(body(await visit(HOST_PORT, apiNode, Buffer.concat([proxyHeader(HOST_KEY, NODE, from('203.0.113.60'), from('127.0.0.1', HOST_PORT)), Buffer.from(get(ECHO_PORT))]))), '203.0.113.60');
   // More connections than one address may hold, opened before any header is sent on them.
   const count = MAX_INGRESS_CONNECTIONS_PER_SOURCE + 6;
   const sockets = await Promise.all(
@@ -277,7 +280,7 @@ test("an API node's connections are not counted as its own while their headers a
     ),
   );
   const answers = await Promise.all(
-    sockets.map((s, i) => exchangeBytes(s, Buffer.concat([proxyHeader(SECRET, NODE, from(`203.0.113.${100 + (i % 100)}`), from('127.0.0.1', HOST_PORT)), Buffer.from(get(ECHO_PORT))]))),
+    sockets.map((s, i) => exchangeBytes(s, Buffer.concat([proxyHeader(HOST_KEY, NODE, from(`203.0.113.${100 + (i % 100)}`), from('127.0.0.1', HOST_PORT)), Buffer.from(get(ECHO_PORT))]))),
   );
   assert.deepEqual(answers.map((r, i) => (r.startsWith('HTTP/1.1 200 ') ? body(r) : `refused ${i}`)), sockets.map((_, i) => `203.0.113.${100 + (i % 100)}`));
 });

@@ -6,17 +6,26 @@
  * a host killed with -9 and brought back, forks of a checkpoint through both API nodes, a host
  * drained, its checkpoint's files moving to the other host for a fork, and a host evacuated, its
  * runtimes moving to the other host with their ids, memory, processes and disk.
+ *
+ * The hosts run as an operator should run them (issue 26 §4): enrolled (`vessel node enroll`),
+ * each holding only its own key, serving the hop over TLS with the fleet's CA, connected to
+ * PostgreSQL as the VM hosts' role (`vessel node db-role`), which writes no token.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request as httpRequest } from 'node:http';
 import pg from 'pg';
 import WebSocket from 'ws';
 import { startPostgres, type PostgresCluster } from '../support/postgres-cluster.js';
+import { hostCredential } from '../../src/cluster/enrollment.js';
+import { FleetKeys } from '../../src/cluster/fleet-keys.js';
+import { HopTls } from '../../src/cluster/fleet-tls.js';
+import { callHop } from '../../src/cluster/hop-proxy.js';
 import { REPO_ROOT, Service, type Reply } from '../support/service.js';
 
 const TIMEOUT = { timeout: 900_000 };
@@ -28,8 +37,15 @@ let databaseUrl: string;
 let db: pg.Client;
 let hosts: Service[];
 let apis: Service[];
-/** The cluster secret: the operator's CLI signs its moves with it, as API nodes do. */
-let internalSecret: string;
+/** The fleet secret and the master key: the operator's CLI signs its moves with them, as API nodes do. */
+let operatorEnv: Record<string, string>;
+/** Each host's own key, as `vessel node enroll` printed it. */
+const nodeKeys = new Map<string, string>();
+
+/** Runs the `vessel` CLI as the operator, where the API nodes' settings are. */
+function operator(args: string[], env: Record<string, string> = operatorEnv): { status: number | null; stdout: string; stderr: string } {
+  return spawnSync(process.execPath, [join(REPO_ROOT, 'dist/src/cli/main.js'), ...args], { env: { ...process.env, ...env }, encoding: 'utf8' });
+}
 
 before(async () => {
   postgres = startPostgres();
@@ -37,16 +53,24 @@ before(async () => {
   db = new pg.Client({ connectionString: url });
   await db.connect();
   const shared = {
-    VESSEL_DATABASE_URL: url,
-    VESSEL_INTERNAL_SECRET: (internalSecret = randomBytes(32).toString('hex')),
-    VESSEL_MASTER_KEY: randomBytes(32).toString('hex'),
     VESSEL_ADMIN_TOKEN: `vsl_test_${randomBytes(12).toString('hex')}`,
+    VESSEL_MASTER_KEY: randomBytes(32).toString('hex'),
     VESSEL_WARM_POOL: '0',
     VESSEL_NODE_LEASE_SECS: String(LEASE_SECS),
   };
-  hosts = ['host-1', 'host-2'].map((name) => new Service({ ...shared, VESSEL_NODE_NAME: name }, undefined, [], ['--role', 'node']));
-  apis = [1, 2].map(() => new Service(shared, undefined, [], ['--role', 'api']));
-  // The hosts first: migrations run once, under the advisory lock, whoever comes first.
+  const apiEnv = { ...shared, VESSEL_DATABASE_URL: url, VESSEL_INTERNAL_SECRET: randomBytes(32).toString('hex') };
+  operatorEnv = { VESSEL_DATABASE_URL: url, VESSEL_INTERNAL_SECRET: apiEnv.VESSEL_INTERNAL_SECRET, VESSEL_MASTER_KEY: shared.VESSEL_MASTER_KEY, VESSEL_DATA_DIR: mkdtempSync(join(tmpdir(), 'vessel-operator-')) };
+  // The operator's setup: the hosts' database role, then each host's enrollment (which migrates the store first).
+  for (const name of ['host-1', 'host-2']) {
+    const enrolled = operator(['node', 'enroll', name]);
+    assert.equal(enrolled.status, 0, enrolled.stderr);
+    nodeKeys.set(name, JSON.parse(enrolled.stdout).node_key);
+  }
+  const role = operator(['node', 'db-role', 'vessel_host', '--create']);
+  assert.equal(role.status, 0, role.stderr);
+  const hostUrl = url.replace('postgresql://vessel@', 'postgresql://vessel_host@');
+  hosts = ['host-1', 'host-2'].map((name) => new Service({ ...shared, VESSEL_DATABASE_URL: hostUrl, VESSEL_NODE_NAME: name, VESSEL_NODE_KEY: nodeKeys.get(name)! }, undefined, [], ['--role', 'node']));
+  apis = [1, 2].map(() => new Service(apiEnv, undefined, [], ['--role', 'api']));
   await Promise.all(hosts.map((h) => h.start()));
   await Promise.all(apis.map((a) => a.start()));
 });
@@ -57,6 +81,7 @@ after(async () => {
   for (const s of [...(apis ?? []), ...(hosts ?? [])]) await s.destroy().catch(() => undefined);
   await db?.end().catch(() => undefined);
   postgres?.stop();
+  if (operatorEnv !== undefined) rmSync(operatorEnv.VESSEL_DATA_DIR!, { recursive: true, force: true });
 });
 
 const nodeOf = async (name: string): Promise<string> => (await db.query('SELECT node FROM runtimes WHERE display_name = $1', [name])).rows[0]?.node;
@@ -87,6 +112,29 @@ test('10 creates through API node 1 spread over both VM hosts', TIMEOUT, async (
   // Each host made its own system template: its files are its own.
   const templates = (await db.query("SELECT node FROM checkpoints WHERE tenant_id IS NULL AND state = 'ready' ORDER BY node")).rows.map((r) => r.node);
   assert.deepEqual(templates, ['host-1', 'host-2']);
+});
+
+test("a host's key and certificate open nothing on another host; the hop is TLS alone", TIMEOUT, async () => {
+  const nodes = (await db.query('SELECT name, internal_url FROM nodes ORDER BY name')).rows as Array<{ name: string; internal_url: string }>;
+  assert.deepEqual(nodes.map((n) => n.internal_url.split(':')[0]), ['https', 'https']);
+  const onHost2 = (await db.query("SELECT id, tenant_id FROM runtimes WHERE node = 'host-2' LIMIT 1")).rows[0] as { id: string; tenant_id: string };
+  const host2 = { name: 'host-2', internalUrl: nodes[1]!.internal_url };
+  // What a compromised host 1 holds: its key, and its certificate (its enrollment, opened with its key).
+  const stolen = await hostCredential({ credential: async (name: string) => (await db.query('SELECT value FROM fleet_settings WHERE name = $1', [`node-credential:${name}`])).rows[0]?.value } as never, 'host-1', nodeKeys.get('host-1')!);
+  const tls = new HopTls(stolen.tls);
+  const asHost1 = { keys: { forCall: () => ({ key: nodeKeys.get('host-1')!, headers: {} }) }, tls, plainRefusal: async () => null };
+  const principal = { tokenId: 'stolen', tenantId: onHost2.tenant_id, scopes: new Set(['admin'] as const) };
+  const read = (client: typeof asHost1 | ReturnType<typeof fleetClient>) => callHop(client, host2, { principal, requestId: `steal-${randomBytes(4).toString('hex')}`, method: 'GET', path: `/v1/runtimes/${onHost2.id}/files?path=%2Fetc%2Fhostname` }, 30_000);
+  await assert.rejects(read(asHost1), /VM host 'host-2' refused a hop/);
+  // The same call signed as an API node signs it (the fleet secret's key for host 2) goes through: the key is what was missing.
+  const fleetClient = () => ({ keys: new FleetKeys(operatorEnv.VESSEL_INTERNAL_SECRET!), tls, plainRefusal: async () => null });
+  const answer = await read(fleetClient());
+  answer.resume();
+  assert.equal(answer.statusCode, 200);
+  tls.close();
+  // Plain HTTP finds no HTTP server on a host's hop port.
+  const plain = await fetch(`http://127.0.0.1:${hosts[1]!.port}/healthz`).then((r) => `answered ${r.status}`, (err: Error) => err.message);
+  assert.doesNotMatch(plain, /answered/);
 });
 
 test('exec, files, a streamed exec and a terminal through API node 2 reach a runtime on host 1', TIMEOUT, async () => {
@@ -207,7 +255,7 @@ test('the ingress entry of an API node routes <port>-<id>.<domain> to the host t
 });
 
 test('draining host 2: a fork of its checkpoint lands on host 1, the files moved first, checked, and the guest trusts the fleet CA', TIMEOUT, async () => {
-  const drain = spawnSync(process.execPath, [join(REPO_ROOT, 'dist/src/cli/main.js'), 'node', 'drain', 'host-2'], { env: { ...process.env, VESSEL_DATABASE_URL: databaseUrl }, encoding: 'utf8' });
+  const drain = operator(['node', 'drain', 'host-2'], { VESSEL_DATABASE_URL: databaseUrl, VESSEL_DATA_DIR: operatorEnv.VESSEL_DATA_DIR! });
   assert.equal(drain.status, 0, drain.stderr);
   const cp = ok(await apis[1]!.call('GET', '/v1/checkpoints/snap'));
   assert.equal((await db.query('SELECT node FROM checkpoints WHERE id = $1', [cp.id])).rows[0].node, 'host-2');
@@ -258,7 +306,7 @@ test('evacuating host 2: its runtimes move to host 1 with their ids (running and
   // Not spawnSync: this process reads the hosts' logs meanwhile.
   const evacuation = await new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve, reject) => {
     const cli = spawn(process.execPath, [join(REPO_ROOT, 'dist/src/cli/main.js'), 'node', 'evacuate', 'host-2'], {
-      env: { ...process.env, VESSEL_DATABASE_URL: databaseUrl, VESSEL_INTERNAL_SECRET: internalSecret },
+      env: { ...process.env, ...operatorEnv },
     });
     const out = { stdout: '', stderr: '' };
     cli.stdout.on('data', (d) => (out.stdout += d));

@@ -26,8 +26,17 @@ export function registerHostCommands(program: Command): void {
     .action(async (name: string) => (await host()).drainNode(name, true));
   node
     .command('evacuate <name>')
-    .description('drains the host, then moves its runtimes (ids, names and URLs kept; suspended ones stay) and its checkpoints to other hosts; needs VESSEL_INTERNAL_SECRET')
+    .description('drains the host, then moves its runtimes (ids, names and URLs kept; suspended ones stay) and its checkpoints to other hosts; needs VESSEL_INTERNAL_SECRET and VESSEL_MASTER_KEY')
     .action(async (name: string) => (await host()).evacuateNode(name));
+  node
+    .command('enroll <name>')
+    .description("issues a VM host's certificate and prints its key (give it to that host alone as VESSEL_NODE_KEY); needs VESSEL_INTERNAL_SECRET and VESSEL_MASTER_KEY; again: renews the certificate")
+    .action(async (name: string) => (await host()).enrollNode(name));
+  node
+    .command('db-role <role>')
+    .description("gives the VM hosts' PostgreSQL role what a host needs and no more (no token, secret, limit or fleet setting written); run as the tables' owner; later migrations grant again")
+    .option('--create', 'create the role (LOGIN; password from VESSEL_HOST_DB_PASSWORD) if it is missing', false)
+    .action(async (role: string, o: { create: boolean }) => (await host()).setUpHostDbRole(role, o));
   node
     .command('undrain <name>')
     .description('puts a drained host back into placement')
