@@ -20,6 +20,7 @@ import * as x509 from '@peculiar/x509';
 import { createECDH, createPrivateKey, createPublicKey, hkdfSync, randomBytes, webcrypto, type KeyObject } from 'node:crypto';
 import { Agent, request as httpsRequest } from 'node:https';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
+import { makeCaPems } from '../net/certificate-authority.js';
 import { createServer as createTlsServer, type PeerCertificate, type SecureContextOptions, type TlsOptions } from 'node:tls';
 
 x509.cryptoProvider.set(webcrypto as unknown as Crypto);
@@ -47,11 +48,6 @@ const serial = (): string => {
   return b.toString('hex');
 };
 
-const pem = (label: string, der: ArrayBuffer | Buffer): string => {
-  const b64 = Buffer.from(der as ArrayBuffer).toString('base64').replace(/.{64}/g, '$&\n');
-  return `-----BEGIN ${label}-----\n${b64}${b64.endsWith('\n') ? '' : '\n'}-----END ${label}-----\n`;
-};
-
 /** The fleet's hop CA, opened: only where the master key is (API nodes, the operator's CLI). */
 export class HopCa {
   private constructor(
@@ -62,23 +58,8 @@ export class HopCa {
 
   /** The one CA of the fleet: proposed by whoever needs it first, the one stored first kept. */
   static async shared(claim: (proposed: string) => Promise<string>, box: Sealer): Promise<HopCa> {
-    const keys = (await webcrypto.subtle.generateKey(ALG, true, ['sign', 'verify'])) as CryptoKeyPair;
-    const now = Date.now();
-    const made = await x509.X509CertificateGenerator.createSelfSigned({
-      serialNumber: serial(),
-      name: `CN=Vessel fleet hop CA ${randomBytes(4).toString('hex')}, O=Vessel`,
-      notBefore: new Date(now - DAY),
-      notAfter: new Date(now + 3650 * DAY),
-      keys,
-      signingAlgorithm: ALG,
-      extensions: [
-        new x509.BasicConstraintsExtension(true, 0, true),
-        new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign, true),
-        await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
-      ],
-    });
-    const keyPem = pem('PRIVATE KEY', await webcrypto.subtle.exportKey('pkcs8', keys.privateKey));
-    const stored = JSON.parse(await claim(JSON.stringify({ cert: made.toString('pem') + '\n', key: box.seal(keyPem, HOP_CA_CONTEXT) }))) as { cert: string; key: string };
+    const made = await makeCaPems(`Vessel fleet hop CA ${randomBytes(4).toString('hex')}`);
+    const stored = JSON.parse(await claim(JSON.stringify({ cert: made.certPem, key: box.seal(made.keyPem, HOP_CA_CONTEXT) }))) as { cert: string; key: string };
     const der = Buffer.from(box.open(stored.key, HOP_CA_CONTEXT).replace(/-----[^-]+-----/g, '').replace(/\s+/g, ''), 'base64');
     const key = (await webcrypto.subtle.importKey('pkcs8', der, ALG, false, ['sign'])) as CryptoKey;
     return new HopCa(stored.cert, new x509.X509Certificate(stored.cert), key);

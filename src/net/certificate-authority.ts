@@ -59,13 +59,14 @@ interface Sealer {
 /** Binds the sealed key to its use: a sealed tenant secret can never be passed off as it. */
 export const SHARED_CA_CONTEXT = 'vessel:fleet-egress-ca';
 
-async function makeCa(): Promise<{ certPem: string; keyPem: string }> {
+/** A new self-signed CA (P-256, ten years) named `commonName`: its certificate and its key, as PEM. */
+export async function makeCaPems(commonName: string): Promise<{ certPem: string; keyPem: string }> {
   const subtle = webcrypto.subtle;
   const keys = (await subtle.generateKey(ALG, true, ['sign', 'verify'])) as CryptoKeyPair;
   const now = Date.now();
   const cert = await x509.X509CertificateGenerator.createSelfSigned({
     serialNumber: serial(),
-    name: `CN=Vessel egress CA ${randomBytes(4).toString('hex')}, O=Vessel`,
+    name: `CN=${commonName}, O=Vessel`,
     notBefore: new Date(now - DAY),
     notAfter: new Date(now + 3650 * DAY),
     keys,
@@ -110,7 +111,7 @@ export class CertificateAuthority {
     const certFile = join(dataDir, 'ca.crt');
     const keyFile = join(dataDir, 'ca.key');
     if (existsSync(certFile) && existsSync(keyFile)) return CertificateAuthority.fromPem(readFileSync(certFile, 'utf8'), readPrivateFile(keyFile));
-    const made = await makeCa();
+    const made = await makeCaPems(`Vessel egress CA ${randomBytes(4).toString('hex')}`);
     // The key first and the certificate last, each whole or not at all: a crash in between
     // leaves no certificate, and the next start makes a new pair over the lone key.
     writeFileDurably(keyFile, made.keyPem, 0o600);
@@ -124,7 +125,7 @@ export class CertificateAuthority {
    * stored first. Its key is stored sealed with the master key, which every host holds already.
    */
   static async shared(claim: (proposed: string) => Promise<string>, box: Sealer): Promise<CertificateAuthority> {
-    const made = await makeCa();
+    const made = await makeCaPems(`Vessel egress CA ${randomBytes(4).toString('hex')}`);
     const stored = JSON.parse(await claim(JSON.stringify({ cert: made.certPem, key: box.seal(made.keyPem, SHARED_CA_CONTEXT) }))) as { cert: string; key: string };
     return CertificateAuthority.fromPem(stored.cert, box.open(stored.key, SHARED_CA_CONTEXT));
   }
