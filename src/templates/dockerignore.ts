@@ -121,6 +121,29 @@ function close(tokens: Token[], states: Uint8Array, i: number): void {
   if (i === tokens.length) states[i] = 1;
 }
 
+/**
+ * Whether `path` is matched whole by a Go filepath.Match pattern (`*`, `?`, `[…]`, `\`), the
+ * way COPY and ADD sources are: `*` stays within a segment, and there is no parent matching.
+ */
+export function globMatches(pattern: string, path: string): boolean {
+  const tokens = compile(pattern).map((t): Token => (t.kind === 'dirs' || t.kind === 'all' ? { kind: 'star' } : t));
+  const end = tokens.length;
+  let states = new Uint8Array(end + 1);
+  close(tokens, states, 0);
+  for (const c of path) {
+    const next = new Uint8Array(end + 1);
+    for (let i = 0; i < end; i++) {
+      if (states[i] === 0) continue;
+      const t = tokens[i]!;
+      if (t.kind === 'star') {
+        if (c !== '/') close(tokens, next, i);
+      } else if (consumes(t, c)) close(tokens, next, i + 1);
+    }
+    states = next;
+  }
+  return states[end] === 1;
+}
+
 export class Dockerignore {
   readonly #patterns: Pattern[];
   #steps = 0;
