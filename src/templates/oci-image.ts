@@ -95,7 +95,8 @@ function skopeo(args: string[], opts: FetchOptions): Promise<void> {
     const child = spawn('skopeo', args, {
       stdio: ['ignore', 'pipe', 'pipe'],
       // Nothing of ours: no proxy settings, no registries.conf of root's home.
-      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', HOME: opts.workDir, XDG_RUNTIME_DIR: opts.workDir },
+      // TMPDIR: an OCI archive is unpacked there, in the build's own directory rather than /var/tmp.
+      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', HOME: opts.workDir, XDG_RUNTIME_DIR: opts.workDir, TMPDIR: opts.workDir },
       ...(opts.runAs === undefined ? {} : { uid: opts.runAs.uid, gid: opts.runAs.gid }),
     });
     let output = '';

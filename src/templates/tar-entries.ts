@@ -18,8 +18,8 @@ export class TarError extends Error {}
 export async function* tarEntries(source: Readable): AsyncGenerator<ReadEntry> {
   const parser = new Parser({ strict: true, maxMetaEntrySize: MAX_META_ENTRY_BYTES });
   const queue: ReadEntry[] = [];
-  let failure: Error | null = null;
-  let ended = false;
+  // One object: TypeScript would narrow plain locals that only callbacks assign.
+  const state: { failure: Error | null; ended: boolean } = { failure: null, ended: false };
   let wake: (() => void) | null = null;
   const notify = () => {
     const w = wake;
@@ -31,11 +31,11 @@ export async function* tarEntries(source: Readable): AsyncGenerator<ReadEntry> {
     notify();
   });
   parser.on('error', (err: Error) => {
-    failure ??= new TarError(`not a valid tar stream: ${err.message}`);
+    state.failure ??= new TarError(`not a valid tar stream: ${err.message}`);
     notify();
   });
   parser.on('end', () => {
-    ended = true;
+    state.ended = true;
     notify();
   });
   const waitDrain = () =>
@@ -47,24 +47,24 @@ export async function* tarEntries(source: Readable): AsyncGenerator<ReadEntry> {
   const pump = (async () => {
     try {
       for await (const chunk of source) {
-        if (failure !== null) break;
+        if (state.failure !== null) break;
         if (!parser.write(chunk as Buffer)) await waitDrain();
       }
-      if (failure === null) parser.end();
+      if (state.failure === null) parser.end();
     } catch (err) {
-      failure ??= err as Error;
+      state.failure ??= err as Error;
       notify();
     }
   })();
   try {
     for (;;) {
-      if (failure !== null) throw failure;
+      if (state.failure !== null) throw state.failure;
       const entry = queue.shift();
       if (entry !== undefined) {
         yield entry;
         continue;
       }
-      if (ended) break;
+      if (state.ended) break;
       await new Promise<void>((resolve) => (wake = resolve));
     }
   } finally {
