@@ -93,6 +93,8 @@ export async function writeExt4(tree: FileTree, blobs: BlobStore, file: string, 
       continue;
     }
     written.add(i);
+    // mkfs made /lost+found already; an image's own (debootstrap's rootfs has one) takes its place.
+    if (path === '/lost+found') lines.push(`rmdir ${q(name)}`);
     if (i.kind === 'dir') lines.push(`mkdir ${q(name)}`);
     else if (i.kind === 'file') lines.push(`write ${q(blobs.path(i.digest!))} ${q(name)}`);
     else if (i.kind === 'symlink') lines.push(`symlink ${q(name)} ${q(i.target!)}`);

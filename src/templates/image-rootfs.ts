@@ -29,10 +29,12 @@ export interface ImageRootfs {
   image: OciImage;
   tree: FileTree;
   ext4: Ext4Result;
+  /** For the build's log: what was left out of the image. */
+  warnings: string[];
 }
 
 /** The image's file tree, its layers applied in order. */
-export async function imageTree(layoutDir: string, image: OciImage, blobs: BlobStore, limits?: LayerLimits): Promise<FileTree> {
+export async function imageTree(layoutDir: string, image: OciImage, blobs: BlobStore, limits?: LayerLimits): Promise<{ tree: FileTree; warnings: string[] }> {
   const tree = new FileTree();
   const budget = new LayerBudget(limits);
   for (const [i, layer] of image.layers.entries()) {
@@ -43,14 +45,15 @@ export async function imageTree(layoutDir: string, image: OciImage, blobs: BlobS
       throw err;
     }
   }
-  return tree;
+  const warnings = budget.devicesDropped === 0 ? [] : [`${budget.devicesDropped} device nodes were left out (the guest's /dev is its own): ${budget.devicePaths.join(', ')}${budget.devicesDropped > budget.devicePaths.length ? ', …' : ''}`];
+  return { tree, warnings };
 }
 
 export async function imageRootfs(source: ImageSource, ext4File: string, opts: ImageRootfsOptions): Promise<ImageRootfs> {
   const layoutDir = join(opts.workDir, 'layout');
   await fetchImage(source, layoutDir, { workDir: opts.workDir, runAs: opts.runAs });
   const image = readLayout(layoutDir);
-  const tree = await imageTree(layoutDir, image, opts.blobs, opts.limits);
+  const { tree, warnings } = await imageTree(layoutDir, image, opts.blobs, opts.limits);
   try {
     await addGuestKit(tree, opts.blobs, opts.kit);
   } catch (err) {
@@ -59,5 +62,5 @@ export async function imageRootfs(source: ImageSource, ext4File: string, opts: I
   }
   opts.blobs.retain(tree.digests());
   const ext4 = await writeExt4(tree, opts.blobs, ext4File, { sizeBytes: opts.diskBytes });
-  return { image, tree, ext4 };
+  return { image, tree, ext4, warnings };
 }

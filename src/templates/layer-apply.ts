@@ -5,9 +5,11 @@
  * `.wh..wh..opq` emptying its directory of what the layers below put there.
  *
  * The entries are hostile input. Paths go through `pathParts` and the tree (no `..`, never
- * through a symbolic link, ext4's limits); hard links must name a file already in the tree;
- * device nodes are refused (the guest's /dev is a devtmpfs, so an image has no use for them);
- * setuid bits and owners are kept, as Docker keeps them: they only mean something inside the guest.
+ * through a symbolic link, ext4's limits); hard links must name a file already in the tree.
+ * Device nodes are dropped, counted, never created: the guest mounts a devtmpfs on /dev, so an
+ * image has no use for them (rootfs tarballs from debootstrap carry /dev/console and friends,
+ * which is why they are not an error). Setuid bits and owners are kept, as Docker keeps them:
+ * they only mean something inside the guest.
  */
 import type { Readable } from 'node:stream';
 import type { BlobStore } from './blob-store.js';
@@ -34,6 +36,9 @@ const FILE_TYPES = new Set(['File', 'OldFile', 'ContiguousFile']);
 export class LayerBudget {
   bytes = 0;
   entries = 0;
+  /** Device nodes left out, and the first few of their paths for the build's log. */
+  devicesDropped = 0;
+  readonly devicePaths: string[] = [];
   constructor(readonly limits: LayerLimits = DEFAULT_LAYER_LIMITS) {}
 }
 
@@ -99,8 +104,11 @@ export async function applyLayer(tree: FileTree, blobs: BlobStore, layer: Readab
           inode.kind = 'symlink';
           inode.target = target;
         } else if (entry.type === 'FIFO') inode.kind = 'fifo';
-        else if (entry.type === 'CharacterDevice' || entry.type === 'BlockDevice') fail(entry.path, 'device nodes are refused: the guest has its own /dev');
-        else fail(entry.path, `tar entries of type ${entry.type} are not supported`);
+        else if (entry.type === 'CharacterDevice' || entry.type === 'BlockDevice') {
+          if (budget.devicePaths.length < 10) budget.devicePaths.push(`/${parts.join('/')}`);
+          budget.devicesDropped++;
+          continue;
+        } else fail(entry.path, `tar entries of type ${entry.type} are not supported`);
         tree.put(parts, inode, entry.path);
       }
       added.add(parts.join('/'));

@@ -40,9 +40,14 @@ export async function* tarEntries(source: Readable): AsyncGenerator<ReadEntry> {
   });
   const waitDrain = () =>
     new Promise<void>((resolve) => {
-      parser.once('drain', resolve);
+      const done = () => {
+        parser.off('drain', done);
+        source.off('close', done);
+        resolve();
+      };
+      parser.once('drain', done);
       // An abandoned read must not leave this waiting for a drain that never comes.
-      source.once('close', resolve);
+      source.once('close', done);
     });
   const pump = (async () => {
     try {

@@ -49,7 +49,7 @@ test('a distroless-like image boots on the default kernel and initrd, and its ag
     config: { Cmd: ['/app/server'] },
   });
   const blobs = new BlobStore(join(dir, 'blobs'));
-  const tree = await imageTree(layout, readLayout(layout), blobs);
+  const { tree } = await imageTree(layout, readLayout(layout), blobs);
   await addGuestKit(tree, blobs, {
     busybox: existsSync('/usr/bin/busybox') ? '/usr/bin/busybox' : '/bin/busybox',
     tini: '/usr/bin/tini-static',
