@@ -60,7 +60,7 @@ export async function readBuildContext(source: Readable, opts: ReadContextOption
     for await (const entry of tarEntries(source)) {
       if (++entries > limits.maxEntries) throw new ContextError(`more than ${limits.maxEntries} entries`);
       const parts = pathParts(entry.path);
-      const inode: Inode = { kind: 'file', mode: (entry.mode ?? 0o644) & 0o7777, uid: 0, gid: 0, mtime: Math.floor((entry.mtime?.getTime() ?? 0) / 1000), size: 0, digest: null, target: null };
+      const inode: Inode = { kind: 'file', mode: (entry.mode ?? 0o644) & 0o7777, uid: 0, gid: 0, mtime: Math.min(Math.max(Math.floor((entry.mtime?.getTime() ?? 0) / 1000), 0), 0xffffffff), size: 0, digest: null, target: null };
       if (FILE_TYPES.has(entry.type)) {
         bytes += entry.size;
         if (bytes > limits.maxBytes) throw new ContextError(`its files hold more than ${limits.maxBytes} bytes`);

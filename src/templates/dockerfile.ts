@@ -423,7 +423,7 @@ export function planBuild(parsed: ParsedDockerfile, opts: PlanOptions = {}): Bui
     if (base.kind === 'stage') config = planned.get(base.index)!.config;
     else if (base.kind === 'scratch') config = emptyConfig();
     else config = opts.baseConfigs?.get(base.ref) ?? fail(stage.line, `no config was given for the base image ${base.ref}`);
-    const planner = new StagePlanner(parsed, config, globals, buildArgs, used);
+    const planner = new StagePlanner(parsed, stage.line, config, globals, buildArgs, used);
     for (const ins of stage.instructions) planner.apply(ins, (ref) => stageIndex(parsed, ref, index));
     layerSteps += planner.steps.length;
     if (layerSteps > MAX_LAYER_STEPS) throw new DockerfileError(planner.steps.at(-1)!.line, `the build makes more than ${MAX_LAYER_STEPS} layers (RUN, COPY, ADD and WORKDIR each make one): join RUN commands with &&`);
@@ -450,6 +450,7 @@ class StagePlanner {
 
   constructor(
     private readonly parsed: ParsedDockerfile,
+    fromLine: number,
     base: ImageConfig,
     private readonly globals: Map<string, string | undefined>,
     private readonly buildArgs: Record<string, string>,
@@ -457,7 +458,7 @@ class StagePlanner {
   ) {
     this.config = { ...base, env: [], labels: labelsOf(Object.entries(base.labels)), exposedPorts: [...base.exposedPorts] };
     this.#env = new Map();
-    for (const [k, v] of base.env) this.#setEnv(0, k, v);
+    for (const [k, v] of base.env) this.#setEnv(fromLine, k, v);
   }
 
   result(): ImageConfig {

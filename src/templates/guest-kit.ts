@@ -128,7 +128,8 @@ export async function addGuestKit(tree: FileTree, blobs: BlobStore, kit: GuestKi
     const { dir, name } = resolveInTree(tree, path);
     tree.put([...dir, name], linkInode(target), path);
   };
-  // Our own directory replaces anything the image had there.
+  // Our own directory, fresh: whatever the image had there (a link elsewhere included) goes.
+  tree.remove(split(KIT_DIR));
   tree.put(split(KIT_DIR), dirInode(0o755), KIT_DIR);
   await put(`${KIT_BIN}/busybox`, readFileSync(kit.busybox), 0o755);
   for (const applet of APPLETS) link(`${KIT_BIN}/${applet}`, 'busybox');

@@ -75,7 +75,7 @@ export async function applyLayer(tree: FileTree, blobs: BlobStore, layer: Readab
         }
         continue;
       }
-      const inode: Inode = { kind: 'file', mode: (entry.mode ?? 0o644) & 0o7777, uid: entry.uid ?? 0, gid: entry.gid ?? 0, mtime: Math.floor((entry.mtime?.getTime() ?? 0) / 1000), size: 0, digest: null, target: null };
+      const inode: Inode = { kind: 'file', mode: (entry.mode ?? 0o644) & 0o7777, uid: entry.uid ?? 0, gid: entry.gid ?? 0, mtime: Math.min(Math.max(Math.floor((entry.mtime?.getTime() ?? 0) / 1000), 0), 0xffffffff), size: 0, digest: null, target: null };
       if (!Number.isSafeInteger(inode.uid) || inode.uid < 0 || inode.uid > 0xfffffffe || !Number.isSafeInteger(inode.gid) || inode.gid < 0 || inode.gid > 0xfffffffe) fail(entry.path, 'its owner is not a valid uid/gid');
       if (FILE_TYPES.has(entry.type)) {
         budget.bytes += entry.size;

@@ -13,7 +13,7 @@
  */
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { closeSync, constants, createReadStream, fstatSync, openSync, readSync, writeFileSync } from 'node:fs';
+import { chownSync, closeSync, constants, createReadStream, fstatSync, openSync, readFileSync, readSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pipeline, Transform, type Readable, type TransformCallback } from 'node:stream';
 import { VesselError } from '../core/errors.js';
@@ -68,12 +68,13 @@ export async function fetchImage(source: ImageSource, layoutDir: string, opts: F
       const registry = source.reference.split('/')[0]!;
       const auth = Buffer.from(`${source.credentials.username}:${source.credentials.password}`).toString('base64');
       writeFileSync(authFile, JSON.stringify({ auths: { [registry]: { auth } } }), { mode: 0o600, flag: 'wx' });
+      if (opts.runAs !== undefined) chownSync(authFile, opts.runAs.uid, opts.runAs.gid);
       args.push('--src-authfile', authFile);
     } else args.push('--src-no-creds');
     try {
       await skopeo([...args, `docker://${source.reference}`, dest], opts);
     } finally {
-      if (authFile !== null) writeFileSync(authFile, '');
+      if (authFile !== null) rmSync(authFile, { force: true });
     }
     return;
   }
@@ -181,6 +182,9 @@ function readJsonBlob(layoutDir: string, d: Descriptor): unknown {
     }
     if (`sha256:${createHash('sha256').update(buf).digest('hex')}` !== d.digest) throw new ImageError(`blob ${d.digest} does not match its digest`);
     return JSON.parse(buf.toString('utf8'));
+  } catch (err) {
+    if (err instanceof SyntaxError) throw new ImageError(`blob ${d.digest} is not JSON`);
+    throw err;
   } finally {
     closeSync(fd);
   }
@@ -191,11 +195,11 @@ export function readLayout(layoutDir: string): OciImage {
   const indexFd = openSync(join(layoutDir, 'index.json'), constants.O_RDONLY | constants.O_NOFOLLOW);
   let index: { manifests?: unknown[] };
   try {
-    const size = fstatSync(indexFd).size;
-    if (size > MAX_JSON_BYTES) throw new ImageError('index.json is too large');
-    const buf = Buffer.alloc(size);
-    readSync(indexFd, buf, 0, size, 0);
-    index = JSON.parse(buf.toString('utf8')) as { manifests?: unknown[] };
+    if (!fstatSync(indexFd).isFile() || fstatSync(indexFd).size > MAX_JSON_BYTES) throw new ImageError('index.json is not a file of at most 4 MiB');
+    index = JSON.parse(readFileSync(indexFd, 'utf8')) as { manifests?: unknown[] };
+  } catch (err) {
+    if (err instanceof SyntaxError) throw new ImageError('index.json is not JSON');
+    throw err;
   } finally {
     closeSync(indexFd);
   }

@@ -209,3 +209,13 @@ test("vessel-init for the kit runs on the kit's busybox and starts the kit's age
   assert.match(init, /^exec \/\.vessel\/bin\/vessel-agent --channel/m);
   assert.doesNotMatch(init, /exec \/sbin\/vessel-agent/);
 });
+
+test("an image's own /.vessel cannot steer the kit elsewhere", async () => {
+  const tree = new FileTree();
+  tree.put(['usr', 'bin'], { kind: 'dir', mode: 0o755, uid: 0, gid: 0, mtime: 0, size: 0, digest: null, target: null }, 'usr/bin');
+  tree.put(['.vessel'], { kind: 'symlink', mode: 0o777, uid: 0, gid: 0, mtime: 0, size: 0, digest: null, target: '/usr' }, '.vessel');
+  await addGuestKit(tree, new BlobStore(join(freshDir('kit'), 'b')), kit);
+  assert.equal(tree.get(['.vessel'])!.inode.kind, 'dir');
+  assert.equal(tree.get(['usr', 'bin', 'busybox']), undefined, 'nothing of the kit landed where the link pointed');
+  assert.equal(tree.get(['.vessel', 'bin', 'busybox'])!.inode.kind, 'file');
+});
