@@ -5,7 +5,7 @@
  *
  *   npm run generate:client
  *
- * test/unit/client-types.test.ts regenerates in memory and fails when the committed file differs.
+ * test/unit/sdk-build.test.ts regenerates in memory and fails when the committed file differs.
  */
 import { writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';

@@ -11,12 +11,18 @@
  *                                                    these folders of dist/test and files, grouped the same way
  *
  * VESSEL_TEST_CONCURRENCY sets how many host files run at once (default: the machine's cores).
+ *
+ * Before the VM files, the run makes one system template (test/support/template-seed.ts), and
+ * each VM file's service starts from a copy of it instead of booting its own
+ * (VESSEL_TEST_TEMPLATE_SEED: seedForRun below).
  */
 import { spawn } from 'node:child_process';
-import { availableParallelism } from 'node:os';
-import { readdirSync } from 'node:fs';
+import { availableParallelism, tmpdir } from 'node:os';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { parseArgs } from 'node:util';
+import { TEMPLATE_SEED_ENV } from '../test/support/service.js';
+import { makeTemplateSeed } from '../test/support/template-seed.js';
 
 interface Group {
   name: 'host' | 'vm';
@@ -79,14 +85,52 @@ function runGroup(group: Group): Promise<{ passed: number; failed: number; exitC
 const { values, positionals } = parseArgs({ options: { group: { type: 'string' } }, allowPositionals: true });
 if (values.group !== undefined && values.group !== 'host' && values.group !== 'vm') throw new Error(`--group is host or vm, not '${values.group}'`);
 
+/**
+ * The run's template seed. Without VESSEL_TEST_TEMPLATE_SEED it is made in a temp directory that
+ * `done` removes; naming a directory that does not exist yet (or is empty) makes it there and
+ * keeps it, for the runs after; naming a seed uses it. A seed that cannot be made is a failure of
+ * the run; the VM files then run without one, and show why themselves.
+ */
+async function seedForRun(): Promise<{ made: boolean; done(): void }> {
+  const given = process.env[TEMPLATE_SEED_ENV] ?? '';
+  const kept = { made: true, done: () => undefined };
+  if (given !== '' && existsSync(given) && readdirSync(given).length > 0) return kept;
+  const dir = given !== '' ? given : mkdtempSync(join(tmpdir(), 'vessel-template-seed-'));
+  const done = given !== '' ? () => undefined : (): void => rmSync(dir, { recursive: true, force: true });
+  // Ctrl-C ends the run (its children get the signal too): a temp seed goes with it.
+  process.once('exit', done);
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => process.exit(128 + (signal === 'SIGINT' ? 2 : 15)));
+  const started = Date.now();
+  process.stdout.write(`\n# system template seed for the VM files, in ${dir}\n`);
+  try {
+    await makeTemplateSeed(dir);
+  } catch (err) {
+    process.stdout.write(`could not make it, so each VM file makes its own: ${err instanceof Error ? err.message : String(err)}\n`);
+    rmSync(dir, { recursive: true, force: true });
+    delete process.env[TEMPLATE_SEED_ENV];
+    return { made: false, done: () => undefined };
+  }
+  process.stdout.write(`made in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
+  process.env[TEMPLATE_SEED_ENV] = dir;
+  return { made: true, done };
+}
+
 let passed = 0;
 let failed = 0;
 let exitCode = 0;
 for (const group of groups(positionals, values.group)) {
-  const result = await runGroup(group);
-  passed += result.passed;
-  failed += result.failed;
-  if (result.exitCode !== 0) exitCode = result.exitCode;
+  // A seed costs one template: it pays off from the second VM file on, or from the next run when it is kept.
+  const wantsSeed = group.name === 'vm' && (group.files.length > 1 || (process.env[TEMPLATE_SEED_ENV] ?? '') !== '');
+  const seed = wantsSeed ? await seedForRun() : { made: true, done: () => undefined };
+  if (!seed.made) failed += 1;
+  try {
+    const result = await runGroup(group);
+    passed += result.passed;
+    failed += result.failed;
+    if (result.exitCode !== 0) exitCode = result.exitCode;
+  } finally {
+    seed.done();
+  }
 }
 process.stdout.write(`\n${passed} passed, ${failed} failed\n`);
 process.exitCode = exitCode !== 0 || failed > 0 ? exitCode || 1 : 0;

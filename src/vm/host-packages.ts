@@ -31,7 +31,7 @@ export const HOST_REQUIREMENTS: Record<string, string> = {
 export const MIN_QEMU = { major: 10, minor: 0 };
 const QEMU_PACKAGES = ['qemu-system-x86', 'qemu-utils'];
 
-/** The C library to link the guest's static helper against (guest/vessel-identity.c). */
+/** The C library the guest agent is linked against, statically (`agentGccArgs` in src/vm/agent/build.ts). */
 const STATIC_LIBC = '/usr/lib/x86_64-linux-gnu/libc.a';
 
 const APT_SOURCES_DIR = '/etc/apt/sources.list.d';

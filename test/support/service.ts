@@ -3,8 +3,8 @@
  * an operator would, so tests can kill -9 it and start it again. The guest image is shared
  * between runs through VESSEL_IMAGE_DIR and built once if missing.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { get as httpsGet } from 'node:https';
 import { tmpdir } from 'node:os';
@@ -42,6 +42,32 @@ function keptDataDir(root: string): string {
   return dir;
 }
 
+/**
+ * The run's system template (test/support/template-seed.ts): a data directory named by
+ * VESSEL_TEST_TEMPLATE_SEED whose service made the default template. What of it a new data
+ * directory takes: the CA the template trusts, the store that records it, its files.
+ */
+export const TEMPLATE_SEED_ENV = 'VESSEL_TEST_TEMPLATE_SEED';
+export const SEED_ENTRIES = ['ca.crt', 'ca.key', 'vessel.db', 'checkpoints', 'layers'];
+
+function templateSeed(): string | undefined {
+  const seed = process.env[TEMPLATE_SEED_ENV];
+  if (seed === undefined || seed === '') return undefined;
+  const missing = SEED_ENTRIES.filter((entry) => !existsSync(join(seed, entry)));
+  if (missing.length > 0) throw new Error(`${TEMPLATE_SEED_ENV}=${seed} is not a template seed: it has no ${missing.join(', ')}`);
+  return seed;
+}
+
+/**
+ * Copies the seed into an empty data directory, keeping modes and owners (checkpoint files are
+ * root's and read-only) and holes (a template's RAM file is mostly holes). A copy, not a link:
+ * the directory's files are its own to change (checkpoint-integrity damages its template).
+ */
+function copySeed(seed: string, dataDir: string): void {
+  const cp = spawnSync('cp', ['-a', '--sparse=always', ...SEED_ENTRIES.map((entry) => join(seed, entry)), `${dataDir}/`], { encoding: 'utf8' });
+  if (cp.status !== 0) throw new Error(`could not copy the template seed into ${dataDir}: ${cp.stderr}`);
+}
+
 export interface Reply {
   status: number;
   body: any;
@@ -71,6 +97,12 @@ export class Service {
   ) {
     this.#keepDataDir = dataDir === undefined && KEPT_DATA_ROOT !== undefined;
     this.dataDir = dataDir ?? (KEPT_DATA_ROOT !== undefined ? keptDataDir(KEPT_DATA_ROOT) : mkdtempSync(join(tmpdir(), 'vessel-svc-')));
+    // A single host on SQLite, in a data directory of its own that is new, starts from the run's
+    // template. A fleet's processes keep their templates and CA in PostgreSQL; a directory the
+    // test chose (a small disk, a seed being made) is left as the test made it.
+    const singleHost = serveArgs.length === 0 && (env.VESSEL_DATABASE_URL ?? process.env.VESSEL_DATABASE_URL) === undefined;
+    const seed = dataDir === undefined && singleHost && readdirSync(this.dataDir).length === 0 ? templateSeed() : undefined;
+    if (seed !== undefined) copySeed(seed, this.dataDir);
     this.token = env.VESSEL_ADMIN_TOKEN ?? `vsl_test_${randomBytes(12).toString('hex')}`;
   }
 
@@ -202,7 +234,7 @@ export class Service {
  * next start), so a spare or a template still booting when a test's service stops would
  * otherwise outlive the test, its directory gone.
  */
-function killProcessesUnder(dir: string): void {
+export function killProcessesUnder(dir: string): void {
   for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
     try {
       if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(`${dir}/`)) process.kill(Number(pid), 'SIGKILL');

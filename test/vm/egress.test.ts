@@ -64,11 +64,33 @@ async function runtime(name: string, allowed: string[], enabled = true): Promise
   return name;
 }
 
-async function audits(rt: string, settleMs = 600): Promise<any[]> {
-  await new Promise((r) => setTimeout(r, settleMs));
+async function auditsNow(rt: string): Promise<any[]> {
   const r = await svc.call('GET', `/v1/audits?category=egress&runtime=${rt}&limit=1000`);
   assert.equal(r.status, 200);
   return r.body.data.map((a: any) => ({ kind: a.payload.egress.kind, ...a.payload.egress[a.payload.egress.kind] }));
+}
+
+/**
+ * The runtime's egress audits once `seen` holds of them: an audit is written as its connection
+ * ends, after the guest's command may have returned. After 20 s, the audits as they are, for the
+ * caller's assertions to name what is missing.
+ */
+async function auditsOnce(rt: string, seen: (audits: any[]) => boolean): Promise<any[]> {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const found = await auditsNow(rt);
+    if (seen(found) || Date.now() > deadline) return found;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** The first audit that `matches`, once it is written. */
+const auditWhere = async (rt: string, matches: (audit: any) => boolean): Promise<any> => (await auditsOnce(rt, (a) => a.some(matches))).find(matches);
+
+/** Every audit of the runtime, after a pause long enough for one still being written: for what must not be there. */
+async function settledAudits(rt: string): Promise<any[]> {
+  await new Promise((r) => setTimeout(r, 600));
+  return auditsNow(rt);
 }
 
 const curl = (args: string) => `curl -sS -m 8 ${args}`;
@@ -78,7 +100,7 @@ test('an allowed host answers over HTTP, and the request is audited', { timeout:
   const r = await sh(rt, curl(`http://api.test:${HTTP}/allowed?q=1`));
   assert.equal(r.exit_code, 0, r.stderr);
   assert.equal(JSON.parse(r.stdout).url, '/allowed?q=1');
-  const a = (await audits(rt)).find((x) => x.kind === 'http_request' && x.path === '/allowed');
+  const a = await auditWhere(rt, (x) => x.kind === 'http_request' && x.path === '/allowed');
   assert.ok(a, 'http_request audit');
   assert.equal(a.action, 'allow');
   assert.equal(a.host, 'api.test');
@@ -96,7 +118,7 @@ test('a host not on the list: NXDOMAIN, and 403 when named in Host', { timeout: 
   const spoofed = await sh(rt, curl(`-o /dev/null -w '%{http_code}' -H 'Host: other.test' http://api.test:${HTTP}/denied`));
   assert.equal(spoofed.stdout, '403');
   assert.equal(up.hits('/denied').length, 0, 'nothing reached the upstream');
-  const a = (await audits(rt)).find((x) => x.kind === 'http_request' && x.path === '/denied');
+  const a = await auditWhere(rt, (x) => x.kind === 'http_request' && x.path === '/denied');
   assert.equal(a?.action, 'deny');
   assert.equal(a?.reason, 'host_not_allowed');
 });
@@ -134,9 +156,11 @@ test('raw TCP reaches an address DNS pinned to an allowed name, and nothing else
   assert.equal((await sh(rt, PY_TCP('raw.test', TCP))).stdout.trim(), 'got:echo:ping');
   const unpinned = (await sh(rt, PY_TCP('198.18.200.200', TCP))).stdout.trim();
   assert.match(unpinned, /^(closed|error:ConnectionResetError|error:BrokenPipeError)$/);
-  const a = await audits(rt);
-  assert.ok(a.some((x) => x.kind === 'tcp_connection' && x.action === 'allow' && x.host === 'raw.test' && x.port === TCP));
-  assert.ok(a.some((x) => x.kind === 'tcp_connection' && x.action === 'deny' && x.ip === '198.18.200.200' && x.reason === 'not_resolved_by_gateway'));
+  const allowed = (x: any) => x.kind === 'tcp_connection' && x.action === 'allow' && x.host === 'raw.test' && x.port === TCP;
+  const denied = (x: any) => x.kind === 'tcp_connection' && x.action === 'deny' && x.ip === '198.18.200.200' && x.reason === 'not_resolved_by_gateway';
+  const a = await auditsOnce(rt, (all) => all.some(allowed) && all.some(denied));
+  assert.ok(a.some(allowed));
+  assert.ok(a.some(denied));
 });
 
 test('IP literals, loopback, metadata and their disguised forms never reach the host', { timeout: 300_000 }, async () => {
@@ -147,8 +171,7 @@ test('IP literals, loopback, metadata and their disguised forms never reach the 
     assert.ok(r.exit_code !== 0 || r.stdout === '403', `${target}: exit ${r.exit_code}, status ${r.stdout}`);
   }
   assert.equal(up.seen.length, before, 'the upstream on the host loopback saw nothing');
-  const a = await audits(rt);
-  assert.ok(a.some((x) => x.action === 'deny' && x.port === HTTP), 'the metadata address attempts are audited as denied');
+  assert.ok(await auditWhere(rt, (x) => x.action === 'deny' && x.port === HTTP), 'the metadata address attempts are audited as denied');
 });
 
 test('DNS rebinding: a name whose answer turns private is refused', { timeout: 300_000 }, async () => {
@@ -162,7 +185,7 @@ test('DNS rebinding: a name whose answer turns private is refused', { timeout: 3
     const again = await sh(rt, curl(`--resolve rebind.test:${HTTP}:${shown} -o /dev/null -w '%{http_code}' http://rebind.test:${HTTP}/rebind-2`));
     assert.equal(again.stdout, '403');
     assert.equal(up.hits('/rebind-2').length, 0);
-    const a = (await audits(rt)).find((x) => x.path === '/rebind-2');
+    const a = await auditWhere(rt, (x) => x.path === '/rebind-2');
     assert.equal(a?.reason, 'private_address');
   } finally {
     up.setNames({ ...Object.fromEntries(LOOPBACK_NAMES.map((n) => [n, '127.0.0.1'])), 'private.test': '10.9.9.9' });
@@ -246,7 +269,7 @@ test('the gateway is a process of its own, as vessel-gateway with no capabilitie
 test('uppercase and trailing-dot names are the same host', { timeout: 300_000 }, async () => {
   const rt = await runtime('eg-case', ['api.test']);
   assert.equal((await sh(rt, curl(`http://API.Test.:${HTTP}/case`))).exit_code, 0);
-  const a = (await audits(rt)).find((x) => x.path === '/case');
+  const a = await auditWhere(rt, (x) => x.path === '/case');
   assert.equal(a?.host, 'api.test');
 });
 
@@ -284,7 +307,8 @@ for ip in ('10.127.0.1','8.8.8.8','127.0.0.53'): s.sendto(b'x',(ip,${port}))"`);
   const deadline = Date.now() + 10_000;
   let counted = 0;
   while (Date.now() < deadline && counted < 3) {
-    const icmp = (await audits(rt, 500)).filter((x) => x.kind === 'icmp_drop');
+    await new Promise((r) => setTimeout(r, 500));
+    const icmp = (await auditsNow(rt)).filter((x) => x.kind === 'icmp_drop');
     assert.ok(icmp.every((x) => x.action === 'deny' && x.count >= 1));
     counted = icmp.reduce((n, x) => n + x.count, 0);
   }
@@ -296,7 +320,7 @@ test('enabled: false passes traffic without audits, and still never to private r
   assert.equal((await sh(rt, curl(`http://open.test:${HTTP}/open`))).exit_code, 0);
   const priv = await sh(rt, curl(`-o /dev/null -w '%{http_code}' http://192.168.1.1:80/`));
   assert.notEqual(priv.exit_code, 0, 'refused');
-  assert.deepEqual(await audits(rt), []);
+  assert.deepEqual(await settledAudits(rt), []);
 });
 
 async function putFile(rt: string, path: string, body: string | Buffer): Promise<void> {
@@ -319,7 +343,7 @@ test('TLS to an allowed host without rules is spliced: the guest sees the upstre
   await trustUpstream(rt);
   const r = await sh(rt, curl(`--cacert /root/upstream-ca.crt https://api.test:${HTTPS}/spliced`));
   assert.equal(r.exit_code, 0, r.stderr);
-  const a = (await audits(rt)).find((x) => x.kind === 'tcp_connection' && x.port === HTTPS);
+  const a = await auditWhere(rt, (x) => x.kind === 'tcp_connection' && x.port === HTTPS);
   assert.equal(a?.reason, 'host_allowed');
 });
 
@@ -347,7 +371,10 @@ test('injection over intercepted TLS: header replaced not duplicated, query para
     assert.equal(new URL(seen.url, 'http://x').searchParams.get('key'), SECRET);
   }
   assert.equal(new URL(up.hits('/inject-1')[0]!.url, 'http://x').searchParams.get('a'), '1');
-  const a = (await audits(rt)).filter((x) => x.kind === 'http_request' && x.path.startsWith('/inject-'));
+  const injected = (x: any) => x.kind === 'http_request' && x.path.startsWith('/inject-');
+  // Both written, then none more: exactly one audit a request.
+  await auditsOnce(rt, (all) => all.filter(injected).length >= 2);
+  const a = (await settledAudits(rt)).filter(injected);
   assert.equal(a.length, 2);
   for (const x of a) assert.deepEqual(x.rule_ids, [ruleId]);
 });
@@ -377,7 +404,7 @@ print(urllib.request.urlopen('https://api.test:${HTTPS}/py-env').status)"`);
   const r = await sh(rt, curl(`-o /dev/null -w '%{http_code}' -H 'Host: other.test' https://api.test:${HTTPS}/sni-mismatch`));
   assert.equal(r.stdout, '403');
   assert.equal(up.hits('/sni-mismatch').length, 0);
-  const a = (await audits(rt)).find((x) => x.path === '/sni-mismatch');
+  const a = await auditWhere(rt, (x) => x.path === '/sni-mismatch');
   assert.equal(a?.reason, 'sni_host_mismatch');
 });
 
@@ -577,7 +604,7 @@ test('exactly one Host reaches the upstream, the one decided on', { timeout: 300
   assert.deepEqual(hostValues(up.hits('/conn-host')[0]!.rawHeaders), [`api.test:${HTTP}`], 'a Connection token does not strip Host; the normalized host is sent');
   assert.equal(replies[1]?.status, 400);
   assert.equal(up.hits('/dup-host').length, 0);
-  const a = (await audits(rt)).find((x) => x.path === '/dup-host');
+  const a = await auditWhere(rt, (x) => x.path === '/dup-host');
   assert.equal(a?.action, 'deny');
   assert.equal(a?.status, 400);
 });
@@ -594,7 +621,7 @@ test('injected values are redacted from response headers; TRACE is refused', { t
   const trace = await sh(rt, curl(`-X TRACE -o /dev/null -w '%{http_code}' https://api.test:${HTTPS}/trace`));
   assert.equal(trace.stdout, '405');
   assert.equal(up.hits('/trace').length, 0);
-  const a = (await audits(rt)).find((x) => x.path === '/trace');
+  const a = await auditWhere(rt, (x) => x.path === '/trace');
   assert.equal(a?.action, 'deny');
   assert.equal(a?.status, 405);
 });

@@ -1,6 +1,6 @@
 /**
  * The exit statuses of the client commands, in one place: docs/cli.md's table is checked against
- * EXIT_CODES by test/unit/cli-exit-codes.test.ts. A script branches on the kind of failure
+ * EXIT_CODES by test/unit/cli-shared.test.ts. A script branches on the kind of failure
  * (retry on 6, create on 3) without parsing messages; exec and shell pass the command's own
  * status through, so theirs are only the CLI's when the command never ran.
  */
