@@ -101,24 +101,32 @@ export class LinkStream implements AsyncIterable<StreamChunk> {
   // ---- sending ----
 
   /**
-   * Sends `data` (cut to frames) within the peer's credit; `meta` goes with the first frame.
-   * One write at a time: the next waits for this one.
+   * Sends `data` within the peer's credit. A chunk with `meta` is one frame (it waits for credit
+   * for all of it, and must fit the window), so the receiver gets it whole, as sent; bytes with
+   * no meta are cut to frames as credit comes. One write at a time: the next waits for this one.
    */
   async write(data: Buffer, meta?: unknown): Promise<void> {
-    let metaBytes = meta === undefined ? EMPTY : Buffer.from(JSON.stringify(meta));
-    if (metaBytes.length > MAX_META_BYTES) throw new RangeError(`a chunk's meta of ${metaBytes.length} bytes is over ${MAX_META_BYTES}`);
-    let rest = data;
-    while (rest.length > 0 || metaBytes.length > 0) {
-      // At least the meta and one byte of data (or the meta alone, for an empty chunk).
-      const needed = metaBytes.length + (rest.length > 0 ? 1 : 0);
-      while (this.#sendCredit < needed && !this.#sendDone) await new Promise<void>((resolve) => (this.#wakeWriter = resolve));
-      if (this.#sendDone) throw this.#sendError ?? new StreamClosedError('the stream was ended');
-      const n = Math.min(rest.length, this.#sendCredit - metaBytes.length, STREAM_WINDOW);
-      this.#sendCredit -= metaBytes.length + n;
-      this.wire.data(this, metaBytes, rest.subarray(0, n));
-      rest = rest.subarray(n);
-      metaBytes = EMPTY;
+    if (meta !== undefined) {
+      const metaBytes = Buffer.from(JSON.stringify(meta));
+      if (metaBytes.length > MAX_META_BYTES) throw new RangeError(`a chunk's meta of ${metaBytes.length} bytes is over ${MAX_META_BYTES}`);
+      if (metaBytes.length + data.length > STREAM_WINDOW) throw new RangeError(`a chunk with meta of ${metaBytes.length + data.length} bytes is over the window`);
+      await this.#credited(metaBytes.length + data.length);
+      this.#sendCredit -= metaBytes.length + data.length;
+      this.wire.data(this, metaBytes, data);
+      return;
     }
+    for (let rest = data; rest.length > 0; ) {
+      await this.#credited(1);
+      const n = Math.min(rest.length, this.#sendCredit);
+      this.#sendCredit -= n;
+      this.wire.data(this, EMPTY, rest.subarray(0, n));
+      rest = rest.subarray(n);
+    }
+  }
+
+  /** Waits until `bytes` of credit are there; throws once this side may send no more. */
+  async #credited(bytes: number): Promise<void> {
+    while (this.#sendCredit < bytes && !this.#sendDone) await new Promise<void>((resolve) => (this.#wakeWriter = resolve));
     if (this.#sendDone) throw this.#sendError ?? new StreamClosedError('the stream was ended');
   }
 
