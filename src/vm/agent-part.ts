@@ -16,7 +16,7 @@
 import { closeSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { ChildPart } from '../platform/child-part.js';
-import type { LinkStream, PartLink } from '../platform/part-link.js';
+import { LinkError, type LinkStream, type PartLink } from '../platform/part-link.js';
 import type { PartUser } from '../platform/part-process.js';
 import { ensureSystemUser } from '../platform/system-users.js';
 import type { AgentPartSettings } from './agent/agent-part-protocol.js';
@@ -52,6 +52,8 @@ export class AgentPart {
   #spawnedHandover: number | null = null;
   readonly #connections = new Map<string, Connection>();
   readonly #connecting = new Map<string, Promise<PartLink>>();
+  /** The last generation the process said has ended, per runtime being handed over or held. */
+  readonly #ended = new Map<string, number>();
   #generation = 0;
   #user: PartUser | null = null;
 
@@ -112,7 +114,16 @@ export class AgentPart {
   drop(runtimeId: string): void {
     const current = this.#connections.get(runtimeId);
     this.#connections.delete(runtimeId);
+    this.#ended.delete(runtimeId);
     if (current !== undefined && !current.link.closed) current.link.notify('drop', { runtimeId });
+  }
+
+  /**
+   * The process says it holds no connection to the runtime on `link` (a `closed` note may be
+   * lost in a race, or the process restarted): the next request hands it a new one.
+   */
+  forget(runtimeId: string, link: PartLink): void {
+    if (this.#connections.get(runtimeId)?.link === link) this.#connections.delete(runtimeId);
   }
 
   async #handOver(runtimeId: string, socketPath: string, timeoutMs: number): Promise<PartLink> {
@@ -132,6 +143,9 @@ export class AgentPart {
       closeSync(fd);
     }
     await link.call('adopt', { runtimeId, generation, timeoutMs });
+    // A guest can end the connection as soon as its handshake is done: the process's `closed`
+    // note then comes before its answer to `adopt`.
+    if ((this.#ended.get(runtimeId) ?? 0) >= generation) throw new Error('the guest agent ended the connection as it was made');
     this.#connections.set(runtimeId, { link, generation });
     return link;
   }
@@ -147,9 +161,11 @@ export class AgentPart {
     });
     link.handle('closed', (args) => {
       const { runtimeId, generation } = (typeof args === 'object' && args !== null ? args : {}) as { runtimeId?: unknown; generation?: unknown };
-      if (typeof runtimeId !== 'string') return null;
+      if (typeof runtimeId !== 'string' || typeof generation !== 'number') return null;
       const current = this.#connections.get(runtimeId);
       if (current?.link === link && current.generation === generation) this.#connections.delete(runtimeId);
+      // Only for runtimes the service knows, so the process cannot grow the map.
+      if (current !== undefined || this.#connecting.has(runtimeId)) this.#ended.set(runtimeId, Math.max(this.#ended.get(runtimeId) ?? 0, generation));
       return null;
     });
   }
@@ -175,12 +191,18 @@ export class RuntimeAgent {
 
   /** A call about this runtime; its failure as the API's error. */
   async call<T = unknown>(method: string, args: Record<string, unknown> = {}, connectMs = DEFAULT_CONNECT_MS): Promise<T> {
+    let link: PartLink | null = null;
     try {
-      const link = await this.connect(connectMs);
+      link = await this.connect(connectMs);
       return (await link.call(method, { ...args, runtimeId: this.runtimeId })) as T;
     } catch (err) {
-      throw partFailure(err, this.vmExited());
+      throw this.#failure(err, link);
     }
+  }
+
+  #failure(err: unknown, link: PartLink | null): Error {
+    if (link !== null && err instanceof LinkError && (err.detail as { kind?: unknown } | null)?.kind === 'disconnected') this.part.forget(this.runtimeId, link);
+    return partFailure(err, this.vmExited());
   }
 
   /**
@@ -202,7 +224,7 @@ export class RuntimeAgent {
     }
     const reply = link.call(method, { ...args, runtimeId: this.runtimeId, stream: stream.id });
     reply.catch(() => stream.close());
-    return { stream, reply: reply.catch((err: unknown) => Promise.reject(partFailure(err, this.vmExited()))) };
+    return { stream, reply: reply.catch((err: unknown) => Promise.reject(this.#failure(err, link))) };
   }
 
   /** The VM is gone: the process lets go of its connection. */

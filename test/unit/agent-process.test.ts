@@ -8,6 +8,7 @@
  */
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,7 +18,9 @@ import { VesselError } from '../../src/core/errors.js';
 import type { ProcessSpec } from '../../src/core/types.js';
 import { AgentPart } from '../../src/vm/agent-part.js';
 import { RemoteGuestAgent } from '../../src/vm/remote-guest-agent.js';
+import { R, T, encodeFrame } from '../../src/vm/agent/frames.js';
 import { RelayedAgent, buildAgent } from '../support/agent-harness.js';
+import { FakeAgent, statPayload } from '../support/agent-fake.js';
 
 const build = buildAgent();
 const skip = 'skip' in build ? build.skip : process.getuid?.() !== 0 ? 'the agent process drops from root to its own user' : false;
@@ -135,4 +138,53 @@ test('kill -9 of the agent process: what was in flight fails as unavailable, the
   await guest.signalProcess(sleeper.state.id, 9, true);
   assert.equal((await exec('echo after')).stdout, 'after\n');
   assert.equal(await guest.writeFile(join(dir, 'upload.bin'), Readable.from([Buffer.alloc(2000, 0x62)]), 1 << 20), 2000);
+});
+
+test('a guest that breaks its channel costs that connection: the next request hands the process a new one', { skip }, async () => {
+  let broken = 0;
+  const fake = await FakeAgent.start(dir, 'garbage', async (f, conn) => {
+    if (f.type !== T.STAT) return;
+    if (conn === fake.connections[0]) {
+      broken++;
+      await conn.write(Buffer.from([0x56, 0x8e, 0, 0, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f, ...Buffer.alloc(64, 0xee)]));
+      return;
+    }
+    await conn.write(encodeFrame(R.STAT, f.stream, statPayload({ size: 42n })));
+    await conn.write(encodeFrame(R.END, f.stream));
+  });
+  const pid = part.pid;
+  const other = new RemoteGuestAgent(() => part.runtime('rt-garbage', fake.path, () => false));
+  await assert.rejects(other.statPath('/x', true), (e: VesselError) => e.code === 'unavailable', 'the request the garbage answered fails');
+  assert.equal(broken, 1);
+  assert.equal((await other.statPath('/x', true)).size_bytes, 42, 'the next one reconnects');
+  assert.equal(fake.connections.length, 2);
+  assert.equal(part.pid, pid, 'the process was not hurt');
+  await fake.stop();
+});
+
+test('garbage behind the agent\'s back for a while: the requests meanwhile fail as unavailable, the ones after work', { skip }, async () => {
+  const pid = part.pid;
+  const huge = Buffer.from([0x56, 0x8e, 0, 0, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f]);
+  let flowing = true;
+  const garbage = (async () => {
+    for (let sent = 0; sent < 4 << 20; sent += 65536) {
+      relay!.injectToClient(Buffer.concat([randomBytes(65536), huge]));
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    flowing = false;
+  })();
+  const statuses: string[] = [];
+  while (flowing) {
+    try {
+      await exec('echo ok');
+      statuses.push('ok');
+    } catch (err) {
+      assert.equal((err as VesselError).code, 'unavailable', String(err));
+      statuses.push('unavailable');
+    }
+  }
+  await garbage;
+  assert.ok(statuses.includes('unavailable'), 'the garbage reached the channel');
+  assert.equal((await exec('echo after')).stdout, 'after\n', `recovered (${statuses.join(',')})`);
+  assert.equal(part.pid, pid, 'the process was not hurt');
 });

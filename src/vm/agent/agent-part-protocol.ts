@@ -12,8 +12,12 @@ export interface AgentPartSettings {
   logLevel: string;
 }
 
-/** Why a call failed: the API's own error, a refusal of the guest's, or the channel (unavailable). */
-export type ErrorDetail = { kind: 'vessel'; code: ErrorCode; httpStatus: number } | { kind: 'refused' } | { kind: 'transport' };
+/**
+ * Why a call failed: the API's own error, a refusal of the guest's, the channel (unavailable), or
+ * no connection to the runtime held here at all (unavailable too, and the service hands over a
+ * new one on the next request).
+ */
+export type ErrorDetail = { kind: 'vessel'; code: ErrorCode; httpStatus: number } | { kind: 'refused' } | { kind: 'transport' } | { kind: 'disconnected' };
 
 /** A process output chunk's meta: channel (0 stdout, 1 stderr), offset, bytes lost before it. */
 export type OutputMeta = [0 | 1, number, number];

@@ -47,12 +47,15 @@ const runtimeOf = (args: unknown): string => {
   return id;
 };
 
+/** A call for a runtime this process holds no open connection to (guest-*.ts pass it on as it is). */
+class NoConnection extends AgentClosedError {}
+
 /** The runtime's live connection, as guest-*.ts take it. */
 const agentOf =
   (runtimeId: string) =>
   async (): Promise<AgentClient> => {
     const c = connections.get(runtimeId);
-    if (c === undefined || c.client.closed) throw new AgentClosedError('the agent process holds no connection to this runtime');
+    if (c === undefined || c.client.closed) throw new NoConnection('the agent process holds no connection to this runtime');
     return c.client;
   };
 
@@ -62,6 +65,7 @@ function linkError(err: unknown): LinkError {
   let detail: ErrorDetail;
   if (err instanceof VesselError) detail = { kind: 'vessel', code: err.code, httpStatus: err.httpStatus };
   else if (err instanceof AgentError) detail = { kind: 'refused' };
+  else if (err instanceof NoConnection) detail = { kind: 'disconnected' };
   else detail = { kind: 'transport' };
   return new LinkError(message, detail);
 }
