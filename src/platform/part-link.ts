@@ -56,6 +56,12 @@ export class PartLink {
   /** Streams this side opened, by id, and those the other side opened and this one accepted. */
   readonly #opened = new Map<number, LinkStream>();
   readonly #accepted = new Map<number, LinkStream>();
+  /**
+   * What the other side said about a stream it opened before this side accepted it (an upload
+   * of no bytes ends at once, before the call that names it is handled): kept until it is
+   * accepted, a few messages per stream and MAX_STREAMS streams at most, the oldest dropped.
+   */
+  readonly #early = new Map<number, StreamControl[]>();
   #nextStream = 1;
   /**
    * How each stream reaches the wire. A stream travels as its id doubled, plus one when the
@@ -135,6 +141,9 @@ export class PartLink {
     const stream = new LinkStream(id, false, directions, this.#wire);
     this.#accepted.set(id, stream);
     stream.grantWindow();
+    const early = this.#early.get(id);
+    this.#early.delete(id);
+    for (const message of early ?? []) if (!stream.receiveControl(message)) this.close(`a stream message that breaks its stream's rules (${message.t})`);
     return stream;
   }
 
@@ -222,6 +231,18 @@ export class PartLink {
     return (wireId % 2 === 0 ? this.#accepted : this.#opened).get(Math.floor(wireId / 2));
   }
 
+  /** An end, failure or cancel for a stream the other side opened and this side has not accepted (yet). */
+  #keepEarly(message: StreamControl): void {
+    if (message.t === 'credit' || !Number.isInteger(message.s) || message.s % 2 !== 0) return;
+    const id = Math.floor(message.s / 2);
+    const kept = this.#early.get(id) ?? [];
+    if (kept.length >= 2) return;
+    kept.push(message);
+    this.#early.delete(id);
+    this.#early.set(id, kept);
+    if (this.#early.size > MAX_STREAMS) this.#early.delete(this.#early.keys().next().value!);
+  }
+
   #receiveData(body: Buffer): void {
     const metaLength = body.readUInt16BE(4);
     if (metaLength > MAX_META_BYTES || DATA_HEAD_BYTES + metaLength > body.length) return this.close('a data frame whose meta does not fit it');
@@ -249,7 +270,8 @@ export class PartLink {
     }
     if (message.t === 'credit' || message.t === 'end' || message.t === 'fail' || message.t === 'cancel') {
       const stream = this.#streamOf(message.s);
-      if (stream !== undefined && !stream.receiveControl(message)) this.close(`a stream message that breaks its stream's rules (${message.t})`);
+      if (stream === undefined) return this.#keepEarly(message);
+      if (!stream.receiveControl(message)) this.close(`a stream message that breaks its stream's rules (${message.t})`);
       return;
     }
     const handler = typeof message.method === 'string' ? this.#handlers.get(message.method) : undefined;

@@ -194,10 +194,12 @@ export class RemoteGuestAgent implements GuestAgent {
         stream.fail(new Error('the body could not be read'));
       }
     })();
+    void sending;
     try {
       return this.#checked(agent, (n) => writtenOf(n, maxBytes), await reply);
     } catch (err) {
-      await sending;
+      // A body that failed did so before the process could answer (its failure is sent first);
+      // a refusal of the guest's is not kept waiting for a slow client's body.
       throw bodyFailure ?? err;
     }
   }

@@ -81,6 +81,7 @@ test('the port through the agent process: processes, files, directories, archive
   for await (const c of await guest.readFile(file)) back.push(c as Buffer);
   assert.ok(Buffer.concat(back).equals(bytes));
   await assert.rejects(guest.writeFile(join(dir, 'big'), Readable.from([bytes]), 1000), (e: VesselError) => e.httpStatus === 413);
+  assert.equal(await guest.writeFile(join(dir, 'big'), Readable.from([]), 1000), 0, 'an empty upload ends before the process has taken its stream');
   await assert.rejects(guest.readFile(join(dir, 'missing')), (e: VesselError) => e.code === 'not_found');
   await guest.makeDir(join(dir, 'd', 'e'));
   const listing = await guest.listDir(dir);

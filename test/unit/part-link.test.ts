@@ -249,3 +249,37 @@ test('stream frames cut at every offset are read the same; bytes past the credit
   input2.write(huge);
   assert.match(await reason2, /data frame of \d+ bytes is over/, 'a data frame is capped from its header');
 });
+
+test('an opener that ends or cancels before the other side accepted its stream is heard once it does', async () => {
+  const [a, b] = pair();
+  const service = new PartLink(a);
+  const part = new PartLink(b);
+  let release: () => void = () => undefined;
+  const later = new Promise<void>((resolve) => (release = resolve));
+  part.handle('upload', async (args) => {
+    await later; // the handler runs after the stream's end has come
+    const stream = part.acceptStream((args as { stream: number }).stream, { receives: true, sends: false });
+    let bytes = 0;
+    for await (const chunk of stream) bytes += chunk.data.length;
+    return { bytes, end: await stream.result };
+  });
+  let cancelled = false;
+  part.handle('download', async (args) => {
+    await later;
+    const stream = part.acceptStream((args as { stream: number }).stream, { receives: false, sends: true });
+    stream.onCancel(() => (cancelled = true));
+    return null;
+  });
+  const up = service.openStream({ receives: false, sends: true });
+  const uploaded = service.call('upload', { stream: up.id });
+  up.end('nothing');
+  const down = service.openStream({ receives: true, sends: false });
+  const downloaded = service.call('download', { stream: down.id });
+  down.cancel();
+  await roundTrip(service);
+  release();
+  assert.deepEqual(await uploaded, { bytes: 0, end: 'nothing' });
+  await downloaded;
+  assert.ok(cancelled, 'the cancel reached the stream once accepted');
+  service.close();
+});
