@@ -177,7 +177,8 @@ async function startVmHost(config: Config, role: Role, fleet: FleetKeySettings |
   const detected = VmCgroups.detect(instance);
   if (detected.cgroups === null) log.warn({ reason: detected.reason }, 'VMs run without cgroup limits');
   else log.info({ version: detected.cgroups.version }, 'each VM runs in a cgroup of its own');
-  const driver = new QemuDriver({ dataDir: config.dataDir, image, accel, qemuVersion, guestCaPem: ca.certPem, memoryOvercommit: config.memoryOvercommit, cgroups: detected.cgroups, log });
+  const driver = new QemuDriver({ dataDir: config.dataDir, image, accel, qemuVersion, guestCaPem: ca.certPem, memoryOvercommit: config.memoryOvercommit, cgroups: detected.cgroups, logLevel: config.logLevel, log });
+  await driver.startAgentProcess();
   // A fleet's host learns each relayed visitor from the entries' signed PROXY headers.
   const fleetIngress = node === null || secret === undefined ? undefined : { secret, node };
   const gateway = new Gateway({ instance, ca, ...config.egress, ingress: { ...config.egress.ingress, fleet: fleetIngress }, logLevel: config.logLevel, log });

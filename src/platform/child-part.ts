@@ -8,6 +8,7 @@
  * gateway: every attached runtime), before anything else is sent to it.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { PartLink } from './part-link.js';
 
@@ -22,6 +23,12 @@ export interface ChildPartOptions {
   settings: () => unknown;
   /** The service's side of the link: what the part may call. */
   handlers: (link: PartLink) => void;
+  /**
+   * Descriptors each new process gets as its 4, 5, …, made afresh for it (the agent's: its end
+   * of the pair that carries the VMs' agent connections). The service's copies are closed once
+   * the process has them.
+   */
+  descriptors?: () => number[];
   /** Runs on each new process once it has started, before `ready()` resolves or calls go to it. */
   onStart: (link: PartLink) => Promise<void>;
   log: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void };
@@ -91,10 +98,16 @@ export class ChildPart {
 
   #spawn(): Promise<PartLink> {
     this.#starts++;
-    const child = spawn(process.execPath, [`--max-old-space-size=${this.opts.maxHeapMib}`, this.opts.entry], {
-      stdio: ['ignore', 'inherit', 'inherit', 'pipe'],
-      env: { ...process.env, VESSEL_PART: this.opts.name },
-    });
+    const extra = this.opts.descriptors?.() ?? [];
+    let child: ChildProcess;
+    try {
+      child = spawn(process.execPath, [`--max-old-space-size=${this.opts.maxHeapMib}`, this.opts.entry], {
+        stdio: ['ignore', 'inherit', 'inherit', 'pipe', ...extra],
+        env: { ...process.env, VESSEL_PART: this.opts.name },
+      });
+    } finally {
+      for (const fd of extra) closeSync(fd);
+    }
     this.#child = child;
     const startedAt = Date.now();
     const link = new PartLink(child.stdio[3] as Socket);

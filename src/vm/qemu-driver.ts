@@ -1,6 +1,6 @@
 /**
  * The QEMU implementation of the core's VM host ports (Machines, CheckpointFiles, and each
- * runtime's GuestAgent, a QemuGuestAgent): one detached QEMU `microvm` per runtime,
+ * runtime's GuestAgent, a RemoteGuestAgent answered by the agent's process): one detached QEMU `microvm` per runtime,
  * a qcow2 overlay on a chain of frozen layers over the read-only guest image, QMP for the
  * machine and the guest agent for everything inside it. Checkpoints are a QMP migration of the
  * device state plus the RAM file; forks restore them with `-incoming`.
@@ -15,7 +15,7 @@ import { availableParallelism, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { runBuffered } from '../core/commands.js';
-import { VesselError, failedPrecondition, invalidArgument, unavailable } from '../core/errors.js';
+import { failedPrecondition, invalidArgument, unavailable } from '../core/errors.js';
 import type { CheckpointDescription, ConsoleLog, GuestAgent, LiveState, RemoteCheckpoint, VmDriver, VmSpec } from '../core/ports.js';
 import type { Resources } from '../core/types.js';
 import { flushFiles, fsyncDir, fsyncFile } from '../platform/durable-files.js';
@@ -26,15 +26,14 @@ import { captureCheckpoint, captureStoppedDisk } from './checkpoint-capture.js';
 import { importCheckpoint } from './checkpoint-import.js';
 import { DiskLayers, createOverlay, type CheckpointManifest } from './disk-layers.js';
 import { digestFile } from './file-digest.js';
-import { AgentError, type AgentClient } from './agent/agent-client.js';
+import { AgentPart } from './agent-part.js';
 import { GUEST_CA_ENV, GUEST_CA_FILE } from './guest-exec.js';
-import { giveIdentity, syncClock } from './guest-identity.js';
 import { imageContentDigest, type GuestImage } from './guest-image.js';
 import { readRotatedLogEnd, rotateLog } from './log-rotation.js';
 import { consoleLogOf } from '../core/console-log.js';
 import { migrateToFile } from './migration.js';
 import { BOOT_PROFILE } from './qemu-args.js';
-import { QemuGuestAgent } from './qemu-guest-agent.js';
+import { RemoteGuestAgent } from './remote-guest-agent.js';
 import { QemuVm, vmPaths } from './qemu-vm.js';
 import { sparseFrames } from './sparse-stream.js';
 import { Teardown } from './teardown.js';
@@ -54,7 +53,8 @@ export interface QemuDriverOptions {
   /** The host's cgroups, or null when VMs run without (the composition root logs why). */
   cgroups: VmCgroups | null;
   bootTimeoutMs?: number;
-  log: { info(o: object, m: string): void; warn(o: object, m: string): void };
+  logLevel?: string;
+  log: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void };
 }
 
 const MiB = 1024 * 1024;
@@ -113,6 +113,8 @@ export class QemuDriver implements VmDriver {
   readonly #restoredPaused = new Set<string>();
   readonly #layers: DiskLayers;
   readonly #launcher: VmLauncher;
+  /** The process that holds every VM's agent connection and parses what the guests send on it. */
+  readonly #agents: AgentPart;
   readonly #baseSize: number;
   /** Layers whose digest was checked since this process started; layers never change, so once is enough. */
   readonly #verifiedLayers = new Map<string, string>();
@@ -130,7 +132,9 @@ export class QemuDriver implements VmDriver {
     this.#baseSize = statSync(opts.image.rootfs).size;
     const jail = join(opts.dataDir, 'qemu-root');
     prepareJail(jail);
+    this.#agents = new AgentPart({ logLevel: opts.logLevel, log: opts.log });
     this.#launcher = new VmLauncher({
+      agents: this.#agents,
       image: opts.image,
       accel: opts.accel,
       tscKhz: hostTscKhz(),
@@ -143,6 +147,16 @@ export class QemuDriver implements VmDriver {
     });
     this.#logTimer = setInterval(() => this.#rotateLogs(), LOG_CHECK_MS);
     this.#logTimer.unref();
+  }
+
+  /** Starts the agent's process; before it, no VM's agent can be reached. */
+  async startAgentProcess(): Promise<void> {
+    await this.#agents.start();
+  }
+
+  /** The agent's process, for tests and benches that measure or kill it; null while it is started again. */
+  get agentPid(): number | null {
+    return this.#agents.pid;
   }
 
   unavailableReason(): string | null {
@@ -224,7 +238,7 @@ export class QemuDriver implements VmDriver {
   async #claim(spec: VmSpec, live: LiveVm): Promise<void> {
     rmSync(join(this.runtimeDir(spec.runtimeId), SPARE_MARKER), { force: true });
     const t0 = performance.now();
-    await giveIdentity(await live.vm.agent(), spec.hostname, false);
+    await this.#giveIdentity(live.vm, spec.hostname, false);
     await this.setMemoryTarget(spec.runtimeId, spec.resources.requests.memory_mib);
     this.opts.log.info({ runtimeId: spec.runtimeId, how: 'spare', personalizeMs: Math.round(performance.now() - t0) }, 'VM ready');
   }
@@ -288,7 +302,7 @@ export class QemuDriver implements VmDriver {
    */
   async #syncClock(runtimeId: string, vm: QemuVm): Promise<void> {
     try {
-      await syncClock(await vm.agent(CLOCK_SYNC_AGENT_MS));
+      await (await vm.agent(CLOCK_SYNC_AGENT_MS)).call('syncClock', {}, CLOCK_SYNC_AGENT_MS);
     } catch (err) {
       this.opts.log.warn({ runtimeId, err: (err as Error).message }, 'could not set the guest clock after a pause');
     }
@@ -305,14 +319,14 @@ export class QemuDriver implements VmDriver {
   async destroy(runtimeId: string): Promise<void> {
     this.#spares.delete(runtimeId);
     this.#restoredPaused.delete(runtimeId);
-    const vm = this.#live.get(runtimeId)?.vm ?? (await QemuVm.adopt(this.runtimeDir(runtimeId)));
+    const vm = this.#live.get(runtimeId)?.vm ?? (await QemuVm.adopt(this.#agents, this.runtimeDir(runtimeId)));
     if (vm !== null) await this.#end(runtimeId, vm);
     this.#removeDir(runtimeId);
     this.#layers.collect();
   }
 
   guest(runtimeId: string): GuestAgent {
-    return new QemuGuestAgent((work) => this.#withAgent(runtimeId, work));
+    return new RemoteGuestAgent(() => this.#vm(runtimeId).agentHandle);
   }
 
   /**
@@ -598,7 +612,7 @@ export class QemuDriver implements VmDriver {
 
   async reattach(runtimeId: string): Promise<LiveState> {
     const dir = this.runtimeDir(runtimeId);
-    const vm = await QemuVm.adopt(dir);
+    const vm = await QemuVm.adopt(this.#agents, dir);
     if (vm === null) return 'gone';
     let state: VmState;
     try {
@@ -632,6 +646,7 @@ export class QemuDriver implements VmDriver {
     clearInterval(this.#logTimer);
     for (const { vm } of this.#live.values()) vm.detach();
     this.#live.clear();
+    await this.#agents.close();
   }
 
   /**
@@ -687,7 +702,7 @@ export class QemuDriver implements VmDriver {
     }
     // Entropy (with the kernel's generator reseeded), clock and hostname: until then a fork is
     // its checkpoint's twin.
-    await giveIdentity(await vm.agent(), spec.hostname, true);
+    await this.#giveIdentity(vm, spec.hostname, true);
     // A fork of a template made for this request already has its balloon there.
     await this.setMemoryTarget(spec.runtimeId, spec.resources.requests.memory_mib);
     const ms = (x: number) => Math.round(x);
@@ -703,7 +718,6 @@ export class QemuDriver implements VmDriver {
 
   #track(runtimeId: string, live: LiveVm): void {
     this.#live.set(runtimeId, live);
-    live.vm.onAgentBroken((err) => this.opts.log.warn({ runtimeId, err: err.message }, 'the guest broke its agent channel; it is reconnected on the next request'));
     live.vm.onExit((expected) => {
       if (this.#live.get(runtimeId)?.vm === live.vm) this.#live.delete(runtimeId);
       if (!expected) {
@@ -762,15 +776,13 @@ export class QemuDriver implements VmDriver {
     }
   }
 
-  /** Agent transport failures (the VM died, the agent hangs) are the runtime being unavailable, not a bug. */
-  async #withAgent<T>(runtimeId: string, work: (agent: () => Promise<AgentClient>) => Promise<T>): Promise<T> {
-    const vm = this.#vm(runtimeId);
-    try {
-      return await work(() => vm.agent());
-    } catch (err) {
-      if (err instanceof VesselError || err instanceof AgentError) throw err;
-      throw unavailable(vm.exited ? 'the VM stopped while the request ran' : `the guest agent is not responding: ${(err as Error).message}`);
-    }
+  /**
+   * Entropy (the guest's generator reseeded), the clock unless `setClock` is false, and the
+   * hostname, applied by the agent itself (guest-identity.ts, in the agent's process); the VM is
+   * ready only once the guest has.
+   */
+  async #giveIdentity(vm: QemuVm, hostname: string, setClock: boolean): Promise<void> {
+    await (await vm.agent()).call('giveIdentity', { hostname, setClock });
   }
 
   /**

@@ -1,15 +1,15 @@
 /**
  * One QEMU process and its two control channels (QMP for the machine, vessel-agent for the OS
- * inside). The process is detached, so it outlives the service; after a restart adopt()
- * finds it again through the pid file and the sockets in its directory. It starts in a network
- * namespace of its own (`unshare --net`): its NIC is a TAP descriptor it inherits, and it can
- * open no socket on the host's networks.
+ * inside, whose frames the agent's process parses: agent-part.ts). The process is detached, so it
+ * outlives the service; after a restart adopt() finds it again through the pid file and the
+ * sockets in its directory. It starts in a network namespace of its own (`unshare --net`): its
+ * NIC is a TAP descriptor it inherits, and it can open no socket on the host's networks.
  */
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
 import { writeFileDurably } from '../platform/durable-files.js';
-import { join } from 'node:path';
-import { AgentClient, AgentProtocolError } from './agent/agent-client.js';
+import { basename, join } from 'node:path';
+import type { AgentPart, RuntimeAgent } from './agent-part.js';
 import { readLogEnd } from './log-rotation.js';
 import { QmpClient } from './qmp-client.js';
 
@@ -51,19 +51,21 @@ const tail = (file: string, bytes = 1500): string => readLogEnd(file, bytes)?.to
 export class QemuVm {
   readonly paths: ReturnType<typeof vmPaths>;
   #qmp: QmpClient;
-  #agent: Promise<AgentClient> | null = null;
+  readonly #agent: RuntimeAgent;
   #expectingExit = false;
   #exited = false;
   readonly #exitListeners: Array<(expected: boolean) => void> = [];
-  #onAgentBroken: (err: Error) => void = () => undefined;
 
   private constructor(
     readonly dir: string,
     readonly pid: number,
     qmp: QmpClient,
+    agents: AgentPart,
   ) {
     this.paths = vmPaths(dir);
     this.#qmp = qmp;
+    // A runtime's directory is named by its id.
+    this.#agent = agents.runtime(basename(dir), this.paths.agentSocket, () => this.#exited);
     qmp.onClose(() => void this.#watchExit());
   }
 
@@ -71,7 +73,7 @@ export class QemuVm {
    * `inherited[i]` becomes QEMU's descriptor 3 + i. `onSpawn` gets the pid at once, before QEMU
    * has done anything (the driver moves it into the VM's cgroup there).
    */
-  static async launch(dir: string, args: string[], inherited: number[] = [], onSpawn: (pid: number) => void = () => undefined): Promise<QemuVm> {
+  static async launch(agents: AgentPart, dir: string, args: string[], inherited: number[] = [], onSpawn: (pid: number) => void = () => undefined): Promise<QemuVm> {
     const paths = vmPaths(dir);
     const log = openSync(paths.qemuLog, 'a');
     let child;
@@ -98,7 +100,7 @@ export class QemuVm {
       if (exited) throw new Error(`QEMU exited at start: ${tail(paths.qemuLog) || 'no output'}`);
       if (existsSync(paths.qmpSocket)) {
         try {
-          return new QemuVm(dir, pid, await QmpClient.connect(paths.qmpSocket, 5000));
+          return new QemuVm(dir, pid, await QmpClient.connect(paths.qmpSocket, 5000), agents);
         } catch {
           // the socket file can appear a moment before QEMU accepts on it
         }
@@ -120,15 +122,20 @@ export class QemuVm {
     return Number.isInteger(pid) && isAlive(pid) && isOurQemu(pid, dir) ? pid : null;
   }
 
-  static async adopt(dir: string): Promise<QemuVm | null> {
+  static async adopt(agents: AgentPart, dir: string): Promise<QemuVm | null> {
     const pid = QemuVm.processOf(dir);
     if (pid === null) return null;
     const paths = vmPaths(dir);
     try {
-      return new QemuVm(dir, pid, await QmpClient.connect(paths.qmpSocket, 3000));
+      return new QemuVm(dir, pid, await QmpClient.connect(paths.qmpSocket, 3000), agents);
     } catch {
       return null;
     }
+  }
+
+  /** The VM's agent, not yet connected: calls connect as they need (RemoteGuestAgent). */
+  get agentHandle(): RuntimeAgent {
+    return this.#agent;
   }
 
   get qmp(): QmpClient {
@@ -145,37 +152,14 @@ export class QemuVm {
   }
 
   /**
-   * The shared connection to vessel-agent, reconnected after any failure. Every connection starts
-   * with the resync handshake (HELLO): whatever an earlier service, a checkpoint's twin or a
-   * hostile guest left on the channel is skipped, and no stream survives it.
+   * The VM's vessel-agent, through the agent's process, which is handed a new connection after
+   * any failure. Every connection starts with the resync handshake (HELLO): whatever an earlier
+   * connection, a checkpoint's twin or a hostile guest left on the channel is skipped, and no
+   * stream survives it. Resolves once the agent has answered on the current connection.
    */
-  agent(timeoutMs = 5000): Promise<AgentClient> {
-    const current = this.#agent;
-    if (current !== null) {
-      return current.then(
-        (a) => (a.closed ? this.#connectAgent(timeoutMs) : a),
-        () => this.#connectAgent(timeoutMs),
-      );
-    }
-    return this.#connectAgent(timeoutMs);
-  }
-
-  /**
-   * Told when the agent's channel ended because of what the guest sent (a malformed frame,
-   * credit overrun): only that connection ends, and the next request reconnects.
-   */
-  onAgentBroken(listener: (err: Error) => void): void {
-    this.#onAgentBroken = listener;
-  }
-
-  #connectAgent(timeoutMs: number): Promise<AgentClient> {
-    const agent = AgentClient.connect(this.paths.agentSocket, { timeoutMs });
-    this.#agent = agent;
-    void agent.then(
-      (a) => a.onClose((err) => err instanceof AgentProtocolError && this.#onAgentBroken(err)),
-      () => undefined,
-    );
-    return agent;
+  async agent(timeoutMs = 5000): Promise<RuntimeAgent> {
+    await this.#agent.connect(timeoutMs);
+    return this.#agent;
   }
 
   /**
@@ -209,7 +193,7 @@ export class QemuVm {
       if ((await this.status()) === 'paused') await this.#qmp.execute('cont');
       const agent = await this.agent(Math.min(2000, deadlineMs));
       // The agent answers, then stops every process, syncs, and powers the guest off.
-      await agent.shutdown({ timeoutMs: Math.min(2000, deadlineMs) });
+      await agent.call('shutdown', { timeoutMs: Math.min(2000, deadlineMs) });
     } catch {
       // an unresponsive guest gets the hard stop below
     }
@@ -222,14 +206,14 @@ export class QemuVm {
     if (isAlive(this.pid) && isOurQemu(this.pid, this.dir)) process.kill(this.pid, 'SIGKILL');
     await this.#awaitExit(5000);
     this.#qmp.close();
-    void this.#agent?.then((a) => a.close(), () => undefined);
+    this.#agent.drop();
   }
 
   /** Stops watching without touching the VM (service shutdown). */
   detach(): void {
     this.#expectingExit = true;
     this.#qmp.close();
-    void this.#agent?.then((a) => a.close(), () => undefined);
+    this.#agent.drop();
   }
 
   async #awaitExit(ms: number): Promise<void> {
@@ -248,7 +232,7 @@ export class QemuVm {
   #markExited(): void {
     if (this.#exited) return;
     this.#exited = true;
-    void this.#agent?.then((a) => a.close(), () => undefined);
+    this.#agent.drop();
     for (const l of this.#exitListeners.splice(0)) l(this.#expectingExit);
   }
 }

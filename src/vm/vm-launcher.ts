@@ -17,6 +17,7 @@ import type { GuestImage } from './guest-image.js';
 import { INCOMING_FDSET, migrateFromFdset } from './migration.js';
 import { qcow2HeaderProblem } from './qcow2-header.js';
 import { qemuArgs, type BackingNode } from './qemu-args.js';
+import type { AgentPart } from './agent-part.js';
 import { QemuVm, vmPaths } from './qemu-vm.js';
 import type { Teardown } from './teardown.js';
 import { diskFileOf, diskNodeOf, type VmState } from './vm-state.js';
@@ -44,6 +45,8 @@ export interface VmLauncherOptions {
   checkpointRamFile: (checkpointId: string) => string;
   /** Where a checkpoint's disk layer is, for the disks that stand on it. */
   layerFile: (checkpointId: string) => string;
+  /** The agent's process, which each VM's agent connection is handed to. */
+  agents: AgentPart;
   log: { warn(o: object, m: string): void };
 }
 
@@ -135,7 +138,7 @@ export class VmLauncher {
   }
 
   async #restore(dir: string, args: string[], inherited: number[], onSpawn: (pid: number) => void, undo: Teardown, paused: boolean): Promise<QemuVm> {
-    const vm = await QemuVm.launch(dir, args, inherited, onSpawn);
+    const vm = await QemuVm.launch(this.opts.agents, dir, args, inherited, onSpawn);
     undo.push(() => vm.kill());
     await migrateFromFdset(vm.qmp);
     if (paused) return vm;
@@ -150,7 +153,7 @@ export class VmLauncher {
    */
   async #bootUntilAgent(dir: string, args: string[], inherited: number[], onSpawn: (pid: number) => void, undo: Teardown): Promise<QemuVm> {
     for (let attempt = 1; ; attempt++) {
-      const vm = await QemuVm.launch(dir, args, inherited, onSpawn);
+      const vm = await QemuVm.launch(this.opts.agents, dir, args, inherited, onSpawn);
       undo.push(() => vm.kill());
       try {
         await vm.waitForAgent(this.opts.bootTimeoutMs);

@@ -84,6 +84,14 @@ export class RelayedAgent {
     this.#agent.write(bytes);
   }
 
+  /**
+   * Bytes the host's client reads as if the agent had sent them, as a guest process that took a
+   * copy of the agent's port writes them behind its back; dropped while no client is connected.
+   */
+  injectToClient(bytes: Buffer): void {
+    this.#client?.write(bytes);
+  }
+
   /** Drops the connected client, as a service that dies would. */
   dropClient(): void {
     this.#client?.destroy();

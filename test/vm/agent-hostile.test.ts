@@ -4,10 +4,15 @@
  * descriptor with pidfd_getfd, as root in the guest can, and writes garbage into the channel
  * behind the agent's back. The service must carry on: that VM's connection ends and is
  * resynchronized on the next request, the other VM never notices, and the API answers throughout.
+ * Then the worst such a guest could do to the host's side of the channel, a crash of the agent's
+ * process (kill -9), while both runtimes serve a streaming exec and an upload.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync, statSync } from 'node:fs';
+import { runCommand } from '../../src/platform/run-command.js';
 import { Service } from '../support/service.js';
+import { sseEvents, type Sse } from '../support/sse.js';
 
 const TIMEOUT = { timeout: 300_000 };
 const svc = new Service({ VESSEL_WARM_POOL: '0' });
@@ -62,6 +67,8 @@ test('garbage a guest process writes into the agent channel ends only that conne
   // While the garbage flows and after: the bystander and the API never fail; the hostile VM's
   // requests may fail while its channel is broken (503), and must work again after.
   const hostile: number[] = [];
+  const agentProcess = svc.partPid('agent');
+  assert.ok(agentProcess !== null, 'the agent connections run in a process of their own');
   const deadline = Date.now() + 20_000;
   let recovered = false;
   while (Date.now() < deadline) {
@@ -89,4 +96,86 @@ test('garbage a guest process writes into the agent channel ends only that conne
   const read = await fetch(`${svc.url}/v1/runtimes/hostile/files?path=/root/junk.py`, { headers: { authorization: `Bearer ${svc.token}` } });
   assert.equal(await read.text(), JUNK_WRITER);
   for (const name of ['hostile', 'bystander']) assert.equal((await svc.call('GET', `/v1/runtimes/${name}`)).body.data.status, 'running');
+  assert.equal(svc.partPid('agent'), agentProcess, 'garbage costs a connection, not even the agent process');
+});
+
+const auth = () => ({ authorization: `Bearer ${svc.token}` });
+
+test('the agent connections are a process of their own, as vessel-agent with no capabilities; kill -9 of it costs the requests in flight, never a runtime, a guest process or the API', TIMEOUT, async () => {
+  const first = svc.partPid('agent');
+  assert.ok(first !== null, 'the agent process runs as a child of the service');
+  const status = readFileSync(`/proc/${first}/status`, 'utf8');
+  const uid = (await runCommand('id', ['-u', 'vessel-agent'])).trim();
+  assert.match(status, new RegExp(`^Uid:\\s+${uid}\\s+${uid}\\s+${uid}\\s+${uid}$`, 'm'), 'real, effective, saved and file uid are all vessel-agent');
+  assert.match(status, /^Groups:\s*$/m, 'no supplementary groups');
+  // /proc/PID itself is always its owner's; the files in it are root's when the process is not dumpable.
+  assert.equal(statSync(`/proc/${first}/environ`).uid, 0, 'not dumpable: no process of its own uid may ptrace it or read its memory');
+  for (const set of ['CapInh', 'CapPrm', 'CapEff']) assert.match(status, new RegExp(`^${set}:\\s+0+$`, 'm'), `${set} is empty`);
+
+  // A process the guest keeps, started before the kill.
+  const kept = await svc.call('POST', '/v1/runtimes/bystander/processes', { command: 'sleep 1000' });
+  assert.equal(kept.status, 201, JSON.stringify(kept.body));
+  // A streaming exec that prints until told to stop, read up to its first line.
+  const streamed = await fetch(`${svc.url}/v1/runtimes/hostile/exec`, {
+    method: 'POST',
+    headers: { ...auth(), 'content-type': 'application/json', accept: 'text/event-stream' },
+    body: JSON.stringify({ command: 'while [ ! -e /tmp/stop ]; do echo tick; sleep 0.1; done', background: true }),
+  });
+  const events = sseEvents(streamed);
+  const start = (await events.next()).value as Sse;
+  assert.equal(start.event, 'start');
+  for (let e = await events.next(); !e.done && e.value.event !== 'stdout'; e = await events.next());
+  // An upload whose first bytes are in and whose rest waits.
+  let rest: () => void = () => undefined;
+  const body = new ReadableStream<Uint8Array>({
+    async start(controller) {
+      controller.enqueue(Buffer.alloc(64 * 1024, 0x61));
+      await new Promise<void>((resolve) => (rest = resolve));
+      controller.enqueue(Buffer.alloc(64 * 1024, 0x61));
+      controller.close();
+    },
+  });
+  const upload = fetch(`${svc.url}/v1/runtimes/bystander/files?path=/root/upload.bin`, {
+    method: 'PUT',
+    headers: { ...auth(), 'content-type': 'application/octet-stream' },
+    body,
+    duplex: 'half',
+  } as RequestInit);
+  // The upload's first bytes reached the guest: the file exists (by another runtime's request, through the same process).
+  for (let i = 0; i < 100 && (await exec('bystander', 'test -e /root/upload.bin')).body.data?.exit_code !== 0; i++) await new Promise((r) => setTimeout(r, 50));
+
+  process.kill(first, 'SIGKILL');
+  // The API never depended on the agent's process: it answers while that one is started again.
+  const during = await svc.call('GET', '/v1/runtimes/bystander');
+  assert.equal(during.status, 200);
+  assert.equal(during.body.data.status, 'running');
+  // What was in flight fails as unavailable: the stream with an error event, the upload with 503.
+  let last: Sse | undefined;
+  for (let e = await events.next(); !e.done; e = await events.next()) last = e.value;
+  assert.equal(last?.event, 'error', JSON.stringify(last));
+  assert.equal(last?.data.error.code, 'unavailable');
+  rest();
+  const uploaded = await upload;
+  assert.equal(uploaded.status, 503, await uploaded.clone().text());
+  assert.equal(((await uploaded.json()) as { error: { code: string } }).error.code, 'unavailable');
+
+  let next = svc.partPid('agent');
+  for (let i = 0; i < 200 && (next === null || next === first); i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    next = svc.partPid('agent');
+  }
+  assert.ok(next !== null && next !== first, 'a new agent process was started');
+  // Requests after the restart work, over connections handed to the new process.
+  assert.equal((await exec('hostile', 'echo after')).body.data.stdout, 'after\n');
+  const put = await fetch(`${svc.url}/v1/runtimes/bystander/files?path=/root/upload.bin`, { method: 'PUT', headers: { ...auth(), 'content-type': 'application/octet-stream' }, body: 'whole' });
+  assert.equal(put.status, 200);
+  assert.equal((await exec('bystander', 'cat /root/upload.bin')).body.data.stdout, 'whole');
+  // Nothing the guests ran was lost: the kept process and the streamed one run on, and the latter's output is still there.
+  const processes = await svc.call('GET', '/v1/runtimes/bystander/processes');
+  assert.ok(processes.body.data.some((p: { id: number; status: string }) => p.id === kept.body.data.id && p.status === 'running'), JSON.stringify(processes.body));
+  const tick = await svc.call('GET', `/v1/runtimes/hostile/processes/${start.data.id}`);
+  assert.equal(tick.body.data.status, 'running', 'the streamed exec (background) outlives its cut stream');
+  await exec('hostile', 'touch /tmp/stop');
+  for (const name of ['hostile', 'bystander']) assert.equal((await svc.call('GET', `/v1/runtimes/${name}`)).body.data.status, 'running');
+  assert.equal(svc.partPid('agent'), next, 'and the agent process stays up');
 });
