@@ -189,3 +189,23 @@ test('garbage behind the agent\'s back for a while: the requests meanwhile fail 
   assert.equal((await exec('echo after')).stdout, 'after\n', `recovered (${statuses.join(',')})`);
   assert.equal(part.pid, pid, 'the process was not hurt');
 });
+
+test('stdin written and ended, then detached at once (as a stdin request does): every byte and the end reach the process', { skip }, async () => {
+  const started = await guest.spawnProcess(spec('cat', { stdin: true }));
+  const pid = started.state.id;
+  started.detach();
+  for (let round = 0; round < 20; round++) {
+    const writer = await guest.attachProcess(pid, { from: 'end', follow: true, input: true });
+    void (async () => {
+      for await (const _ of writer);
+    })().catch(() => undefined);
+    await writer.write(Buffer.from(`line-${round}\n`));
+    if (round === 19) writer.endInput();
+    writer.detach();
+  }
+  const reader = await guest.attachProcess(pid, { from: 'oldest', follow: true, input: false });
+  let out = '';
+  for await (const chunk of reader) out += chunk.data.toString();
+  assert.equal(out, Array.from({ length: 20 }, (_, i) => `line-${i}\n`).join(''));
+  assert.equal((await reader.done)?.exitCode, 0, 'cat saw the end of its input');
+});

@@ -9,9 +9,8 @@
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, statSync } from 'node:fs';
-import { runCommand } from '../../src/platform/run-command.js';
 import { Service } from '../support/service.js';
+import { assertUnprivilegedPart } from '../support/part-process.js';
 import { sseEvents, type Sse } from '../support/sse.js';
 
 const TIMEOUT = { timeout: 300_000 };
@@ -104,13 +103,7 @@ const auth = () => ({ authorization: `Bearer ${svc.token}` });
 test('the agent connections are a process of their own, as vessel-agent with no capabilities; kill -9 of it costs the requests in flight, never a runtime, a guest process or the API', TIMEOUT, async () => {
   const first = svc.partPid('agent');
   assert.ok(first !== null, 'the agent process runs as a child of the service');
-  const status = readFileSync(`/proc/${first}/status`, 'utf8');
-  const uid = (await runCommand('id', ['-u', 'vessel-agent'])).trim();
-  assert.match(status, new RegExp(`^Uid:\\s+${uid}\\s+${uid}\\s+${uid}\\s+${uid}$`, 'm'), 'real, effective, saved and file uid are all vessel-agent');
-  assert.match(status, /^Groups:\s*$/m, 'no supplementary groups');
-  // /proc/PID itself is always its owner's; the files in it are root's when the process is not dumpable.
-  assert.equal(statSync(`/proc/${first}/environ`).uid, 0, 'not dumpable: no process of its own uid may ptrace it or read its memory');
-  for (const set of ['CapInh', 'CapPrm', 'CapEff']) assert.match(status, new RegExp(`^${set}:\\s+0+$`, 'm'), `${set} is empty`);
+  await assertUnprivilegedPart(first, 'vessel-agent');
 
   // A process the guest keeps, started before the kill.
   const kept = await svc.call('POST', '/v1/runtimes/bystander/processes', { command: 'sleep 1000' });

@@ -7,11 +7,12 @@ import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { createSocket } from 'node:dgram';
 import { connect } from 'node:net';
-import { readFileSync, statSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
 import { runCommand } from '../../src/platform/run-command.js';
+import { assertUnprivilegedPart } from '../support/part-process.js';
 import { REPO_ROOT, Service } from '../support/service.js';
 import { Upstreams } from '../support/upstream.js';
 
@@ -234,13 +235,7 @@ test('the gateway is a process of its own, as vessel-gateway with no capabilitie
 
   const first = svc.partPid('gateway');
   assert.ok(first !== null, 'the gateway runs as a child of the service');
-  const status = readFileSync(`/proc/${first}/status`, 'utf8');
-  const uid = (await runCommand('id', ['-u', 'vessel-gateway'])).trim();
-  assert.match(status, new RegExp(`^Uid:\\s+${uid}\\s+${uid}\\s+${uid}\\s+${uid}$`, 'm'), 'real, effective, saved and file uid are all vessel-gateway');
-  assert.match(status, /^Groups:\s*$/m, 'no supplementary groups');
-  // /proc/PID itself is always its owner's; the files in it are root's when the process is not dumpable.
-  assert.equal(statSync(`/proc/${first}/environ`).uid, 0, 'not dumpable: no process of its own uid may ptrace it or read its memory');
-  for (const set of ['CapInh', 'CapPrm', 'CapEff']) assert.match(status, new RegExp(`^${set}:\\s+0+$`, 'm'), `${set} is empty`);
+  await assertUnprivilegedPart(first, 'vessel-gateway');
 
   process.kill(first, 'SIGKILL');
   // The API never depended on the gateway's process: it answers while that one is started again.

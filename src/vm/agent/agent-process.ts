@@ -115,8 +115,7 @@ const outputMeta = (o: { channel: 'stdout' | 'stderr'; offset: number; lost: num
  * stdin. The service's cancel detaches the reader; the process runs on in the guest.
  */
 function serveProcess(ps: ProcessStream, stream: LinkStream): { state: ProcessState; start: { stdout: number; stderr: number } } {
-  stream.onCancel(() => ps.detach());
-  void (async () => {
+  const input = (async () => {
     try {
       for await (const chunk of stream) await ps.write(chunk.data);
       if ((await stream.result) === 'eof') ps.endInput();
@@ -125,6 +124,9 @@ function serveProcess(ps: ProcessStream, stream: LinkStream): { state: ProcessSt
       stream.cancel();
     }
   })();
+  // The service detaches as soon as its last write was sent (core/processes.ts writeStdin): what
+  // it sent before, and the end of input, still go to the guest before this reader lets go of stdin.
+  stream.onCancel(() => void input.finally(() => ps.detach()));
   void (async () => {
     try {
       for await (const out of ps) await stream.write(out.data, outputMeta(out));
