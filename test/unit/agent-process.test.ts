@@ -190,7 +190,7 @@ test('garbage behind the agent\'s back for a while: the requests meanwhile fail 
   assert.equal(part.pid, pid, 'the process was not hurt');
 });
 
-test('stdin written and ended, then detached at once (as a stdin request does): every byte and the end reach the process', { skip }, async () => {
+test('stdin written and ended, then detached at once (as a stdin request does): every byte and the end reach the process', { skip, timeout: 60_000 }, async () => {
   const started = await guest.spawnProcess(spec('cat', { stdin: true }));
   const pid = started.state.id;
   started.detach();
