@@ -211,22 +211,17 @@ function register(link: PartLink): void {
   on<R & { processId: number }>('forgetProcess', (agent, a) => onProcess(agent, a.processId, (ga) => ga.forget(a.processId)));
   on<R & { path: string; stream: number }>('readFile', async (agent, a) => serveReadable(await readGuestFile(agent, a.path), link.acceptStream(a.stream, { receives: false, sends: true })));
   on<R & { path: string; stream: number }>('readArchive', async (agent, a) => serveReadable(await readGuestArchive(agent, a.path), link.acceptStream(a.stream, { receives: false, sends: true })));
-  on<R & { path: string; maxBytes: number; stream: number }>('writeFile', async (agent, a) => {
-    const stream = link.acceptStream(a.stream, { receives: true, sends: false });
+  /** A body the service sends, written into the guest by `write`; whatever it did not take is cancelled. */
+  const receiveBody = async (streamId: number, write: (body: ReturnType<typeof bodyOf>) => Promise<number>): Promise<number> => {
+    const stream = link.acceptStream(streamId, { receives: true, sends: false });
     try {
-      return await writeGuestFile(agent, a.path, bodyOf(stream), a.maxBytes);
+      return await write(bodyOf(stream));
     } finally {
       stream.cancel();
     }
-  });
-  on<R & { path: string; maxBytes: number; stream: number }>('writeArchive', async (agent, a) => {
-    const stream = link.acceptStream(a.stream, { receives: true, sends: false });
-    try {
-      return await writeGuestArchive(agent, a.path, bodyOf(stream), a.maxBytes);
-    } finally {
-      stream.cancel();
-    }
-  });
+  };
+  on<R & { path: string; maxBytes: number; stream: number }>('writeFile', (agent, a) => receiveBody(a.stream, (body) => writeGuestFile(agent, a.path, body, a.maxBytes)));
+  on<R & { path: string; maxBytes: number; stream: number }>('writeArchive', (agent, a) => receiveBody(a.stream, (body) => writeGuestArchive(agent, a.path, body, a.maxBytes)));
   on<R & { path: string; stream: number }>('listDir', (_agent, a) => sendListing(a.runtimeId, a, link));
   on<R & { path: string; followSymlinks: boolean }>('statPath', (agent, a) => statGuestPath(agent, a.path, a.followSymlinks));
   on<R & { path: string }>('makeDir', (agent, a) => makeGuestDir(agent, a.path));
