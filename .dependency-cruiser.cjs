@@ -22,7 +22,7 @@ module.exports = {
       comment: 'core is the domain: it declares ports (core/ports.ts) and imports no adapter, nor the API, the fleet or the CLI.',
       severity: 'error',
       from: { path: '^src/core/' },
-      to: { path: '^src/(store|vm|net|api|cluster|cli)/' },
+      to: { path: '^src/(store|vm|net|api|cluster|cli|host)/' },
     },
     {
       name: 'core-does-not-import-cluster',
@@ -36,7 +36,7 @@ module.exports = {
       comment: 'api knows the VM driver, the network gateway and the store only through the ports in core; cli/serve.ts wires the adapters.',
       severity: 'error',
       from: { path: '^src/api/' },
-      to: { path: '^src/(vm|net|store)/' },
+      to: { path: '^src/(vm|net|store|host)/' },
     },
     {
       name: 'api-does-not-import-cluster',
@@ -58,6 +58,13 @@ module.exports = {
       severity: 'error',
       from: { path: '^src/(store|vm|net)/' },
       to: { path: '^src/', pathNot: ['^src/(core|platform)/', '^src/$1/'] },
+    },
+    {
+      name: 'host-link-imports-only-ports-and-adapters',
+      comment: 'src/host is the typed link between the API process and the privileged host process: it serves and calls the core\'s ports over it, and knows nothing of the API, the store, the fleet or the CLI.',
+      severity: 'error',
+      from: { path: '^src/host/' },
+      to: { path: '^src/', pathNot: ['^src/(core|platform|vm|net|host)/'] },
     },
     {
       name: 'sdk-and-console-import-nothing-from-src',

@@ -1,10 +1,12 @@
 /** Files the service keeps in its data directory: the lock, the master key and the bootstrap admin token. */
 import { randomBytes } from 'node:crypto';
-import { closeSync, lstatSync, mkdirSync, openSync, readFileSync, rmSync, writeSync, chmodSync } from 'node:fs';
+import { chmodSync, chownSync, closeSync, lchownSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { generateTokenValue } from '../core/tokens.js';
 import { createFileDurably } from '../platform/durable-files.js';
+import type { PartUser } from '../platform/part-process.js';
 import { readPrivateFile } from '../platform/private-files.js';
+import { prepareSqliteDir, sqliteDir } from '../store/open-store.js';
 
 const lstatExists = (path: string): boolean => lstatSync(path, { throwIfNoEntry: false }) !== undefined;
 
@@ -14,7 +16,20 @@ const lstatExists = (path: string): boolean => lstatSync(path, { throwIfNoEntry:
  */
 export function ensureDataDir(dir: string): void {
   mkdirSync(dir, { recursive: true, mode: 0o700 });
-  chmodSync(dir, 0o700);
+  // Root's alone, but for the API's group passing through (shareDataDir).
+  chmodSync(dir, 0o700 | (statSync(dir).mode & 0o010));
+}
+
+/**
+ * What the API's process (as `user`) reaches of the data directory: it may pass through it (not
+ * list it, nor read or write any file of root's there) to its own directory, the store's.
+ */
+export function shareDataDir(dir: string, user: PartUser): void {
+  chownSync(dir, 0, user.gid);
+  chmodSync(dir, 0o710);
+  prepareSqliteDir(dir);
+  const store = sqliteDir(dir);
+  for (const path of [store, ...readdirSync(store).map((name) => join(store, name))]) lchownSync(path, user.uid, user.gid);
 }
 
 /** Reads a private file (see readPrivateFile), or creates it once (0600) with the given content. */

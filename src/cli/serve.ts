@@ -1,37 +1,32 @@
 /**
- * The composition root: the one place that wires the real adapters (SQLite store, QEMU driver,
- * network gateway) into the core and puts the HTTP facade in front of it.
+ * The composition root of the service's root process: the VM driver, the network gateway and the
+ * API's own process (api-process.ts, the composition root of the store, the core and the HTTP
+ * facade), wired over the host link (src/host).
  */
 import { createHash } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import pino from 'pino';
 import { serviceLogOptions } from '../api/log-options.js';
-import { buildApi } from '../api/app.js';
-import { Core } from '../core/core.js';
-import { SecretBox } from '../core/secret-box.js';
+import { MIN_SECRET_CHARS } from '../cluster/hop.js';
+import { checkNodeKey, hostKey } from '../cluster/fleet-keys.js';
+import { hostIdentity } from '../cluster/node-lease.js';
+import type { GatewayHooks } from '../core/ports.js';
+import { serveHost, type HostParts } from '../host/host-server.js';
 import { CertificateAuthority } from '../net/certificate-authority.js';
 import { Gateway } from '../net/gateway.js';
-import { openStore } from '../store/open-store.js';
+import { ChildPart } from '../platform/child-part.js';
+import type { PartLink } from '../platform/part-link.js';
+import { ensureSystemUser } from '../platform/system-users.js';
 import { chooseAccel } from '../vm/accel.js';
 import { VmCgroups } from '../vm/cgroups.js';
 import { buildImage } from '../vm/guest-image.js';
 import { ensureHostPackages, qemuVersion as qemuVersionOf } from '../vm/host-packages.js';
-import { QemuDriver, hostMemoryLimitMib } from '../vm/qemu-driver.js';
-import { JSON_BODY_LIMIT } from '../api/app.js';
-import { Forwarder } from '../cluster/forwarder.js';
-import { cutHops } from '../cluster/hop-proxy.js';
-import { MIN_SECRET_CHARS } from '../cluster/hop.js';
-import { apiHopClient, hostCredential } from '../cluster/enrollment.js';
-import { checkNodeKey, hostKey } from '../cluster/fleet-keys.js';
-import { HopTls, hostServerOptions, listenTls } from '../cluster/fleet-tls.js';
-import type { HostHop } from '../cluster/host-hops.js';
-import { IngressEntry } from '../cluster/ingress-entry.js';
-import { NodeLease, freeDiskBytes, hostIdentity } from '../cluster/node-lease.js';
-import { noGateway, noVmDriver } from '../cluster/no-vm-host.js';
-import { vmHostRole } from '../cluster/vm-host-api.js';
-import { MAX_SLOT } from '../net/addressing.js';
+import { QemuDriver } from '../vm/qemu-driver.js';
+import type { ApiPartSettings, FleetKeySettings, Role } from './api-settings.js';
 import type { Config } from './config.js';
-import { ensureDataDir, loadAdminToken, loadMasterKey, lockDataDir } from './data-dir.js';
+import { ensureDataDir, loadAdminToken, loadMasterKey, lockDataDir, shareDataDir } from './data-dir.js';
 import { progressDisplay } from './progress.js';
 
 export const imagesDir = (config: Config): string => process.env.VESSEL_IMAGE_DIR ?? join(config.dataDir, 'images');
@@ -45,62 +40,73 @@ export async function prepareHost(config: Config, log: pino.Logger) {
   log.info({ accel: accel.accel, reason: accel.reason }, `accelerator: ${accel.accel}`);
   return { image, accel: accel.accel, qemuVersion };
 }
+type PreparedHost = Awaited<ReturnType<typeof prepareHost>>;
 
-/** `all`: today's single host; `api` and `node`: the two halves of a fleet (docs/scaling.md). */
-export const ROLES = ['all', 'api', 'node'] as const;
-export type Role = (typeof ROLES)[number];
+export { ROLES, type Role } from './api-settings.js';
 
+/** The user the API's process runs as (api-process.ts). */
+export const API_USER = 'vessel-api';
+/** The API's heap: its caches, request bodies up to their caps, and the stream windows it relays. */
+const API_HEAP_MIB = 4096;
+/** The API's start reconciles every runtime with its VM and may make the system template first. */
+const API_START_TIMEOUT_MS = 15 * 60_000;
+
+/**
+ * `vessel serve`: the service's root process, which holds what needs root and nothing that parses
+ * a client's request (docs/security.md, "Processes"). It reads the keys, prepares the host, and
+ * starts the API's process as `vessel-api` (api-process.ts), answering its calls for VMs and their
+ * network over one typed link (src/host); those start once the API asks, with the fleet's CA if
+ * it has one. When the API's process dies it is started again; the VMs and the network run on.
+ */
 export async function serve(config: Config, role: Role = 'all'): Promise<void> {
   const log = pino(serviceLogOptions(config.logLevel));
-  // A stray rejection in background work must not take every tenant's API down with it.
   process.on('unhandledRejection', (err) => log.error({ err }, 'unhandled rejection'));
-  const fleet = role === 'all' ? undefined : fleetSettings(config, role);
+  const fleet = role === 'all' ? null : fleetSettings(config, role);
   ensureDataDir(config.dataDir);
   // An API node keeps nothing in its data directory that another process could share by mistake.
   const unlock = role === 'api' ? () => undefined : lockDataDir(config.dataDir);
   // Before anything slow: a key or token file that others can read is refused at once.
-  const secretBox = new SecretBox(loadMasterKey(config.dataDir, config.masterKey));
+  const masterKey = loadMasterKey(config.dataDir, config.masterKey);
   const admin = loadAdminToken(config.dataDir, config.adminToken);
-  const ingress = { domain: config.egress.ingress.domain, port: config.egress.ingress.port };
-  const apiOptions = {
-    logger: log,
-    rateLimit: config.rateLimit,
-    unauthenticatedRateLimit: config.unauthenticatedRateLimit,
-    trustedProxies: config.trustedProxies,
-    maxFileBytes: config.maxFileBytes,
-    listenHost: config.host,
-    ingress,
-  };
-  const started = role === 'api' ? await startApiNode(config, fleet!.secret!, secretBox, log) : await startVmHost(config, role, fleet, secretBox, log);
-  const { core } = started;
+  const hostId = role === 'node' ? hostIdentity(config.dataDir) : null;
+  const prepared = role === 'api' ? null : await prepareHost(config, log);
+  const user = ensureSystemUser(API_USER);
+  shareDataDir(config.dataDir, user);
 
-  // A VM host takes no bearer token but an admin's for /metrics, and writes no token: its
-  // database role may not (docs/scaling.md, "The VM hosts' database role").
-  if (role !== 'node') await core.tokens.installAdmin(admin.token);
+  // An API process of a service killed a moment ago may still hold the port: it ends when it
+  // notices its link closed, but nothing waits for that except this.
+  await endLeftoverApi(config.dataDir);
+  let host: Promise<HostParts> | null = null;
+  const api: ChildPart = new ChildPart({
+    name: 'api',
+    entry: fileURLToPath(new URL('./api-process.js', import.meta.url)),
+    maxHeapMib: API_HEAP_MIB,
+    startTimeoutMs: API_START_TIMEOUT_MS,
+    settings: (): ApiPartSettings => ({ config, role, fleet, masterKey: masterKey.toString('base64'), adminToken: admin.token, hostId, user }),
+    handlers: (link) =>
+      serveHost(link, (egressCa) => {
+        if (prepared === null) return Promise.reject(new Error('an API node runs no VMs'));
+        host ??= startHost(config, fleet, prepared, egressCa, api, log);
+        return host;
+      }),
+    onStart: async () => writeFileSync(join(config.dataDir, API_PID_FILE), `${api.pid ?? ''}\n`),
+    log,
+  });
+  await api.start();
   if (admin.created && role !== 'node') {
     // Printed once, to the terminal only; the file keeps it for the operator.
     process.stderr.write(`\nAdmin token (also in ${join(config.dataDir, 'admin-token')}):\n  ${admin.token}\n\n`);
   }
-  await started.beforeListen();
-
-  const app = await buildApi({ core, ...apiOptions, fleet: started.hop !== undefined ? vmHostRole(core, started.hop) : started.forwarder?.role() });
-  // A VM host serves the hop (with /healthz and /metrics) on its internal port alone; over TLS
-  // alone once it is enrolled.
-  const hopTls = started.hop?.tls;
-  const stopTls = hopTls == null ? null : await app.ready().then(() => listenTls(app.server, hostServerOptions(hopTls.identity), config.host, config.fleet.internalPort));
-  if (stopTls === null) await app.listen({ host: config.host, port: role === 'node' ? config.fleet.internalPort : config.port });
 
   let closing = false;
   const shutdown = async (signal: string) => {
     if (closing) return;
     closing = true;
     log.info({ signal }, role === 'api' ? 'shutting down' : 'shutting down; VMs keep running');
-    // Streams through this API node would hold app.close() for as long as they run.
-    cutHops();
-    await stopTls?.();
-    await app.close();
-    await started.close();
-    await core.close();
+    await api.close();
+    const parts = await host?.catch(() => null);
+    await parts?.gateway.close();
+    await parts?.driver.close();
     unlock();
     process.exit(0);
   };
@@ -108,29 +114,67 @@ export async function serve(config: Config, role: Role = 'all'): Promise<void> {
   process.once('SIGINT', () => void shutdown('SIGINT'));
 }
 
-interface Started {
-  core: Core;
-  forwarder?: Forwarder;
-  /** A VM host's side of the hop: its key and name, and its certificate once enrolled. */
-  hop?: HostHop;
-  /** What runs once the admin token is in and before the API listens. */
-  beforeListen(): Promise<void>;
-  /** What stops before the core closes. */
-  close(): Promise<void>;
+const API_PID_FILE = 'api.pid';
+
+/** Kills the API process a previous service of this data directory left, and waits until it is gone. */
+async function endLeftoverApi(dataDir: string): Promise<void> {
+  let pid: number;
+  try {
+    pid = Number(readFileSync(join(dataDir, API_PID_FILE), 'utf8').trim());
+  } catch {
+    return;
+  }
+  const isApi = () => {
+    try {
+      return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('api-process.js');
+    } catch {
+      return false;
+    }
+  };
+  if (!Number.isInteger(pid) || pid <= 1 || !isApi()) return;
+  process.kill(pid, 'SIGKILL');
+  for (let i = 0; i < 100 && isApi(); i++) await new Promise((r) => setTimeout(r, 50));
 }
 
 /**
- * What a fleet member needs: the shared PostgreSQL, and its keys. An API node holds the fleet
- * secret. A VM host holds its own key (VESSEL_NODE_KEY, from `vessel node enroll`), or, not
- * enrolled, the fleet secret it derives its key from (and then serves the hop without TLS).
+ * The VMs' driver and their network, started once for the API's first process: the gateway's
+ * questions go to whichever API process runs, and VMs that end unasked are reported to it.
  */
-interface FleetKeySettings {
-  secret?: string;
-  /** This VM host's own key. */
-  nodeKey?: string;
-  /** Whether the host is enrolled (given its own key): TLS, and none of the fleet secret. */
-  enrolled: boolean;
+async function startHost(config: Config, fleet: FleetKeySettings | null, prepared: PreparedHost, egressCa: { certPem: string; keyPem: string } | null, api: ChildPart, log: pino.Logger): Promise<HostParts> {
+  const ca = egressCa !== null ? await CertificateAuthority.fromPem(egressCa.certPem, egressCa.keyPem) : await CertificateAuthority.loadOrCreate(config.dataDir);
+  // Its VMs' cgroups and its gateway's TAPs and nftables table are named after the data directory.
+  const instance = createHash('sha256').update(config.dataDir).digest('hex').slice(0, 8);
+  const detected = VmCgroups.detect(instance);
+  if (detected.cgroups === null) log.warn({ reason: detected.reason }, 'VMs run without cgroup limits');
+  else log.info({ version: detected.cgroups.version }, 'each VM runs in a cgroup of its own');
+  const { image, accel, qemuVersion } = prepared;
+  const driver = new QemuDriver({ dataDir: config.dataDir, image, accel, qemuVersion, guestCaPem: ca.certPem, memoryOvercommit: config.memoryOvercommit, cgroups: detected.cgroups, logLevel: config.logLevel, log });
+  await driver.startAgentProcess();
+  // A fleet's host learns each relayed visitor from the entries' signed PROXY headers.
+  const node = config.fleet.nodeName;
+  const fleetIngress = fleet?.nodeKey === undefined ? undefined : { secret: fleet.nodeKey, node };
+  const gateway = new Gateway({ instance, ca, ...config.egress, ingress: { ...config.egress.ingress, fleet: fleetIngress }, logLevel: config.logLevel, log });
+  await gateway.start();
+  gateway.connect(hooksOfApi(api));
+  driver.onUnexpectedExit((runtimeId) => api.link?.notify('unexpectedExit', { runtimeId }));
+  return { driver, gateway, facts: { imageId: driver.imageId(), hostLimits: driver.hostLimits(), unavailableReason: driver.unavailableReason() } };
 }
+
+/** The core's gateway hooks, in the API's process: while it is started again, nothing is revealed and audits wait for nothing. */
+function hooksOfApi(api: ChildPart): GatewayHooks {
+  const live = async (): Promise<PartLink> => {
+    const link = await api.ready();
+    if (link === null) throw new Error('the API process is not running');
+    return link;
+  };
+  return {
+    revealSecret: async (tenantId, secretId) => (await live()).call('revealSecret', { tenantId, secretId }),
+    ingressTarget: async (runtimeId, port) => (await live()).call('ingressTarget', { runtimeId, port }),
+    audit: (runtimeId, tenantId, kind, detail) => api.link?.notify('audit', { runtimeId, tenantId, kind, detail }),
+    activity: (runtimeId) => api.link?.notify('activity', { runtimeId }),
+  };
+}
+
 
 function fleetSettings(config: Config, role: Role): FleetKeySettings {
   if (config.databaseUrl === undefined) throw new Error(`--role ${role} needs VESSEL_DATABASE_URL: the API nodes and VM hosts of a fleet share one PostgreSQL`);
@@ -142,80 +186,4 @@ function fleetSettings(config: Config, role: Role): FleetKeySettings {
     throw new Error(`--role ${role} needs VESSEL_INTERNAL_SECRET${or}, the same on every API node of the fleet, of at least ${MIN_SECRET_CHARS} characters`);
   }
   return role === 'node' ? { secret, nodeKey: hostKey(secret, config.fleet.nodeName), enrolled: false } : { secret, enrolled: false };
-}
-
-/** An API node: the store, the core over it with no VMs, the forwarder and the ingress entry. */
-async function startApiNode(config: Config, secret: string, secretBox: SecretBox, log: pino.Logger): Promise<Started> {
-  const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'a database connection failed; it is replaced') });
-  const core = new Core({ store, driver: noVmDriver(), gateway: noGateway(), secretBox, log, tenantLimits: config.tenantLimits });
-  const client = await apiHopClient(store.nodes, secret, secretBox);
-  const entry = new IngressEntry(store, core.nodes, config.egress.ingress.domain, client.keys, log);
-  return {
-    core,
-    forwarder: new Forwarder(store, core.nodes, client, JSON_BODY_LIMIT),
-    beforeListen: () => entry.listen(config.egress.ingress.host, config.egress.ingress.port),
-    close: async () => {
-      await entry.close();
-      client.close();
-    },
-  };
-}
-
-/** A single host (`all`) or a fleet's VM host (`node`): VMs, their network, and for a node its lease. */
-async function startVmHost(config: Config, role: Role, fleet: FleetKeySettings | undefined, secretBox: SecretBox, log: pino.Logger): Promise<Started> {
-  const { image, accel, qemuVersion } = await prepareHost(config, log);
-  const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'a database connection failed; it is replaced') });
-  const node = role === 'node' ? config.fleet.nodeName : null;
-  const secret = fleet?.nodeKey;
-  const credential = node !== null && secret !== undefined && fleet?.enrolled === true ? await hostCredential(store.nodes, node, secret) : null;
-  if (node !== null && credential === null) log.warn({ node }, 'this VM host holds the fleet secret and serves the hop without TLS: enroll it (vessel node enroll) and give it VESSEL_NODE_KEY instead');
-  // A fleet's hosts share one CA: a checkpoint's guest trusts it on whichever host its files move to.
-  const ca =
-    credential !== null ? await credential.egressCa : role === 'node' ? await CertificateAuthority.shared((proposed) => store.nodes.shared('egress-ca', proposed), secretBox) : await CertificateAuthority.loadOrCreate(config.dataDir);
-  // Its VMs' cgroups and its gateway's TAPs and nftables table are named after the data directory.
-  const instance = createHash('sha256').update(config.dataDir).digest('hex').slice(0, 8);
-  const detected = VmCgroups.detect(instance);
-  if (detected.cgroups === null) log.warn({ reason: detected.reason }, 'VMs run without cgroup limits');
-  else log.info({ version: detected.cgroups.version }, 'each VM runs in a cgroup of its own');
-  const driver = new QemuDriver({ dataDir: config.dataDir, image, accel, qemuVersion, guestCaPem: ca.certPem, memoryOvercommit: config.memoryOvercommit, cgroups: detected.cgroups, logLevel: config.logLevel, log });
-  await driver.startAgentProcess();
-  // A fleet's host learns each relayed visitor from the entries' signed PROXY headers.
-  const fleetIngress = node === null || secret === undefined ? undefined : { secret, node };
-  const gateway = new Gateway({ instance, ca, ...config.egress, ingress: { ...config.egress.ingress, fleet: fleetIngress }, logLevel: config.logLevel, log });
-  await gateway.start();
-  const core = new Core({ store, driver, gateway, secretBox, log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize, node });
-  gateway.connect(core.egress);
-  const { advertiseHost, internalPort, leaseSecs } = config.fleet;
-  const lease =
-    node === null || secret === undefined
-      ? null
-      : new NodeLease(store.nodes, {
-          name: node,
-          holder: hostIdentity(config.dataDir),
-          onTaken: (err) => {
-            // Another host acts for this name now: this one serving on would be two hosts at once.
-            log.fatal({ err: err.message }, 'this VM host lost its name to another host; it stops (its VMs keep running)');
-            process.exit(1);
-          },
-          internalUrl: `${credential === null ? 'http' : 'https'}://${advertiseHost}:${internalPort}`,
-          ingressAddress: `${advertiseHost}:${config.egress.ingress.port}`,
-          leaseSecs,
-          capacity: () => ({ ...driver.hostLimits(), memoryMib: hostMemoryLimitMib() * config.memoryOvercommit, runtimes: MAX_SLOT, diskBytes: freeDiskBytes(config.dataDir) }),
-        }, log);
-  const hop = node === null || secret === undefined ? undefined : { secret, node, tls: credential === null ? null : new HopTls(credential.tls) };
-  return {
-    core,
-    hop,
-    beforeListen: async () => {
-      const reconciled = await core.reconcile();
-      log.info(reconciled, 'reconciled runtimes with live VMs');
-      core.runtimes.startLifecycleTimers(config.idleSuspendSecs);
-      // Registered once its VMs are adopted: API nodes send it nothing before.
-      await lease?.start();
-    },
-    close: async () => {
-      await lease?.stop();
-      hop?.tls?.close();
-    },
-  };
 }

@@ -217,7 +217,7 @@ export class CheckpointService {
       // Files of checkpoints that moved to another host while this one was away (or before it
       // could drop them), and of moves here cut short: the store says where each one lives.
       const where = new Map((await this.store.checkpoints.listAll()).map((cp) => [cp.id, cp.node]));
-      for (const id of this.driver.heldCheckpointIds()) {
+      for (const id of await this.driver.heldCheckpointIds()) {
         const node = where.get(id);
         if (node !== undefined && node !== this.node) await this.driver.deleteCheckpoint(id);
       }
@@ -226,7 +226,7 @@ export class CheckpointService {
     // move), or a runtime move's capture cut short (runtime-moves.ts). Nothing captures or
     // imports yet at this point, so no row is still to come for them.
     const known = new Set((await this.store.checkpoints.listAll()).map((cp) => cp.id));
-    for (const id of this.driver.heldCheckpointIds()) {
+    for (const id of await this.driver.heldCheckpointIds()) {
       if (known.has(id)) continue;
       this.log.warn({ checkpointId: id }, 'checkpoint files that no record names were removed');
       await this.driver.deleteCheckpoint(id);

@@ -319,7 +319,7 @@ export interface Machines {
    */
   readConsoleLog(runtimeId: string, maxBytes: number): Promise<ConsoleLog | null>;
   /** The runtimes this host has files of (templates and warm-pool spares aside). */
-  runtimeIds(): string[];
+  runtimeIds(): Promise<string[]>;
   /** Called when a VM's process exits without being asked to. */
   onUnexpectedExit(listener: (runtimeId: string) => void): void;
   /** Stops watching VMs and closes sockets; the VMs themselves keep running. */
@@ -387,12 +387,12 @@ export interface CheckpointFiles {
   verifyCheckpoint(checkpointId: string): Promise<string | null>;
   deleteCheckpoint(checkpointId: string): Promise<void>;
   /** The checkpoints this host holds files of, whatever their state. */
-  heldCheckpointIds(): string[];
+  heldCheckpointIds(): Promise<string[]>;
   /**
    * Disk bytes of the layers these runtimes and checkpoints stand on whose own checkpoint was
    * deleted: still held, counted by no checkpoint's size.
    */
-  orphanedLayerBytes(runtimeIds: string[], checkpointIds: string[]): number;
+  orphanedLayerBytes(runtimeIds: string[], checkpointIds: string[]): Promise<number>;
   /** What another VM host needs to take a ready checkpoint's files (docs/scaling.md, "Moving checkpoints"). */
   describeCheckpoint(checkpointId: string): Promise<CheckpointDescription>;
   /** One of a checkpoint's files, framed for the move (src/vm/sparse-stream.ts): 'state', 'ram', or a layer of its chain. */

@@ -162,7 +162,7 @@ export class RuntimeMoves {
         throw failedPrecondition(`runtime '${rt.displayName}' changed since VM host '${offer.from}' began to move it`);
       }
       // Files of an earlier take that a crash cut short are not this take's to remove: a restart does.
-      if (this.driver.runtimeIds().includes(rt.id)) throw unavailable(`VM host '${this.node}' still holds files of an earlier move of runtime '${rt.displayName}'; they go at its next start`);
+      if ((await this.driver.runtimeIds()).includes(rt.id)) throw unavailable(`VM host '${this.node}' still holds files of an earlier move of runtime '${rt.displayName}'; they go at its next start`);
       const moved: Runtime = { ...rt, node: this.node, statusMessage: null, updatedAt: stampAfter(offer.stamp) };
       const { captureId } = offer;
       const undo = async () => {

@@ -493,7 +493,7 @@ export class RuntimeService {
     // the two, or the store restored from a backup). Nothing owns them; they are removed, loudly.
     const known = new Set(all.filter((rt) => !movedAway.has(rt.id)).map((rt) => rt.id));
     let orphans = 0;
-    for (const id of this.machines.runtimeIds()) {
+    for (const id of await this.machines.runtimeIds()) {
       if (known.has(id)) continue;
       this.log.warn({ runtimeId: id }, 'a VM with no runtime record was found and removed');
       await this.machines.destroy(id);

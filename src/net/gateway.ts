@@ -99,6 +99,11 @@ export class Gateway implements NetworkGateway {
     });
   }
 
+  /** The TAP the runtime was given, if it has one: the only one its VM may be put on. */
+  tapOf(runtimeId: string): string | undefined {
+    return this.#taps.get(runtimeId);
+  }
+
   /** The listeners' process, for tests and benches that measure or kill it; null while it is started again. */
   get listenerPid(): number | null {
     return this.#listeners.pid;
@@ -176,12 +181,18 @@ export class Gateway implements NetworkGateway {
     return this.#exclusive(() => this.#restore(subjects));
   }
 
+  /**
+   * Also for a new API process while this one runs on (the last one crashed): the TAPs it holds
+   * for runtimes still wanted stay as they are; those of runtimes gone are removed.
+   */
   async #restore(subjects: EgressSubject[]): Promise<void> {
     const wanted = new Map(subjects.map((s) => [s.runtimeId, s]));
+    for (const runtimeId of [...this.#taps.keys()]) if (!wanted.has(runtimeId)) await this.#detach(runtimeId);
     for (const { tap, owner } of await listTaps()) {
       if (owner?.instance !== this.opts.instance) continue;
       const subject = wanted.get(owner.runtimeId);
-      if (subject === undefined || slotOfTap(tap) === null || this.#taps.has(owner.runtimeId)) {
+      const held = this.#taps.get(owner.runtimeId);
+      if (subject === undefined || slotOfTap(tap) === null || (held !== undefined && held !== tap)) {
         await deleteTap(tap);
         continue;
       }

@@ -29,6 +29,8 @@ export interface ChildPartOptions {
    * the process has them.
    */
   descriptors?: () => number[];
+  /** How long the part's `start` may take (default START_TIMEOUT_MS): the API's reconciles every VM first. */
+  startTimeoutMs?: number;
   /** Runs on each new process once it has started, before `ready()` resolves or calls go to it. */
   onStart: (link: PartLink) => Promise<void>;
   log: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void };
@@ -126,7 +128,7 @@ export class ChildPart {
       }, this.#restartDelayMs).unref();
     });
     const started = (async () => {
-      const timeout = setTimeout(() => child.kill('SIGKILL'), START_TIMEOUT_MS);
+      const timeout = setTimeout(() => child.kill('SIGKILL'), this.opts.startTimeoutMs ?? START_TIMEOUT_MS);
       try {
         await link.call('start', this.opts.settings());
         await this.opts.onStart(link);

@@ -12,15 +12,17 @@ export interface PartUser {
 
 /**
  * Runs the part: `start` gets the settings the service sent and must call dropPrivileges before
- * it reads anything from outside. The process ends when the service closes the link (it stopped,
- * or was killed): a part never outlives the service that runs it.
+ * it reads anything from outside; `stop` runs on SIGTERM, before the process ends. The process
+ * also ends when the service closes the link (it stopped, or was killed): a part never outlives
+ * the service that runs it.
  */
-export function runPart(register: (link: PartLink) => void, start: (settings: unknown, link: PartLink) => Promise<void>): void {
+export function runPart(register: (link: PartLink) => void, start: (settings: unknown, link: PartLink) => Promise<void>, stop: () => Promise<void> | void = () => undefined): void {
   const link = new PartLink(new Socket({ fd: 3, readable: true, writable: true }));
   register(link);
   link.handle('start', (settings) => start(settings, link));
   link.onClose(() => process.exit(0));
-  process.once('SIGTERM', () => process.exit(0));
+  // SIGTERM is the service stopping the part: it finishes what `stop` lets it finish, then ends.
+  process.once('SIGTERM', () => void Promise.resolve(stop()).finally(() => process.exit(0)));
 }
 
 /**

@@ -172,11 +172,24 @@ export class AgentPart {
 }
 
 /**
+ * What RemoteGuestAgent needs of one VM's agent: calls and streams of the agent process's
+ * protocol, named by the runtime. RuntimeAgent is it in the process that holds the agent part;
+ * the API's process reaches the same through the privileged host process (src/host).
+ */
+export interface AgentChannel {
+  readonly runtimeId: string;
+  call<T = unknown>(method: string, args?: Record<string, unknown>): Promise<T>;
+  withStream(method: string, args: Record<string, unknown>, directions: { receives: boolean; sends: boolean }): Promise<{ stream: LinkStream; reply: Promise<unknown> }>;
+  /** Whether the VM's process has exited: a failure then says the VM stopped. */
+  vmExited(): boolean;
+}
+
+/**
  * One VM's agent, through the agent process: calls and streams named by the runtime, each
  * connecting first when the process holds no connection, each failure as the API reports it
  * (agent-replies.ts).
  */
-export class RuntimeAgent {
+export class RuntimeAgent implements AgentChannel {
   constructor(
     private readonly part: AgentPart,
     readonly runtimeId: string,

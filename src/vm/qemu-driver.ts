@@ -26,7 +26,7 @@ import { captureCheckpoint, captureStoppedDisk } from './checkpoint-capture.js';
 import { importCheckpoint } from './checkpoint-import.js';
 import { DiskLayers, createOverlay, type CheckpointManifest } from './disk-layers.js';
 import { digestFile } from './file-digest.js';
-import { AgentPart } from './agent-part.js';
+import { AgentPart, type AgentChannel } from './agent-part.js';
 import { GUEST_CA_ENV, GUEST_CA_FILE } from './guest-exec.js';
 import { imageContentDigest, type GuestImage } from './guest-image.js';
 import { readRotatedLogEnd, rotateLog } from './log-rotation.js';
@@ -173,7 +173,7 @@ export class QemuDriver implements VmDriver {
     return { vcpus: availableParallelism(), memoryMib: hostMemoryLimitMib() };
   }
 
-  orphanedLayerBytes(runtimeIds: string[], checkpointIds: string[]): number {
+  async orphanedLayerBytes(runtimeIds: string[], checkpointIds: string[]): Promise<number> {
     return this.#layers.bytesOfOrphanedLayers(runtimeIds, checkpointIds);
   }
 
@@ -326,7 +326,12 @@ export class QemuDriver implements VmDriver {
   }
 
   guest(runtimeId: string): GuestAgent {
-    return new RemoteGuestAgent(() => this.#vm(runtimeId).agentHandle);
+    return new RemoteGuestAgent(() => this.agentOf(runtimeId));
+  }
+
+  /** The runtime's agent, as the agent's process reaches it; throws when the runtime has no VM here. */
+  agentOf(runtimeId: string): AgentChannel {
+    return this.#vm(runtimeId).agentHandle;
   }
 
   /**
@@ -520,7 +525,7 @@ export class QemuDriver implements VmDriver {
     return null;
   }
 
-  heldCheckpointIds(): string[] {
+  async heldCheckpointIds(): Promise<string[]> {
     return readdirSync(this.#layers.checkpointsDir).filter((name) => UUID.test(name));
   }
 
@@ -611,6 +616,10 @@ export class QemuDriver implements VmDriver {
   }
 
   async reattach(runtimeId: string): Promise<LiveState> {
+    // A new API process (the last one crashed) asks for VMs this process still holds: QMP takes
+    // one client, and that is the one held.
+    const held = this.#live.get(runtimeId);
+    if (held !== undefined && !held.vm.exited) return held.vm.status();
     const dir = this.runtimeDir(runtimeId);
     const vm = await QemuVm.adopt(this.#agents, dir);
     if (vm === null) return 'gone';
@@ -626,7 +635,7 @@ export class QemuDriver implements VmDriver {
     return vm.status();
   }
 
-  runtimeIds(): string[] {
+  async runtimeIds(): Promise<string[]> {
     return readdirSync(this.#layers.runtimesDir).filter((id) => !id.startsWith(TEMPLATE_PREFIX) && !existsSync(join(this.runtimeDir(id), SPARE_MARKER)));
   }
 

@@ -9,12 +9,12 @@ import { posix } from 'node:path';
 import type { GuestAgent } from '../core/ports.js';
 import type { AttachRequest, GuestFileInfo, GuestFileStat, ProcessOutput, ProcessSpec, ProcessState, ProcessStream } from '../core/types.js';
 import { LinkClosedError, LinkError, StreamClosedError, type LinkStream } from '../platform/part-link.js';
-import type { RuntimeAgent } from './agent-part.js';
+import type { AgentChannel } from './agent-part.js';
 import { ListingCollector, fileStatOf, outputOf, partFailure, processListOf, processStateOf, startOf, writtenOf } from './agent-replies.js';
 import { capped } from './guest-files.js';
 
 /** Finds the runtime's VM at call time (throws failed_precondition when it has none). */
-export type AgentOf = () => RuntimeAgent;
+export type AgentOf = () => AgentChannel;
 
 class RemoteProcessStream implements ProcessStream {
   readonly state: ProcessState;
@@ -24,7 +24,7 @@ class RemoteProcessStream implements ProcessStream {
   constructor(
     private readonly stream: LinkStream,
     reply: unknown,
-    private readonly agent: RuntimeAgent,
+    private readonly agent: AgentChannel,
   ) {
     const r = (typeof reply === 'object' && reply !== null ? reply : {}) as { state?: unknown; start?: unknown };
     this.state = processStateOf(r.state);
@@ -68,7 +68,7 @@ class RemoteProcessStream implements ProcessStream {
 }
 
 /** The bytes of a stream the process sends, as a Readable; closing it early cancels the stream. */
-function readableOf(stream: LinkStream, agent: RuntimeAgent): Readable {
+function readableOf(stream: LinkStream, agent: AgentChannel): Readable {
   const readable = Readable.from(
     (async function* () {
       try {
@@ -204,7 +204,7 @@ export class RemoteGuestAgent implements GuestAgent {
     }
   }
 
-  #checked<T>(agent: RuntimeAgent, check: (raw: unknown) => T, raw: unknown): T {
+  #checked<T>(agent: AgentChannel, check: (raw: unknown) => T, raw: unknown): T {
     try {
       return check(raw);
     } catch (err) {

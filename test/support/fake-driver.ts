@@ -56,7 +56,7 @@ export class FakeDriver implements VmDriver {
    * outlives the checkpoint's delete until the runtime goes.
    */
   readonly #layers = new Map<string, { bytes: number; standing: Set<string> }>();
-  orphanedLayerBytes(runtimeIds: string[]): number {
+  async orphanedLayerBytes(runtimeIds: string[]): Promise<number> {
     let bytes = 0;
     for (const [id, layer] of this.#layers) {
       if (!this.checkpoints.has(id) && runtimeIds.some((rt) => layer.standing.has(rt))) bytes += layer.bytes;
@@ -293,7 +293,7 @@ export class FakeDriver implements VmDriver {
   async deleteCheckpoint(checkpointId: string) {
     this.checkpoints.delete(checkpointId);
   }
-  heldCheckpointIds(): string[] {
+  async heldCheckpointIds(): Promise<string[]> {
     return [...this.checkpoints];
   }
   async describeCheckpoint(checkpointId: string): Promise<CheckpointDescription> {
@@ -321,7 +321,7 @@ export class FakeDriver implements VmDriver {
     for await (const piece of await source.open('state')) void piece;
     this.checkpoints.add(checkpointId);
   }
-  runtimeIds(): string[] {
+  async runtimeIds(): Promise<string[]> {
     return [...this.vms.keys()].filter((id) => !this.spares.has(id));
   }
   async reattach(id: string): Promise<LiveState> {

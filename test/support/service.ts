@@ -48,7 +48,7 @@ function keptDataDir(root: string): string {
  * directory takes: the CA the template trusts, the store that records it, its files.
  */
 export const TEMPLATE_SEED_ENV = 'VESSEL_TEST_TEMPLATE_SEED';
-export const SEED_ENTRIES = ['ca.crt', 'ca.key', 'vessel.db', 'checkpoints', 'layers'];
+export const SEED_ENTRIES = ['ca.crt', 'ca.key', 'store', 'checkpoints', 'layers'];
 
 function templateSeed(): string | undefined {
   const seed = process.env[TEMPLATE_SEED_ENV];

@@ -34,5 +34,5 @@ export async function makeTemplateSeed(dir: string): Promise<void> {
   }
   for (const entry of SEED_ENTRIES) if (!existsSync(join(dir, entry))) throw new Error(`the seed has no ${entry}`);
   // The store is copied as its one file: a WAL left beside it would hold rows the copy lacks.
-  if (existsSync(join(dir, 'vessel.db-wal'))) throw new Error("the seed's service left its store's WAL: it did not close its store");
+  if (existsSync(join(dir, 'store', 'vessel.db-wal'))) throw new Error("the seed's service left its store's WAL: it did not close its store");
 }

@@ -119,7 +119,7 @@ test('a move that loses its row to another host keeps nothing; a restart drops c
     await store.checkpoints.insert(own);
     driverA.checkpoints.add(own.id);
     await a.checkpoints.reconcile();
-    assert.deepEqual(driverA.heldCheckpointIds(), [own.id]);
+    assert.deepEqual(await driverA.heldCheckpointIds(), [own.id]);
   });
 });
 
@@ -130,7 +130,7 @@ test('a restart drops checkpoint files that no record names (a delete that raced
     const stray = randomUUID();
     for (const id of [own.id, stray]) driverA.checkpoints.add(id);
     await a.checkpoints.reconcile();
-    assert.deepEqual(driverA.heldCheckpointIds(), [own.id]);
+    assert.deepEqual(await driverA.heldCheckpointIds(), [own.id]);
   });
 });
 

@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SqliteStore } from '../../src/store/sqlite-store.js';
+import { sqliteFile } from '../../src/store/open-store.js';
 import { REPO_ROOT } from '../support/service.js';
 import { hostKey } from '../../src/cluster/fleet-keys.js';
 
@@ -20,7 +21,7 @@ test('vessel node: ls shows leases, capacity and load; drain and undrain flip pl
   };
   try {
     assert.deepEqual(vessel('node', 'ls').lines, [], 'a single host registers nothing');
-    const store = new SqliteStore(join(dataDir, 'vessel.db'));
+    const store = new SqliteStore(sqliteFile(dataDir));
     try {
       const capacity = { memoryMib: 65_536, vcpus: 16, runtimes: 1000, diskBytes: 500 * 1024 ** 3 };
       await store.nodes.renew({ name: 'host-a', holder: 'h-a', internalUrl: 'http://10.0.0.1:8082', ingressAddress: '10.0.0.1:8081', capacity }, 60);

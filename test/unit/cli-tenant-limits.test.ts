@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { TenantQuotas } from '../../src/core/quotas.js';
 import { SqliteStore } from '../../src/store/sqlite-store.js';
+import { sqliteFile } from '../../src/store/open-store.js';
 import { REPO_ROOT } from '../support/service.js';
 
 const DEFAULTS = { runtimes: 3, vcpus: 64, memory_mib: 32768, checkpoints: 50, checkpoint_gib: 20 };
@@ -34,7 +35,7 @@ test('vessel tenant limits: set overrides, show them with the usage, and drop th
     assert.deepEqual(vessel('tenant', 'limits', 'show', '--tenant', 'other').out.limits, DEFAULTS);
 
     // The service's quotas read the same table: its own defaults, the tenant's overrides.
-    const store = new SqliteStore(join(dataDir, 'vessel.db'));
+    const store = new SqliteStore(sqliteFile(dataDir));
     try {
       const serviceDefaults = { runtimes: 10, vcpus: 8, memoryMib: 4096, checkpoints: 5, checkpointGib: 1 };
       assert.deepEqual(await new TenantQuotas(store, serviceDefaults).limits('acme'), { ...serviceDefaults, runtimes: 7, checkpointGib: 5 });

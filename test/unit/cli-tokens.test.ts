@@ -14,6 +14,7 @@ import { cliUser, type CliUser } from '../support/cli.js';
 import type { FakeDriver } from '../support/fake-driver.js';
 import { tokenTarget } from '../../src/cli/commands/token.js';
 import { SqliteStore } from '../../src/store/sqlite-store.js';
+import { sqliteFile } from '../../src/store/open-store.js';
 
 let h: ApiHarness;
 let url: string;
@@ -81,7 +82,7 @@ describe('on a data directory', () => {
       assert.match(created.token, /^vsl_/);
       assert.equal(created.tenant, 'local');
       assert.equal((await h.call('GET', `/v1/tokens/${created.id}`)).status, 404, 'not in the API service\'s store');
-      const store = new SqliteStore(join(dir, 'vessel.db'));
+      const store = new SqliteStore(sqliteFile(dir));
       try {
         assert.equal((await store.tokens.findById(created.id))?.tenantId, 'local');
       } finally {
@@ -109,7 +110,7 @@ describe('on a data directory', () => {
     const fresh = cliUser();
     const made = await fresh.run(['token', 'create', '--tenant', 'acme', '--scopes', 'exec']);
     assert.equal(made.status, 0, made.err);
-    assert.ok(existsSync(join(fresh.home, 'data', 'vessel.db')));
+    assert.ok(existsSync(sqliteFile(join(fresh.home, 'data'))));
   });
 
   test('which place each invocation picks', () => {

@@ -5,32 +5,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Duplex, PassThrough } from 'node:stream';
+import { duplexPair } from '../support/link-pair.js';
 import { LinkClosedError, LinkError, MAX_FRAME_BYTES, PartLink, STREAM_WINDOW, StreamClosedError, type LinkStream } from '../../src/platform/part-link.js';
 
 /** Two ends of an in-memory pipe: what one writes, the other reads. */
-function pair(): [Duplex, Duplex] {
-  const aToB = new PassThrough();
-  const bToA = new PassThrough();
-  const end = (readable: PassThrough, writable: PassThrough) =>
-    new Duplex({
-      read() {},
-      write(chunk, _enc, done) {
-        writable.write(chunk, done);
-      },
-      destroy(err, done) {
-        writable.destroy();
-        readable.destroy();
-        done(err);
-      },
-    });
-  const a = end(bToA, aToB);
-  const b = end(aToB, bToA);
-  aToB.on('data', (c) => b.push(c));
-  bToA.on('data', (c) => a.push(c));
-  aToB.on('close', () => b.destroy());
-  bToA.on('close', () => a.destroy());
-  return [a, b];
-}
+const pair = duplexPair;
 
 const frame = (message: unknown): Buffer => {
   const body = Buffer.from(JSON.stringify(message));

@@ -105,8 +105,8 @@ test('a running runtime moves with its id; calls meanwhile are told to retry; no
     assert.equal(driverB.importedShapes.size, 1, 'the capture was checked against the runtime\'s own shape');
     assert.deepEqual([...driverB.importedShapes.values()][0], { memoryMib: 512, vcpus: 1 });
     assert.ok(!driverA.vms.has(rt.id), 'the old host keeps no VM');
-    const captures = (d: FakeDriver) => d.heldCheckpointIds().filter((id) => id !== rt.baseCheckpointId);
-    assert.deepEqual([captures(driverA), captures(driverB)], [[], []], 'the capture is no checkpoint of anyone\'s');
+    const captures = async (d: FakeDriver) => (await d.heldCheckpointIds()).filter((id) => id !== rt.baseCheckpointId);
+    assert.deepEqual([await captures(driverA), await captures(driverB)], [[], []], 'the capture is no checkpoint of anyone\'s');
     // Its tenant sees the move in its audits, once.
     const audits = (await a.audits.list('acme', { runtime: rt.id, category: 'lifecycle', limit: 10 })).items;
     assert.deepEqual(audits.map((x) => x.payload), [{ lifecycle: { action: 'move', reason: "moved from VM host 'host-a' to 'host-b'", runtime_name: 'mover' } }]);
@@ -151,8 +151,8 @@ test('a refusal by the other host leaves the runtime running where it was, its c
     assert.deepEqual([row?.node, row?.status, row?.statusMessage], ['host-a', 'running', null]);
     assert.equal(driverA.vms.get(rt.id)?.state, 'running', 'running again');
     assert.ok(!driverB.vms.has(rt.id));
-    assert.deepEqual(driverB.heldCheckpointIds(), [], 'host b keeps nothing of it');
-    assert.deepEqual(driverA.heldCheckpointIds(), [rt.baseCheckpointId], 'the capture is gone from host a');
+    assert.deepEqual(await driverB.heldCheckpointIds(), [], 'host b keeps nothing of it');
+    assert.deepEqual(await driverA.heldCheckpointIds(), [rt.baseCheckpointId], 'the capture is gone from host a');
   });
 });
 
@@ -169,7 +169,7 @@ test('a refused move of a shut-down runtime leaves its disk where it was, no cap
     const row = await store.runtimes.findById(rt.id);
     assert.deepEqual([row?.node, row?.status, row?.statusMessage], ['host-a', 'shutdown', null]);
     assert.ok(driverA.vms.has(rt.id) && !driverB.vms.has(rt.id));
-    assert.deepEqual([driverA.heldCheckpointIds(), driverB.heldCheckpointIds()], [[rt.baseCheckpointId], []], 'no capture on either host');
+    assert.deepEqual([await driverA.heldCheckpointIds(), await driverB.heldCheckpointIds()], [[rt.baseCheckpointId], []], 'no capture on either host');
     assert.equal((await a.runtimes.lifecycle('acme', 'cold', 'start')).status, 'running');
   });
 });

@@ -261,6 +261,53 @@ test('the gateway is a process of its own, as vessel-gateway with no capabilitie
   assert.equal(svc.partPid('gateway'), next, 'and the gateway stays up');
 });
 
+test('the API is a process of its own, as vessel-api with no capabilities and no key of root\'s; kill -9 of it costs its requests, never a runtime, its network or its files', { timeout: 300_000 }, async () => {
+  const created = await svc.call('POST', '/v1/runtimes', { display_name: 'eg-api', egress_policy: { enabled: true, allowed_hosts: ['api.test'] }, ingress_specs: [{ protocol: 'http', runtime_port: 8000 }] });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const id = created.body.data.id as string;
+  await sh('eg-api', 'nohup python3 -m http.server 8000 --directory /etc >/dev/null 2>&1 & echo $! > /root/server.pid');
+  assert.equal((await ingressWhenUp(`8000-${id}.localhost`)).status, 200);
+  const put = await fetch(`${svc.url}/v1/runtimes/eg-api/files?path=/root/kept.txt`, { method: 'PUT', headers: { authorization: `Bearer ${svc.token}` }, body: 'kept across the API crash' });
+  assert.equal(put.status, 200);
+
+  const first = svc.partPid('api');
+  assert.ok(first !== null, 'the API runs as a child of the service');
+  await assertUnprivilegedPart(first, 'vessel-api');
+  // What its user may not touch: root's keys, and the data directory but for its own store.
+  for (const file of ['master.key', 'ca.key', 'admin-token']) {
+    await assert.rejects(runCommand('runuser', ['-u', 'vessel-api', '--', 'cat', join(svc.dataDir, file)]), /./, `vessel-api cannot read ${file}`);
+  }
+  await assert.rejects(runCommand('runuser', ['-u', 'vessel-api', '--', 'touch', join(svc.dataDir, 'planted')]), /./, 'nor write the data directory');
+  await assert.rejects(runCommand('runuser', ['-u', 'vessel-api', '--', 'ls', join(svc.dataDir, 'runtimes')]), /./, "nor read the VMs' files");
+  const [gateway, agent] = [svc.partPid('gateway'), svc.partPid('agent')];
+
+  process.kill(first, 'SIGKILL');
+  let next = svc.partPid('api');
+  for (let i = 0; i < 300 && (next === null || next === first); i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    next = svc.partPid('api');
+  }
+  assert.ok(next !== null && next !== first, 'a new API process was started');
+  let back = await svc.call('GET', '/v1/runtimes/eg-api').catch(() => null);
+  for (let i = 0; i < 300 && back?.status !== 200; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    back = await svc.call('GET', '/v1/runtimes/eg-api').catch(() => null);
+  }
+  assert.equal(back?.status, 200);
+  assert.equal(back.body.data.status, 'running', 'the VM was taken back, not marked crashed');
+  // The same VM, its files and its processes; its network never went away.
+  assert.equal((await sh('eg-api', 'kill -0 $(cat /root/server.pid) && cat /root/kept.txt')).stdout, 'kept across the API crash');
+  assert.equal((await sh('eg-api', curl(`http://api.test:${HTTP}/after-api-kill`))).exit_code, 0);
+  assert.ok(await auditWhere('eg-api', (a) => a.path === '/after-api-kill' && a.action === 'allow'), 'audited through the new API process');
+  assert.equal((await ingressWhenUp(`8000-${id}.localhost`)).status, 200);
+  assert.deepEqual([svc.partPid('gateway'), svc.partPid('agent')], [gateway, agent], 'the other parts ran on');
+  // And what users do next: a new runtime, on the restarted API.
+  const after = await svc.call('POST', '/v1/runtimes', { display_name: 'eg-api-after' });
+  assert.equal(after.status, 201, JSON.stringify(after.body));
+  assert.equal((await sh('eg-api-after', 'echo fresh')).stdout, 'fresh\n');
+  await svc.call('DELETE', '/v1/runtimes/eg-api-after');
+});
+
 test('uppercase and trailing-dot names are the same host', { timeout: 300_000 }, async () => {
   const rt = await runtime('eg-case', ['api.test']);
   assert.equal((await sh(rt, curl(`http://API.Test.:${HTTP}/case`))).exit_code, 0);

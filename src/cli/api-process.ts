@@ -1,0 +1,184 @@
+/**
+ * The API's process (docs/security.md, "Processes"): the composition root of everything that
+ * answers clients (the store, the core, the HTTP API, a fleet member's hop and lease), as the
+ * `vessel-api` user with no capabilities. `vessel serve` (serve.ts) starts it, hands it the keys
+ * it read, and does for it, over one typed link (src/host), what needs root: QEMU, TAPs and
+ * nftables, the VMs' files. A bug in anything that parses a client's request is this user's, and
+ * a crash of this process is started again while the VMs and their network run on.
+ */
+import pino from 'pino';
+import { buildApi, JSON_BODY_LIMIT } from '../api/app.js';
+import { serviceLogOptions } from '../api/log-options.js';
+import { apiHopClient, hostCredential } from '../cluster/enrollment.js';
+import { HopTls, hostServerOptions, listenTls } from '../cluster/fleet-tls.js';
+import { Forwarder } from '../cluster/forwarder.js';
+import type { HostHop } from '../cluster/host-hops.js';
+import { cutHops } from '../cluster/hop-proxy.js';
+import { IngressEntry } from '../cluster/ingress-entry.js';
+import { NodeLease, freeDiskBytes } from '../cluster/node-lease.js';
+import { noGateway, noVmDriver } from '../cluster/no-vm-host.js';
+import { vmHostRole } from '../cluster/vm-host-api.js';
+import { Core } from '../core/core.js';
+import type { EgressAuditKind, EgressAuditDetails } from '../core/types.js';
+import { SecretBox } from '../core/secret-box.js';
+import type { HostFacts } from '../host/host-calls.js';
+import { RemoteHost } from '../host/remote-host.js';
+import { MAX_SLOT } from '../net/addressing.js';
+import { CertificateAuthority } from '../net/certificate-authority.js';
+import type { PartLink } from '../platform/part-link.js';
+import { dropPrivileges, runPart } from '../platform/part-process.js';
+import { openStore } from '../store/open-store.js';
+import { hostMemoryLimitMib } from '../vm/qemu-driver.js';
+import type { ApiPartSettings } from './api-settings.js';
+import type { Config } from './config.js';
+
+
+interface Started {
+  core: Core;
+  forwarder?: Forwarder;
+  hop?: HostHop;
+  beforeListen(): Promise<void>;
+  close(): Promise<void>;
+}
+
+let shutdown: (() => Promise<void>) | null = null;
+
+runPart(
+  () => undefined,
+  async (raw, link) => {
+    const s = raw as ApiPartSettings;
+    // Before the store, a key or a request: from here on this process is no one.
+    dropPrivileges(s.user);
+    const { config, role } = s;
+    const log = pino(serviceLogOptions(config.logLevel));
+    // A stray rejection in background work must not take every tenant's API down with it.
+    process.on('unhandledRejection', (err) => log.error({ err }, 'unhandled rejection'));
+    const secretBox = new SecretBox(Buffer.from(s.masterKey, 'base64'));
+    const started = role === 'api' ? await startApiNode(config, s.fleet!.secret!, secretBox, log) : await startVmHost(s, secretBox, log, link);
+    const { core } = started;
+    // A VM host takes no bearer token but an admin's for /metrics, and writes no token: its
+    // database role may not (docs/scaling.md, "The VM hosts' database role").
+    if (role !== 'node') await core.tokens.installAdmin(s.adminToken);
+    await started.beforeListen();
+
+    const app = await buildApi({
+      core,
+      logger: log,
+      rateLimit: config.rateLimit,
+      unauthenticatedRateLimit: config.unauthenticatedRateLimit,
+      trustedProxies: config.trustedProxies,
+      maxFileBytes: config.maxFileBytes,
+      listenHost: config.host,
+      ingress: { domain: config.egress.ingress.domain, port: config.egress.ingress.port },
+      fleet: started.hop !== undefined ? vmHostRole(core, started.hop) : started.forwarder?.role(),
+    });
+    // A VM host serves the hop (with /healthz and /metrics) on its internal port alone; over TLS
+    // alone once it is enrolled.
+    const hopTls = started.hop?.tls;
+    const stopTls = hopTls == null ? null : await app.ready().then(() => listenTls(app.server, hostServerOptions(hopTls.identity), config.host, config.fleet.internalPort));
+    if (stopTls === null) await app.listen({ host: config.host, port: role === 'node' ? config.fleet.internalPort : config.port });
+    shutdown = async () => {
+      // Streams through this API node would hold app.close() for as long as they run.
+      cutHops();
+      await stopTls?.();
+      await app.close();
+      await started.close();
+      await core.close();
+    };
+  },
+  () => shutdown?.(),
+);
+
+/** An API node: the store, the core over it with no VMs, the forwarder and the ingress entry. */
+async function startApiNode(config: Config, secret: string, secretBox: SecretBox, log: pino.Logger): Promise<Started> {
+  const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'a database connection failed; it is replaced') });
+  const core = new Core({ store, driver: noVmDriver(), gateway: noGateway(), secretBox, log, tenantLimits: config.tenantLimits });
+  const client = await apiHopClient(store.nodes, secret, secretBox);
+  const entry = new IngressEntry(store, core.nodes, config.egress.ingress.domain, client.keys, log);
+  return {
+    core,
+    forwarder: new Forwarder(store, core.nodes, client, JSON_BODY_LIMIT),
+    beforeListen: () => entry.listen(config.egress.ingress.host, config.egress.ingress.port),
+    close: async () => {
+      await entry.close();
+      client.close();
+    },
+  };
+}
+
+/** A single host (`all`) or a fleet's VM host (`node`): its VMs through the host process, and for a node its lease. */
+async function startVmHost({ config, role, fleet, hostId }: ApiPartSettings, secretBox: SecretBox, log: pino.Logger, link: PartLink): Promise<Started> {
+  const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'a database connection failed; it is replaced') });
+  const node = role === 'node' ? config.fleet.nodeName : null;
+  const secret = fleet?.nodeKey;
+  const credential = node !== null && secret !== undefined && fleet?.enrolled === true ? await hostCredential(store.nodes, node, secret) : null;
+  if (node !== null && credential === null) log.warn({ node }, 'this VM host holds the fleet secret and serves the hop without TLS: enroll it (vessel node enroll) and give it VESSEL_NODE_KEY instead');
+  // A fleet's hosts share one CA, from the store: a checkpoint's guest trusts it on whichever host
+  // its files move to. A single host keeps its own, which the host process reads from its files.
+  const fleetCa = credential !== null ? await credential.egressCa : role === 'node' ? await CertificateAuthority.shared((proposed) => store.nodes.shared('egress-ca', proposed), secretBox) : null;
+  const facts = await link.call<HostFacts>('startHost', { egressCa: fleetCa === null ? null : fleetCa.pems() });
+  const host = new RemoteHost(link, facts);
+  const core = new Core({ store, driver: host, gateway: host, secretBox, log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize, node });
+  answerGateway(link, core);
+  const { advertiseHost, internalPort, leaseSecs } = config.fleet;
+  const lease =
+    node === null || secret === undefined || hostId === null
+      ? null
+      : new NodeLease(store.nodes, {
+          name: node,
+          holder: hostId,
+          onTaken: (err) => {
+            // Another host acts for this name now: this one serving on would be two hosts at once.
+            log.fatal({ err: err.message }, 'this VM host lost its name to another host; it stops (its VMs keep running)');
+            process.exit(1);
+          },
+          internalUrl: `${credential === null ? 'http' : 'https'}://${advertiseHost}:${internalPort}`,
+          ingressAddress: `${advertiseHost}:${config.egress.ingress.port}`,
+          leaseSecs,
+          capacity: () => ({ ...facts.hostLimits, memoryMib: hostMemoryLimitMib() * config.memoryOvercommit, runtimes: MAX_SLOT, diskBytes: freeDiskBytes(config.dataDir) }),
+        }, log);
+  const hop = node === null || secret === undefined ? undefined : { secret, node, tls: credential === null ? null : new HopTls(credential.tls) };
+  return {
+    core,
+    hop,
+    beforeListen: async () => {
+      const reconciled = await core.reconcile();
+      log.info(reconciled, 'reconciled runtimes with live VMs');
+      core.runtimes.startLifecycleTimers(config.idleSuspendSecs);
+      // Registered once its VMs are adopted: API nodes send it nothing before.
+      await lease?.start();
+    },
+    close: async () => {
+      await lease?.stop();
+      hop?.tls?.close();
+    },
+  };
+}
+
+/**
+ * What the gateway asks of the core, relayed by the host process: it checked each request of its
+ * listeners against the runtimes it serves (src/net/gateway-requests.ts) before it sent it on.
+ */
+function answerGateway(link: PartLink, core: Core): void {
+  const hooks = core.egress;
+  const str = (v: unknown): string => {
+    if (typeof v !== 'string') throw new Error('expected a string');
+    return v;
+  };
+  const argsOf = (a: unknown): Record<string, unknown> => (typeof a === 'object' && a !== null ? (a as Record<string, unknown>) : {});
+  link.handle('revealSecret', (a) => hooks.revealSecret(str(argsOf(a).tenantId), str(argsOf(a).secretId)));
+  link.handle('ingressTarget', (a) => {
+    const port = argsOf(a).port;
+    if (typeof port !== 'number') throw new Error('expected a port');
+    return hooks.ingressTarget(str(argsOf(a).runtimeId), port);
+  });
+  link.handle('audit', (a) => {
+    const { runtimeId, tenantId, kind, detail } = argsOf(a);
+    hooks.audit(str(runtimeId), str(tenantId), str(kind) as EgressAuditKind, detail as EgressAuditDetails[EgressAuditKind]);
+    return null;
+  });
+  link.handle('activity', (a) => {
+    hooks.activity(str(argsOf(a).runtimeId));
+    return null;
+  });
+}
