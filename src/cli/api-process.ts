@@ -172,9 +172,12 @@ function answerGateway(link: PartLink, core: Core): void {
     if (typeof port !== 'number') throw new Error('expected a port');
     return hooks.ingressTarget(str(argsOf(a).runtimeId), port);
   });
-  link.handle('audit', (a) => {
-    const { runtimeId, tenantId, kind, detail } = argsOf(a);
-    hooks.audit(str(runtimeId), str(tenantId), str(kind) as EgressAuditKind, detail as EgressAuditDetails[EgressAuditKind]);
+  link.handle('audits', (batch) => {
+    if (!Array.isArray(batch)) throw new Error('expected an array of audits');
+    for (const a of batch) {
+      const { runtimeId, tenantId, kind, detail } = argsOf(a);
+      hooks.audit(str(runtimeId), str(tenantId), str(kind) as EgressAuditKind, detail as EgressAuditDetails[EgressAuditKind]);
+    }
     return null;
   });
   link.handle('activity', (a) => {

@@ -16,7 +16,9 @@ import type { GatewayHooks } from '../core/ports.js';
 import { serveHost, type HostParts } from '../host/host-server.js';
 import { CertificateAuthority } from '../net/certificate-authority.js';
 import { Gateway } from '../net/gateway.js';
+import { MAX_AUDIT_BATCH } from '../net/gateway-requests.js';
 import { ChildPart } from '../platform/child-part.js';
+import { NoteBatch } from '../platform/note-batch.js';
 import type { PartLink } from '../platform/part-link.js';
 import { ensureSystemUser } from '../platform/system-users.js';
 import { chooseAccel } from '../vm/accel.js';
@@ -162,6 +164,7 @@ async function startHost(config: Config, fleet: FleetKeySettings | null, prepare
 
 /** The core's gateway hooks, in the API's process: while it is started again, nothing is revealed and audits wait for nothing. */
 function hooksOfApi(api: ChildPart): GatewayHooks {
+  const audits = new NoteBatch<object>((items) => api.link?.notify('audits', items), MAX_AUDIT_BATCH);
   const live = async (): Promise<PartLink> => {
     const link = await api.ready();
     if (link === null) throw new Error('the API process is not running');
@@ -170,7 +173,7 @@ function hooksOfApi(api: ChildPart): GatewayHooks {
   return {
     revealSecret: async (tenantId, secretId) => (await live()).call('revealSecret', { tenantId, secretId }),
     ingressTarget: async (runtimeId, port) => (await live()).call('ingressTarget', { runtimeId, port }),
-    audit: (runtimeId, tenantId, kind, detail) => api.link?.notify('audit', { runtimeId, tenantId, kind, detail }),
+    audit: (runtimeId, tenantId, kind, detail) => audits.push({ runtimeId, tenantId, kind, detail }),
     activity: (runtimeId) => api.link?.notify('activity', { runtimeId }),
   };
 }

@@ -7,9 +7,11 @@
 import pino from 'pino';
 import type { EgressSubject } from '../core/ports.js';
 import type { PartLink } from '../platform/part-link.js';
+import { NoteBatch } from '../platform/note-batch.js';
 import { dropPrivileges, runPart, type PartUser } from '../platform/part-process.js';
 import { CertificateAuthority } from './certificate-authority.js';
 import { GatewayListeners, type Attachment, type ListenerHooks, type ListenerSettings } from './gateway-listeners.js';
+import { MAX_AUDIT_BATCH } from './gateway-requests.js';
 
 export interface GatewayPartSettings {
   listeners: ListenerSettings;
@@ -25,9 +27,10 @@ const ACTIVITY_EVERY_MS = 1000;
 
 function hooksOver(link: PartLink, dnsOverrides: boolean): ListenerHooks {
   const lastActivity = new Map<string, number>();
+  const audits = new NoteBatch<object>((items) => link.notify('audits', items), MAX_AUDIT_BATCH);
   return {
     revealSecret: (tenantId, secretId) => link.call('revealSecret', { tenantId, secretId }),
-    audit: (runtimeId, tenantId, kind, detail) => link.notify('audit', { runtimeId, tenantId, kind, detail }),
+    audit: (runtimeId, tenantId, kind, detail) => audits.push({ runtimeId, tenantId, kind, detail }),
     activity: (runtimeId) => {
       const now = Date.now();
       if ((lastActivity.get(runtimeId) ?? 0) > now - ACTIVITY_EVERY_MS) return;

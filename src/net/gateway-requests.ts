@@ -40,6 +40,26 @@ function servedRuntime(ctx: ListenerRequestContext, runtimeId: unknown): Attachm
   return attachment;
 }
 
+/** The most audits one `audits` note may carry (the listeners send what one event-loop turn made). */
+export const MAX_AUDIT_BATCH = 256;
+
+/**
+ * A batch of audits from the listeners: each one checked as an `audit` call is, and recorded when
+ * it passes; the others are dropped. Returns how many were refused.
+ */
+export function checkedAuditBatch(raw: unknown, ctx: ListenerRequestContext): number {
+  if (!Array.isArray(raw) || raw.length > MAX_AUDIT_BATCH) throw new RefusedRequest(`audits come as an array of at most ${MAX_AUDIT_BATCH}`);
+  let refused = 0;
+  for (const audit of raw) {
+    try {
+      checkedListenerCall('audit', audit, ctx);
+    } catch {
+      refused++;
+    }
+  }
+  return refused;
+}
+
 /** Answers one call of the listeners, or throws (the listeners see the error's message) when it is not theirs to make. */
 export function checkedListenerCall(method: ListenerMethod, raw: unknown, ctx: ListenerRequestContext): unknown {
   const args = record(raw);

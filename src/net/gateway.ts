@@ -19,7 +19,7 @@ import { identityAddress, slotOfTap } from './addressing.js';
 import type { CertificateAuthority } from './certificate-authority.js';
 import { flushConntrack } from './conntrack.js';
 import type { Attachment, ListenerSettings } from './gateway-listeners.js';
-import { checkedListenerCall } from './gateway-requests.js';
+import { checkedAuditBatch, checkedListenerCall } from './gateway-requests.js';
 import type { GatewayPartSettings } from './gateway-process.js';
 import { applyRuleset, removeRuleset, takeIcmpCounts } from './nftables.js';
 import { OverridesFile } from './resolver.js';
@@ -231,9 +231,15 @@ export class Gateway implements NetworkGateway {
       if (this.#hooks === null) throw new Error('gateway not connected to the core');
       return this.#hooks;
     };
-    for (const method of ['revealSecret', 'audit', 'activity', 'ingressTarget', 'dnsOverride'] as const) {
-      link.handle(method, (args) => checkedListenerCall(method, args, { attached: this.#attached, hooks: hooks(), dnsOverride: this.#dnsOverride }));
+    const context = () => ({ attached: this.#attached, hooks: hooks(), dnsOverride: this.#dnsOverride });
+    for (const method of ['revealSecret', 'activity', 'ingressTarget', 'dnsOverride'] as const) {
+      link.handle(method, (args) => checkedListenerCall(method, args, context()));
     }
+    link.handle('audits', (args) => {
+      const refused = checkedAuditBatch(args, context());
+      if (refused > 0) this.opts.log.warn({ refused }, 'the gateway process sent audits it may not record; they were dropped');
+      return null;
+    });
   }
 
   /** The lowest slot whose TAP exists nowhere on the host (other instances' included) and that is not resting. */

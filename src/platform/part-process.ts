@@ -5,6 +5,9 @@
 import { Socket } from 'node:net';
 import { PartLink } from './part-link.js';
 
+/** How long a stopping part may take, as the service waits for it before it kills it (child-part.ts). */
+const STOP_GRACE_MS = 5_000;
+
 export interface PartUser {
   uid: number;
   gid: number;
@@ -20,9 +23,19 @@ export function runPart(register: (link: PartLink) => void, start: (settings: un
   const link = new PartLink(new Socket({ fd: 3, readable: true, writable: true }));
   register(link);
   link.handle('start', (settings) => start(settings, link));
-  link.onClose(() => process.exit(0));
-  // SIGTERM is the service stopping the part: it finishes what `stop` lets it finish, then ends.
-  process.once('SIGTERM', () => void Promise.resolve(stop()).finally(() => process.exit(0)));
+  // The service stopping the part closes the link, then sends SIGTERM: either way `stop` runs
+  // once (the API's closes its store), then the process ends.
+  let stopping: Promise<void> | null = null;
+  const end = () => {
+    // A stop that hangs (a client holding a stream open) does not keep the process, nor its port.
+    setTimeout(() => process.exit(0), STOP_GRACE_MS).unref();
+    stopping ??= Promise.resolve()
+      .then(stop)
+      .catch(() => undefined)
+      .finally(() => process.exit(0));
+  };
+  link.onClose(end);
+  process.once('SIGTERM', end);
 }
 
 /**

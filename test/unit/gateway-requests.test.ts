@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { GatewayHooks } from '../../src/core/ports.js';
 import type { Attachment } from '../../src/net/gateway-listeners.js';
-import { checkedListenerCall } from '../../src/net/gateway-requests.js';
+import { MAX_AUDIT_BATCH, checkedAuditBatch, checkedListenerCall } from '../../src/net/gateway-requests.js';
 
 const rule = (secretId: string) => ({ id: `r-${secretId}`, tenantId: 'acme', runtimeId: 'rt-1', secretId, hostPattern: 'api.test', pathPattern: '/*', injection: { type: 'header' as const, name: 'x-key', template: '{value}' }, createdAt: '' });
 const attached = new Map<string, Attachment>([
@@ -52,4 +52,15 @@ test('ingress targets take a TCP port, DNS overrides a name', async () => {
   for (const port of [0, 70_000, 1.5, '80']) assert.throws(() => checkedListenerCall('ingressTarget', { runtimeId: 'rt-1', port }, ctx), /TCP port/);
   assert.deepEqual(checkedListenerCall('dnsOverride', { name: 'api.test' }, ctx), ['127.0.0.1']);
   assert.equal(checkedListenerCall('dnsOverride', { name: 'other.test' }, ctx), null);
+});
+
+test('a batch of audits records each one that passes the audit check and drops the others; a batch is an array of bounded length', () => {
+  const { seen, ctx } = context();
+  const good = { runtimeId: 'rt-1', tenantId: 'acme', kind: 'http_request', detail: { action: 'allow' } };
+  const refused = checkedAuditBatch([good, { ...good, tenantId: 'globex' }, { ...good, runtimeId: 'rt-2' }, 'not an object', { ...good, kind: 'tcp_connection' }], ctx);
+  assert.equal(refused, 3);
+  assert.deepEqual(seen, ['audit rt-1 acme http_request', 'audit rt-1 acme tcp_connection']);
+  assert.throws(() => checkedAuditBatch({ 0: good }, ctx), /array/);
+  assert.throws(() => checkedAuditBatch(Array.from({ length: MAX_AUDIT_BATCH + 1 }, () => good), ctx), /at most/);
+  assert.equal(seen.length, 2, 'nothing of a refused batch was recorded');
 });

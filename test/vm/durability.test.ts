@@ -12,11 +12,13 @@
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { Database } from '../../src/store/sqlite-driver.js';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { sqliteFile } from '../../src/store/open-store.js';
 import { Service } from '../support/service.js';
 
 const TIMEOUT = { timeout: 600_000 };
@@ -24,11 +26,9 @@ const traceDir = mkdtempSync(join(tmpdir(), 'vessel-trace-'));
 const TRACE = join(traceDir, 'service.trace');
 // Every thread of the service (-f: large files are flushed on libuv's threads), but none of the
 // programs it starts (-b execve detaches a child at its exec), so QEMU and its helpers stay untraced.
-const svc = new Service({ VESSEL_WARM_POOL: '0' }, undefined, [
-  'strace', '-qq', '-f', '-b', 'execve', '-y', '-s', '1000',
-  '-e', 'trace=fsync,fdatasync,rename,renameat,renameat2,link,linkat,read,write,writev',
-  '-o', TRACE,
-]);
+const API_TRACE = join(traceDir, 'api.trace');
+const STRACE_ARGS = ['-qq', '-f', '-b', 'execve', '-y', '-s', '1000', '-ttt', '-e', 'trace=fsync,fdatasync,rename,renameat,renameat2,link,linkat,read,write,writev'];
+const svc = new Service({ VESSEL_WARM_POOL: '0' }, undefined, ['strace', ...STRACE_ARGS, '-o', TRACE]);
 before(() => svc.start(), { timeout: 900_000 });
 after(async () => {
   await svc.destroy();
@@ -106,7 +106,7 @@ test('a VM whose record was lost is removed at the next start, with a log line, 
   const rt = (await svc.call('POST', '/v1/runtimes', { display_name: 'orphan' })).body.data;
   const pid = qemuPid(rt.id);
   await svc.kill9();
-  const db = new Database(join(svc.dataDir, 'vessel.db'));
+  const db = new Database(sqliteFile(svc.dataDir));
   db.prepare('DELETE FROM runtimes WHERE id = ?').run(rt.id);
   db.close();
   await svc.start();
@@ -117,34 +117,56 @@ test('a VM whose record was lost is removed at the next start, with a log line, 
 });
 
 /**
- * The trace as lines (strace's \" unescaped, the thread id dropped), one per system call in the
- * order the calls *ended*: a call another thread interrupted (`<unfinished ...>`) is put together
- * with its `<... resumed>` part and placed there, so a flush counts only once it is done.
+ * The API's process, which the service's strace let go at its exec (-b execve, so that QEMU runs
+ * untraced), traced by a strace of its own from now on; resolves once it is attached.
+ */
+async function traceApi(): Promise<() => Promise<void>> {
+  const pid = svc.partPid('api');
+  assert.ok(pid !== null, 'the API process runs');
+  const tracer = spawn('strace', [...STRACE_ARGS, '-p', String(pid), '-o', API_TRACE], { stdio: 'ignore' });
+  const tracerPid = () => /^TracerPid:\s+(\d+)$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+  for (let i = 0; i < 200 && tracerPid() !== String(tracer.pid); i++) await new Promise((r) => setTimeout(r, 50));
+  assert.equal(tracerPid(), String(tracer.pid), 'strace attached to the API process');
+  return () =>
+    new Promise<void>((resolve) => {
+      tracer.once('exit', () => resolve());
+      tracer.kill('SIGINT');
+    });
+}
+
+/**
+ * The service's and the API's traces as one (strace's \" unescaped, the thread id and time
+ * dropped), one line per system call in the order the calls *ended*: a call another thread
+ * interrupted (`<unfinished ...>`) is put together with its `<... resumed>` part and placed
+ * there, so a flush counts only once it is done. The two processes' lines are ordered by their
+ * times (-ttt): what one process did before it told the other comes first.
  */
 function trace(): string[] {
-  const lines: string[] = [];
-  const unfinished = new Map<string, string>();
-  for (const raw of readFileSync(TRACE, 'utf8').replaceAll('\\"', '"').split('\n')) {
-    const [, tid = '', call = raw] = /^(\d+) +(.*)$/.exec(raw) ?? [];
-    if (call.endsWith('<unfinished ...>')) {
-      unfinished.set(tid, call.slice(0, -'<unfinished ...>'.length));
-      continue;
-    }
-    const resumed = /^<\.\.\. \w+ resumed>(.*)$/.exec(call);
-    if (resumed !== null) {
-      lines.push((unfinished.get(tid) ?? '') + resumed[1]);
-      unfinished.delete(tid);
-    } else {
-      lines.push(call);
+  const entries: Array<{ at: number; call: string }> = [];
+  for (const file of [TRACE, API_TRACE]) {
+    if (!existsSync(file)) continue;
+    const unfinished = new Map<string, string>();
+    for (const raw of readFileSync(file, 'utf8').replaceAll('\\"', '"').split('\n')) {
+      const m = /^(\d+) +(\d+\.\d+) (.*)$/.exec(raw);
+      if (m === null) continue;
+      const [, tid = '', at = '0', call = ''] = m;
+      if (call.endsWith('<unfinished ...>')) {
+        unfinished.set(tid, call.slice(0, -'<unfinished ...>'.length));
+        continue;
+      }
+      const resumed = /^<\.\.\. \w+ resumed>(.*)$/.exec(call);
+      entries.push({ at: Number(at), call: resumed !== null ? (unfinished.get(tid) ?? '') + resumed[1] : call });
+      if (resumed !== null) unfinished.delete(tid);
     }
   }
-  return lines;
+  return entries.sort((a, b) => a.at - b.at).map((e) => e.call);
 }
 const flushes = (line: string, path: RegExp) => /^f(data)?sync\(\d+</.test(line) && path.test(line);
 /** A write to a client connection holding `text`: part of a reply. */
 const reply = (line: string, text: string) => /^(write|writev)\(\d+<(TCP|socket)/.test(line) && line.includes(text);
 
 test('the trace shows each acknowledged write flushed before its reply', TIMEOUT, async () => {
+  const stopTracingApi = await traceApi();
   const name = `durable-${randomBytes(4).toString('hex')}`;
   assert.equal((await svc.call('POST', '/v1/secrets', { name, value: 'v' })).status, 201);
   const rt = (await svc.call('POST', '/v1/runtimes', { display_name: 'traced' })).body.data;
@@ -153,6 +175,7 @@ test('the trace shows each acknowledged write flushed before its reply', TIMEOUT
     if ((await svc.call('GET', `/v1/checkpoints/${cp.id}`)).body.data.state !== 'creating') break;
     await new Promise((r) => setTimeout(r, 100));
   }
+  await stopTracingApi();
   const lines = trace();
   const at = (pred: (l: string) => boolean, from = 0): number => {
     for (let i = from; i < lines.length; i++) if (pred(lines[i]!)) return i;
