@@ -45,7 +45,9 @@ export function startPostgres(options: PostgresClusterOptions = {}): PostgresClu
     const gid = Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).trim());
     chownSync(dir, uid, gid);
   }
-  chmodSync(dir, 0o700);
+  // Others may pass through to the socket, not list the directory: the service's API process
+  // runs as its own user (vessel-api), as it does against /var/run/postgresql.
+  chmodSync(dir, 0o711);
   const run = (program: string, args: string[]): void => {
     const [cmd, argv] = asRoot ? ['runuser', ['-u', 'postgres', '--', join(bin, program), ...args]] : [join(bin, program), args];
     const r = spawnSync(cmd, argv, { encoding: 'utf8' });
@@ -72,7 +74,7 @@ export function startPostgres(options: PostgresClusterOptions = {}): PostgresClu
   process.once('SIGTERM', onSignal);
   try {
     run('initdb', ['-D', data, '-U', 'vessel', '-A', 'trust', '--no-sync', '-E', 'UTF8', '--locale=C']);
-    // No TCP at all: the socket sits in the private directory. fsync off: a test cluster that
+    // No TCP at all: the socket sits in the cluster's directory. fsync off: a test cluster that
     // crashes is thrown away anyway, and it keeps the tests off the shared disk's queue.
     const settings = `-k ${dir} -c listen_addresses='' -c fsync=${options.durable === true ? 'on' : 'off'} -c max_connections=200`;
     run('pg_ctl', ['-D', data, '-l', join(dir, 'log'), '-o', settings, '-w', '-t', '60', 'start']);
