@@ -62,6 +62,7 @@ const API_START_TIMEOUT_MS = 15 * 60_000;
  */
 export async function serve(config: Config, role: Role = 'all'): Promise<void> {
   const log = pino(serviceLogOptions(config.logLevel));
+  // A stray rejection in background work must not take the VMs' host down with it.
   process.on('unhandledRejection', (err) => log.error({ err }, 'unhandled rejection'));
   const fleet = role === 'all' ? null : fleetSettings(config, role);
   ensureDataDir(config.dataDir);
@@ -91,7 +92,7 @@ export async function serve(config: Config, role: Role = 'all'): Promise<void> {
         host ??= startHost(config, fleet, prepared, egressCa, api, log);
         return host;
       }),
-    onStart: async () => writeFileSync(join(config.dataDir, API_PID_FILE), `${api.pid ?? ''}\n`),
+    onStart: async (_link, pid) => writeFileSync(join(config.dataDir, API_PID_FILE), `${pid}\n`),
     log,
   });
   await api.start();

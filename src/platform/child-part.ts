@@ -32,7 +32,7 @@ export interface ChildPartOptions {
   /** How long the part's `start` may take (default START_TIMEOUT_MS): the API's reconciles every VM first. */
   startTimeoutMs?: number;
   /** Runs on each new process once it has started, before `ready()` resolves or calls go to it. */
-  onStart: (link: PartLink) => Promise<void>;
+  onStart: (link: PartLink, pid: number) => Promise<void>;
   log: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void };
 }
 
@@ -131,7 +131,7 @@ export class ChildPart {
       const timeout = setTimeout(() => child.kill('SIGKILL'), this.opts.startTimeoutMs ?? START_TIMEOUT_MS);
       try {
         await link.call('start', this.opts.settings());
-        await this.opts.onStart(link);
+        await this.opts.onStart(link, child.pid!);
       } catch (err) {
         child.kill('SIGKILL');
         throw new Error(`the ${this.opts.name} process did not start: ${(err as Error).message}`);
