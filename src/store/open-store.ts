@@ -2,7 +2,7 @@
  * Which store the service runs on: PostgreSQL when VESSEL_DATABASE_URL names one, otherwise the
  * embedded SQLite file in the data directory, as before.
  */
-import { existsSync, mkdirSync, renameSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Store } from '../core/ports.js';
 import type { PostgresStoreOptions } from './postgres-store.js';
@@ -24,6 +24,11 @@ export const sqliteFile = (dataDir: string): string => join(sqliteDir(dataDir), 
 /** Makes the store's directory; a database from before it had one (DATA_DIR/vessel.db) moves into it. */
 export function prepareSqliteDir(dataDir: string): void {
   mkdirSync(sqliteDir(dataDir), { recursive: true, mode: 0o700 });
+  // The directory is the API user's: a link it planted there would have root's commands (vessel
+  // token …) open, or make a database of, a file of its choosing.
+  for (const name of ['', '-wal', '-shm', '-journal']) {
+    if (lstatSync(sqliteFile(dataDir) + name, { throwIfNoEntry: false })?.isSymbolicLink() === true) throw new Error(`${sqliteFile(dataDir)}${name} is a symbolic link; the store is a file of its own`);
+  }
   const legacy = join(dataDir, 'vessel.db');
   if (!existsSync(legacy) || existsSync(sqliteFile(dataDir))) return;
   // The journal files first: a database that appears without its WAL would lose what it holds.
