@@ -5,6 +5,7 @@
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import pino from 'pino';
+import type { FleetRole } from '../api/fleet.js';
 import { serviceLogOptions } from '../api/log-options.js';
 import { buildApi } from '../api/app.js';
 import { Core } from '../core/core.js';
@@ -28,6 +29,7 @@ import type { HostHop } from '../cluster/host-hops.js';
 import { IngressEntry } from '../cluster/ingress-entry.js';
 import { NodeLease, freeDiskBytes, hostIdentity } from '../cluster/node-lease.js';
 import { noGateway, noVmDriver } from '../cluster/no-vm-host.js';
+import { enrolledHostSecrets, unsealRoutes, type SecretOpening } from '../cluster/secret-unsealing.js';
 import { vmHostRole } from '../cluster/vm-host-api.js';
 import { MAX_SLOT } from '../net/addressing.js';
 import type { Config } from './config.js';
@@ -58,8 +60,10 @@ export async function serve(config: Config, role: Role = 'all'): Promise<void> {
   ensureDataDir(config.dataDir);
   // An API node keeps nothing in its data directory that another process could share by mistake.
   const unlock = role === 'api' ? () => undefined : lockDataDir(config.dataDir);
-  // Before anything slow: a key or token file that others can read is refused at once.
-  const secretBox = new SecretBox(loadMasterKey(config.dataDir, config.masterKey));
+  // Before anything slow: a key or token file that others can read is refused at once. An
+  // enrolled VM host holds no master key: API nodes unseal its secrets (docs/scaling.md).
+  const secrets: SecretOpening =
+    fleet?.enrolled === true ? enrolledHostSecrets({ ...config.fleet, masterKey: config.masterKey }, fleet.nodeKey!, log) : { box: new SecretBox(loadMasterKey(config.dataDir, config.masterKey)), unsealer: null };
   const admin = loadAdminToken(config.dataDir, config.adminToken);
   const ingress = { domain: config.egress.ingress.domain, port: config.egress.ingress.port };
   const apiOptions = {
@@ -71,7 +75,7 @@ export async function serve(config: Config, role: Role = 'all'): Promise<void> {
     listenHost: config.host,
     ingress,
   };
-  const started = role === 'api' ? await startApiNode(config, fleet!.secret!, secretBox, log) : await startVmHost(config, role, fleet, secretBox, log);
+  const started = role === 'api' ? await startApiNode(config, fleet!.secret!, secrets.box!, log) : await startVmHost(config, role, fleet, secrets, log);
   const { core } = started;
 
   // A VM host takes no bearer token but an admin's for /metrics, and writes no token: its
@@ -83,7 +87,7 @@ export async function serve(config: Config, role: Role = 'all'): Promise<void> {
   }
   await started.beforeListen();
 
-  const app = await buildApi({ core, ...apiOptions, fleet: started.hop !== undefined ? vmHostRole(core, started.hop) : started.forwarder?.role() });
+  const app = await buildApi({ core, ...apiOptions, fleet: started.hop !== undefined ? vmHostRole(core, started.hop) : started.apiRole });
   // A VM host serves the hop (with /healthz and /metrics) on its internal port alone; over TLS
   // alone once it is enrolled.
   const hopTls = started.hop?.tls;
@@ -110,7 +114,8 @@ export async function serve(config: Config, role: Role = 'all'): Promise<void> {
 
 interface Started {
   core: Core;
-  forwarder?: Forwarder;
+  /** An API node's side of the fleet: the forwarder, and the route its hosts' secrets are unsealed by. */
+  apiRole?: FleetRole;
   /** A VM host's side of the hop: its key and name, and its certificate once enrolled. */
   hop?: HostHop;
   /** What runs once the admin token is in and before the API listens. */
@@ -152,7 +157,7 @@ async function startApiNode(config: Config, secret: string, secretBox: SecretBox
   const entry = new IngressEntry(store, core.nodes, config.egress.ingress.domain, client.keys, log);
   return {
     core,
-    forwarder: new Forwarder(store, core.nodes, client, JSON_BODY_LIMIT),
+    apiRole: { ...new Forwarder(store, core.nodes, client, JSON_BODY_LIMIT).role(), routes: unsealRoutes(core, client.keys) },
     beforeListen: () => entry.listen(config.egress.ingress.host, config.egress.ingress.port),
     close: async () => {
       await entry.close();
@@ -162,7 +167,7 @@ async function startApiNode(config: Config, secret: string, secretBox: SecretBox
 }
 
 /** A single host (`all`) or a fleet's VM host (`node`): VMs, their network, and for a node its lease. */
-async function startVmHost(config: Config, role: Role, fleet: FleetKeySettings | undefined, secretBox: SecretBox, log: pino.Logger): Promise<Started> {
+async function startVmHost(config: Config, role: Role, fleet: FleetKeySettings | undefined, secrets: SecretOpening, log: pino.Logger): Promise<Started> {
   const { image, accel, qemuVersion } = await prepareHost(config, log);
   const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'a database connection failed; it is replaced') });
   const node = role === 'node' ? config.fleet.nodeName : null;
@@ -171,7 +176,7 @@ async function startVmHost(config: Config, role: Role, fleet: FleetKeySettings |
   if (node !== null && credential === null) log.warn({ node }, 'this VM host holds the fleet secret and serves the hop without TLS: enroll it (vessel node enroll) and give it VESSEL_NODE_KEY instead');
   // A fleet's hosts share one CA: a checkpoint's guest trusts it on whichever host its files move to.
   const ca =
-    credential !== null ? await credential.egressCa : role === 'node' ? await CertificateAuthority.shared((proposed) => store.nodes.shared('egress-ca', proposed), secretBox) : await CertificateAuthority.loadOrCreate(config.dataDir);
+    credential !== null ? await credential.egressCa : role === 'node' ? await CertificateAuthority.shared((proposed) => store.nodes.shared('egress-ca', proposed), secrets.box!) : await CertificateAuthority.loadOrCreate(config.dataDir);
   // Its VMs' cgroups and its gateway's TAPs and nftables table are named after the data directory.
   const instance = createHash('sha256').update(config.dataDir).digest('hex').slice(0, 8);
   const detected = VmCgroups.detect(instance);
@@ -183,7 +188,7 @@ async function startVmHost(config: Config, role: Role, fleet: FleetKeySettings |
   const fleetIngress = node === null || secret === undefined ? undefined : { secret, node };
   const gateway = new Gateway({ instance, ca, ...config.egress, ingress: { ...config.egress.ingress, fleet: fleetIngress }, logLevel: config.logLevel, log });
   await gateway.start();
-  const core = new Core({ store, driver, gateway, secretBox, log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize, node });
+  const core = new Core({ store, driver, gateway, secretBox: secrets.box, unsealer: secrets.unsealer, log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize, node });
   gateway.connect(core.egress);
   const { advertiseHost, internalPort, leaseSecs } = config.fleet;
   const lease =

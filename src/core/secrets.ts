@@ -58,8 +58,9 @@ export class SecretService {
 
   /** The plaintext of the tenant's secret `secretId` (an id, never a name), opened with the master key; null when it is gone. */
   async reveal(tenantId: string, secretId: string): Promise<RevealedSecret | null> {
+    const box = this.#box();
     const sealed = await this.store.secrets.findSealed(tenantId, secretId);
-    return sealed === undefined ? null : { value: this.#box().open(sealed.sealedValue, sealed.id), cacheTtlSecs: sealed.cacheTtlSecs };
+    return sealed === undefined ? null : { value: box.open(sealed.sealedValue, sealed.id), cacheTtlSecs: sealed.cacheTtlSecs };
   }
 
   /**
