@@ -159,7 +159,9 @@ export class ApiNodeUnsealer implements SecretUnsealer {
       status = response.status;
       body = await readAtMost(response, MAX_ANSWER_BYTES);
     } catch (err) {
-      throw new ApiNodeAway(`${apiUrl}: ${(err as Error).message}`);
+      // fetch says only "fetch failed"; what failed (a refused connection, a timeout) is its cause.
+      const { message, cause } = err as Error & { cause?: unknown };
+      throw new ApiNodeAway(`${apiUrl}: ${cause instanceof Error ? cause.message : message}`);
     }
     if (status !== 200) {
       const error = refusal(status, body);

@@ -8,7 +8,8 @@
  *
  * Shown: injection works with no master key on the host; a host gets no secret of a runtime on
  * another host, none no rule of its runtimes names, none of another tenant; the request for one
- * is refused unsigned, signed with another host's key, changed, replayed, or with a grant; and the
+ * is refused unsigned, signed with another host's key, changed, replayed, or with a grant; an API
+ * node that is away costs a retry on the next; and the
  * value appears in no answer but the one sealed for the host, and in no log of either.
  */
 import { after, before, test } from 'node:test';
@@ -30,6 +31,7 @@ import { apiHarness, ROOMY_TENANT_LIMITS, type ApiHarness } from '../support/api
 import { EgressHarness } from '../support/egress-harness.js';
 import { FakeGateway } from '../support/fake-gateway.js';
 import { startPostgres, type PostgresCluster } from '../support/postgres-cluster.js';
+import { freePort } from '../support/service.js';
 import { runtime } from '../store/store-contract.js';
 
 const FLEET_SECRET = randomBytes(32).toString('hex');
@@ -155,6 +157,20 @@ test("a host gets no secret of a runtime on another host, none no rule of its ru
   assert.equal((await unsealer.unseal('acme', ids.unused))?.value, VALUES.unused);
   await hostCore.rules.delete('acme', rule.id);
   await assert.rejects(unsealer.unseal('acme', ids.unused), refusedAs('permission_denied'));
+});
+
+test('an API node that is away costs a retry on the next one; with none, the secret is unavailable', async () => {
+  const away = `http://127.0.0.1:${await freePort()}`;
+  const log: string[] = [];
+  const unsealer = enrolledHostSecrets({ apiUrls: [away, apiUrl], nodeName: 'host-1', masterKey: undefined }, KEY_1, capture(log)).unsealer!;
+  assert.equal((await unsealer.unseal('acme', ids.onHost1))?.value, VALUES.onHost1);
+  assert.equal((await unsealer.unseal('acme', ids.onHost1))?.value, VALUES.onHost1);
+  assert.equal(log.filter((l) => l.includes('the next one is asked')).length, 1, 'the one that answered is asked first from then on');
+  assert.match(log[0]!, /ECONNREFUSED/);
+  const alone = enrolledHostSecrets({ apiUrls: [away], nodeName: 'host-1', masterKey: undefined }, KEY_1, capture(log)).unsealer!;
+  await assert.rejects(alone.unseal('acme', ids.onHost1), (err: unknown) => err instanceof VesselError && err.code === 'unavailable' && /no API node unsealed/.test(err.message));
+  assert.throws(() => enrolledHostSecrets({ apiUrls: [], nodeName: 'host-1', masterKey: undefined }, KEY_1, capture(log)), /set VESSEL_API_URL/);
+  hostLines.push(...log);
 });
 
 test('the request to unseal is refused unsigned, with another host\'s key, changed, replayed, or with a grant', async () => {
