@@ -9,8 +9,8 @@
  * Shown: injection works with no master key on the host; a host gets no secret of a runtime on
  * another host, none no rule of its runtimes names, none of another tenant; the request for one
  * is refused unsigned, signed with another host's key, changed, replayed, or with a grant; an API
- * node that is away costs a retry on the next; and the
- * value appears in no answer but the one sealed for the host, and in no log of either.
+ * node that is away costs a retry on the next; and the value appears in no answer but the one
+ * sealed for the host, and in no log of either.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
