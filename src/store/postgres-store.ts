@@ -378,7 +378,8 @@ function ruleRepo(db: pg.Pool): RuleRepo {
   const listRt = new Sql('SELECT * FROM injection_rules WHERE tenant_id = $1 AND runtime_id = $2 AND seq < $3 ORDER BY seq DESC LIMIT $4');
   const forRuntime = new Sql('SELECT * FROM injection_rules WHERE runtime_id = $1 ORDER BY seq');
   const countSecret = new Sql('SELECT count(*) AS n FROM injection_rules WHERE secret_id = $1');
-  const secretOnNode = new Sql('SELECT 1 FROM injection_rules r JOIN runtimes rt ON rt.id = r.runtime_id WHERE r.tenant_id = $1 AND r.secret_id = $2 AND rt.node = $3 LIMIT 1');
+  // The runtime must be the rule's tenant's: a row that says otherwise was not made by the API.
+  const secretOnNode = new Sql('SELECT 1 FROM injection_rules r JOIN runtimes rt ON rt.id = r.runtime_id AND rt.tenant_id = r.tenant_id WHERE r.tenant_id = $1 AND r.secret_id = $2 AND rt.node = $3 LIMIT 1');
   const del = new Sql('DELETE FROM injection_rules WHERE tenant_id = $1 AND id = $2');
   const delRt = new Sql('DELETE FROM injection_rules WHERE runtime_id = $1');
   return {

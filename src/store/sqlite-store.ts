@@ -332,7 +332,8 @@ function ruleRepo(db: Db): RuleRepo {
   const listRt = db.prepare('SELECT * FROM injection_rules WHERE tenant_id = ? AND runtime_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?');
   const forRuntime = db.prepare('SELECT * FROM injection_rules WHERE runtime_id = ? ORDER BY seq');
   const countSecret = db.prepare('SELECT count(*) AS n FROM injection_rules WHERE secret_id = ?');
-  const secretOnNode = db.prepare('SELECT 1 FROM injection_rules r JOIN runtimes rt ON rt.id = r.runtime_id WHERE r.tenant_id = ? AND r.secret_id = ? AND rt.node = ? LIMIT 1');
+  // The runtime must be the rule's tenant's: a row that says otherwise was not made by the API.
+  const secretOnNode = db.prepare('SELECT 1 FROM injection_rules r JOIN runtimes rt ON rt.id = r.runtime_id AND rt.tenant_id = r.tenant_id WHERE r.tenant_id = ? AND r.secret_id = ? AND rt.node = ? LIMIT 1');
   const del = db.prepare('DELETE FROM injection_rules WHERE tenant_id = ? AND id = ?');
   const delRt = db.prepare('DELETE FROM injection_rules WHERE runtime_id = ?');
   return {

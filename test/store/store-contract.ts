@@ -287,7 +287,7 @@ export function storeContract(subject: StoreUnderTest): void {
     assert.deepEqual(await paged('acme'), ['laptop', 'ci']);
   });
 
-  withStore('injection rules: listed per tenant and runtime, counted per secret, deleted one by one and per runtime', async (store) => {
+  withStore('injection rules: listed per tenant and runtime, counted per secret, asked for by the VM host of their runtime, deleted one by one and per runtime', async (store) => {
     const [a, b] = [runtime('acme', 'a'), runtime('acme', 'b')];
     const s = secret('acme', 'key');
     await store.runtimes.insert(a);
@@ -310,6 +310,11 @@ export function storeContract(subject: StoreUnderTest): void {
     assert.equal(await store.rules.namesSecretOnNode('acme', s.id, 'host-1'), false, 'its rule deleted');
     assert.equal(await store.rules.deleteForRuntime(a.id), 2);
     assert.equal(await store.rules.countForSecret(s.id), 0);
+    // A rule of the tenant's on another tenant's runtime, which the API never makes, counts for nothing.
+    const theirs = { ...runtime('other', 'theirs'), node: 'host-2' };
+    await store.runtimes.insert(theirs);
+    await store.rules.insert({ ...rule(theirs, s), tenantId: 'acme' });
+    assert.equal(await store.rules.namesSecretOnNode('acme', s.id, 'host-2'), false, "another tenant's runtime");
   });
 
   withStore('checkpoints: a tenant sees its own and, when asked, the system ones; deleted ones are hidden and free their name', async (store) => {
