@@ -158,7 +158,9 @@ test('a host with no master key injects a secret that an API node unsealed for i
   // The rule is made on the runtime's host, through the other API node.
   ok(await apis[1]!.call('POST', '/v1/runtimes/inject/secret-injection-rules', { host: 'api.test', secret: 'fleet-key', injection: { headerName: 'Authorization', valueFormat: 'Bearer ${credential}' } }), 201);
   const port = up.port(up.recorded);
-  const run = ok(await apis[1]!.call('POST', '/v1/runtimes/inject/exec', { command: `curl -sS -m 8 -o /dev/null -w '%{http_code}' http://api.test:${port}/fleet-inject-1 http://api.test:${port}/fleet-inject-2`, timeout_secs: 30 }));
+  // Two connections: with cache_ttl_secs 0, each has the secret unsealed anew.
+  const command = `for n in 1 2; do curl -sS -m 8 -o /dev/null -w '%{http_code}' http://api.test:${port}/fleet-inject-$n; done`;
+  const run = ok(await apis[1]!.call('POST', '/v1/runtimes/inject/exec', { command, timeout_secs: 30 }));
   assert.equal(run.stdout, '200200', run.stderr);
   for (const path of ['/fleet-inject-1', '/fleet-inject-2']) {
     const raw = up.hits(path)[0]?.rawHeaders ?? [];
