@@ -8,6 +8,7 @@
  */
 import pino from 'pino';
 import { buildApi, JSON_BODY_LIMIT } from '../api/app.js';
+import type { FleetRole } from '../api/fleet.js';
 import { serviceLogOptions } from '../api/log-options.js';
 import { apiHopClient, hostCredential } from '../cluster/enrollment.js';
 import { HopTls, hostServerOptions, listenTls } from '../cluster/fleet-tls.js';
@@ -17,6 +18,7 @@ import { cutHops } from '../cluster/hop-proxy.js';
 import { IngressEntry } from '../cluster/ingress-entry.js';
 import { NodeLease, freeDiskBytes } from '../cluster/node-lease.js';
 import { noGateway, noVmDriver } from '../cluster/no-vm-host.js';
+import { enrolledHostSecrets, unsealRoutes, type SecretOpening } from '../cluster/secret-unsealing.js';
 import { vmHostRole } from '../cluster/vm-host-api.js';
 import { Core } from '../core/core.js';
 import type { EgressAuditKind, EgressAuditDetails } from '../core/types.js';
@@ -35,7 +37,8 @@ import type { Config } from './config.js';
 
 interface Started {
   core: Core;
-  forwarder?: Forwarder;
+  /** An API node's side of the fleet: the forwarder, and the route its hosts' secrets are unsealed by. */
+  apiRole?: FleetRole;
   hop?: HostHop;
   beforeListen(): Promise<void>;
   close(): Promise<void>;
@@ -53,8 +56,9 @@ runPart(
     const log = pino(serviceLogOptions(config.logLevel));
     // A stray rejection in background work must not take every tenant's API down with it.
     process.on('unhandledRejection', (err) => log.error({ err }, 'unhandled rejection'));
-    const secretBox = new SecretBox(Buffer.from(s.masterKey, 'base64'));
-    const started = role === 'api' ? await startApiNode(config, s.fleet!.secret!, secretBox, log) : await startVmHost(s, secretBox, log, link);
+    const secrets: SecretOpening =
+      s.fleet?.enrolled === true ? enrolledHostSecrets({ ...config.fleet, masterKey: config.masterKey }, s.fleet.nodeKey!, log) : { box: new SecretBox(Buffer.from(s.masterKey!, 'base64')), unsealer: null };
+    const started = role === 'api' ? await startApiNode(config, s.fleet!.secret!, secrets.box!, log) : await startVmHost(s, secrets, log, link);
     const { core } = started;
     // A VM host takes no bearer token but an admin's for /metrics, and writes no token: its
     // database role may not (docs/scaling.md, "The VM hosts' database role").
@@ -70,7 +74,7 @@ runPart(
       maxFileBytes: config.maxFileBytes,
       listenHost: config.host,
       ingress: { domain: config.egress.ingress.domain, port: config.egress.ingress.port },
-      fleet: started.hop !== undefined ? vmHostRole(core, started.hop) : started.forwarder?.role(),
+      fleet: started.hop !== undefined ? vmHostRole(core, started.hop) : started.apiRole,
     });
     // A VM host serves the hop (with /healthz and /metrics) on its internal port alone; over TLS
     // alone once it is enrolled.
@@ -97,7 +101,7 @@ async function startApiNode(config: Config, secret: string, secretBox: SecretBox
   const entry = new IngressEntry(store, core.nodes, config.egress.ingress.domain, client.keys, log);
   return {
     core,
-    forwarder: new Forwarder(store, core.nodes, client, JSON_BODY_LIMIT),
+    apiRole: { ...new Forwarder(store, core.nodes, client, JSON_BODY_LIMIT).role(), routes: unsealRoutes(core, client.keys) },
     beforeListen: () => entry.listen(config.egress.ingress.host, config.egress.ingress.port),
     close: async () => {
       await entry.close();
@@ -107,7 +111,7 @@ async function startApiNode(config: Config, secret: string, secretBox: SecretBox
 }
 
 /** A single host (`all`) or a fleet's VM host (`node`): its VMs through the host process, and for a node its lease. */
-async function startVmHost({ config, role, fleet, hostId }: ApiPartSettings, secretBox: SecretBox, log: pino.Logger, link: PartLink): Promise<Started> {
+async function startVmHost({ config, role, fleet, hostId }: ApiPartSettings, secrets: SecretOpening, log: pino.Logger, link: PartLink): Promise<Started> {
   const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'a database connection failed; it is replaced') });
   const node = role === 'node' ? config.fleet.nodeName : null;
   const secret = fleet?.nodeKey;
@@ -115,10 +119,10 @@ async function startVmHost({ config, role, fleet, hostId }: ApiPartSettings, sec
   if (node !== null && credential === null) log.warn({ node }, 'this VM host holds the fleet secret and serves the hop without TLS: enroll it (vessel node enroll) and give it VESSEL_NODE_KEY instead');
   // A fleet's hosts share one CA, from the store: a checkpoint's guest trusts it on whichever host
   // its files move to. A single host keeps its own, which the host process reads from its files.
-  const fleetCa = credential !== null ? await credential.egressCa : role === 'node' ? await CertificateAuthority.shared((proposed) => store.nodes.shared('egress-ca', proposed), secretBox) : null;
+  const fleetCa = credential !== null ? await credential.egressCa : role === 'node' ? await CertificateAuthority.shared((proposed) => store.nodes.shared('egress-ca', proposed), secrets.box!) : null;
   const facts = await link.call<HostFacts>('startHost', { egressCa: fleetCa === null ? null : fleetCa.pems() });
   const host = new RemoteHost(link, facts);
-  const core = new Core({ store, driver: host, gateway: host, secretBox, log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize, node });
+  const core = new Core({ store, driver: host, gateway: host, secretBox: secrets.box, unsealer: secrets.unsealer, log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize, node });
   answerGateway(link, core);
   const { advertiseHost, internalPort, leaseSecs } = config.fleet;
   const lease =

@@ -23,8 +23,8 @@ export interface ApiPartSettings {
   config: Config;
   role: Role;
   fleet: FleetKeySettings | null;
-  /** The master key, base64: the service read it from its file or the environment. */
-  masterKey: string;
+  /** The master key, base64: the service read it from its file or the environment; none on an enrolled VM host. */
+  masterKey: string | null;
   adminToken: string;
   /** A fleet host's identity (its file is in the data directory, root's): which process holds its name's lease. */
   hostId: string | null;

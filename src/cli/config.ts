@@ -57,6 +57,8 @@ export interface Config {
     advertiseHost: string;
     /** How long a VM host's lease lasts unless renewed; it renews three times within it. */
     leaseSecs: number;
+    /** Where an enrolled VM host reaches API nodes to have secrets unsealed (VESSEL_API_URL): origins, asked in turn. */
+    apiUrls: string[];
   };
 }
 
@@ -71,6 +73,26 @@ export function checkNodeName(given: string, setting = 'VESSEL_NODE_NAME'): stri
 }
 
 const nodeName = (env: NodeJS.ProcessEnv): string => checkNodeName(env.VESSEL_NODE_NAME || hostname());
+
+/**
+ * VESSEL_API_URL: one or more origins (`http://` or `https://`, host and port, no path), separated
+ * by commas or spaces. The host signs the path it calls, so an address with a path of its own
+ * (a proxy that rewrites it) would be refused at every call: refused here instead.
+ */
+export function apiUrls(text: string | undefined): string[] {
+  const list = (text ?? '').split(/[\s,]+/).filter((s) => s !== '');
+  return list.map((entry) => {
+    let url: URL;
+    try {
+      url = new URL(entry);
+    } catch {
+      throw new Error(`VESSEL_API_URL: '${entry.slice(0, 80)}' is not a URL`);
+    }
+    const plainOrigin = (url.protocol === 'http:' || url.protocol === 'https:') && url.username === '' && url.password === '' && url.pathname === '/' && url.search === '' && url.hash === '';
+    if (!plainOrigin) throw new Error(`VESSEL_API_URL: '${entry.slice(0, 80)}' must be an http:// or https:// address with no path, query or credentials (an API node's, or its Service's)`);
+    return url.origin;
+  });
+}
 
 /** Only a PostgreSQL URL: a typo must not silently fall back to a fresh SQLite file. */
 function databaseUrl(env: NodeJS.ProcessEnv): string | undefined {
@@ -181,6 +203,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       internalPort: int(env, 'VESSEL_INTERNAL_PORT', 8082),
       advertiseHost: env.VESSEL_ADVERTISE_HOST || (['0.0.0.0', '::'].includes(env.VESSEL_HOST ?? '') ? hostname() : (env.VESSEL_HOST ?? '127.0.0.1')),
       leaseSecs: int(env, 'VESSEL_NODE_LEASE_SECS', 15),
+      apiUrls: apiUrls(env.VESSEL_API_URL),
     },
   };
 }

@@ -68,8 +68,9 @@ export async function serve(config: Config, role: Role = 'all'): Promise<void> {
   ensureDataDir(config.dataDir);
   // An API node keeps nothing in its data directory that another process could share by mistake.
   const unlock = role === 'api' ? () => undefined : lockDataDir(config.dataDir);
-  // Before anything slow: a key or token file that others can read is refused at once.
-  const masterKey = loadMasterKey(config.dataDir, config.masterKey);
+  // Before anything slow: a key or token file that others can read is refused at once. An
+  // enrolled VM host holds no master key: API nodes unseal its secrets (docs/scaling.md).
+  const masterKey = fleet?.enrolled === true ? null : loadMasterKey(config.dataDir, config.masterKey);
   const admin = loadAdminToken(config.dataDir, config.adminToken);
   const hostId = role === 'node' ? hostIdentity(config.dataDir) : null;
   const prepared = role === 'api' ? null : await prepareHost(config, log);
@@ -85,7 +86,7 @@ export async function serve(config: Config, role: Role = 'all'): Promise<void> {
     entry: fileURLToPath(new URL('./api-process.js', import.meta.url)),
     maxHeapMib: API_HEAP_MIB,
     startTimeoutMs: API_START_TIMEOUT_MS,
-    settings: (): ApiPartSettings => ({ config, role, fleet, masterKey: masterKey.toString('base64'), adminToken: admin.token, hostId, user }),
+    settings: (): ApiPartSettings => ({ config, role, fleet, masterKey: masterKey?.toString('base64') ?? null, adminToken: admin.token, hostId, user }),
     handlers: (link) =>
       serveHost(link, (egressCa) => {
         if (prepared === null) return Promise.reject(new Error('an API node runs no VMs'));

@@ -5,7 +5,7 @@ import { ConsoleLogService } from './console-log.js';
 import { EgressService } from './egress.js';
 import { FileService } from './files.js';
 import { ProcessService } from './processes.js';
-import type { NetworkGateway, Store, VmDriver } from './ports.js';
+import type { NetworkGateway, SecretUnsealer, Store, VmDriver } from './ports.js';
 import { TenantQuotas } from './quotas.js';
 import { RuleService } from './rules.js';
 import { RuntimeMoves } from './runtime-moves.js';
@@ -22,7 +22,10 @@ export interface CorePorts {
   store: Store;
   driver: VmDriver;
   gateway: NetworkGateway;
-  secretBox: SecretBox;
+  /** The master key's box; null in a process that holds none (an enrolled VM host), which is given `unsealer`. */
+  secretBox: SecretBox | null;
+  /** Where a VM host without the master key has secrets opened for its gateway: an API node. */
+  unsealer?: SecretUnsealer | null;
   log: Logger;
   /** What each tenant may hold unless an operator set limits of its own (docs/api.md, "Quotas"). */
   tenantLimits: TenantLimits;
@@ -60,10 +63,12 @@ export class Core {
   constructor(private readonly ports: CorePorts) {
     const { store, driver, gateway, secretBox, log } = ports;
     const node = ports.node ?? null;
+    const unsealer = ports.unsealer ?? null;
+    if (secretBox === null && unsealer === null) throw new Error('the core needs the master key, or an unsealer to ask for secrets');
     this.tokens = new TokenService(store);
     this.secrets = new SecretService(store, secretBox);
     this.audits = new AuditService(store);
-    this.egress = new EgressService(store, gateway, this.secrets, this.audits, (id) => this.runtimes.touch(id), log, node);
+    this.egress = new EgressService(store, gateway, this.secrets, this.audits, (id) => this.runtimes.touch(id), log, node, unsealer);
     this.#pool = new WarmPool(driver, gateway, ports.warmPoolSize ?? 0, log);
     const quotas = new TenantQuotas(store, ports.tenantLimits, async (tenantId) => {
       const [runtimes, checkpoints] = await Promise.all([store.runtimes.listAll(), store.checkpoints.listAll()]);

@@ -4,7 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { auditText, type AuditService } from './audits.js';
-import type { EgressSubject, GatewayHooks, NetworkGateway, Store } from './ports.js';
+import type { EgressSubject, GatewayHooks, NetworkGateway, RevealedSecret, SecretUnsealer, Store } from './ports.js';
 import type { Logger } from './runtimes.js';
 import type { SecretService } from './secrets.js';
 import type { Audit, EgressAuditDetail, EgressAuditDetails, EgressAuditKind, Runtime } from './types.js';
@@ -61,6 +61,8 @@ export class EgressService implements GatewayHooks {
     private readonly log: Logger,
     /** The VM host this process is; null on a single host. Its gateway serves only its own runtimes. */
     private readonly node: string | null = null,
+    /** Where secrets are opened when this process holds no master key (an enrolled VM host); null: here. */
+    private readonly unsealer: SecretUnsealer | null = null,
   ) {}
 
   async subject(rt: Runtime): Promise<EgressSubject> {
@@ -85,9 +87,9 @@ export class EgressService implements GatewayHooks {
     await this.gateway.restore(await Promise.all(runtimes.map((rt) => this.subject(rt))));
   }
 
-  async revealSecret(tenantId: string, secretId: string): Promise<{ value: string; cacheTtlSecs: number } | null> {
-    const secret = await this.store.secrets.find(tenantId, secretId);
-    return secret === undefined ? null : { value: this.secrets.reveal(secret), cacheTtlSecs: secret.cacheTtlSecs };
+  /** Opened here with the master key, or, on a VM host that holds none, by an API node (`unsealer`). */
+  revealSecret(tenantId: string, secretId: string): Promise<RevealedSecret | null> {
+    return this.unsealer === null ? this.secrets.reveal(tenantId, secretId) : this.unsealer.unseal(tenantId, secretId);
   }
 
   audit<K extends EgressAuditKind>(runtimeId: string, tenantId: string, kind: K, detail: EgressAuditDetails[K]): void {

@@ -20,6 +20,7 @@ import type {
   ProcessStream,
   Resources,
   Runtime,
+  SealedSecret,
   Secret,
   NodeLoad,
   NodeRegistration,
@@ -61,7 +62,7 @@ export interface Store {
      */
     handOver(id: string, expected: { node: string; updatedAt: string }, next: { node: string; statusMessage: string | null; updatedAt: string }): Promise<boolean>;
   };
-  readonly secrets: TenantRepo<Secret>;
+  readonly secrets: SecretRepo;
   readonly rules: RuleRepo;
   readonly checkpoints: CheckpointRepo;
   readonly audits: AuditRepo;
@@ -103,6 +104,21 @@ export interface TenantRepo<T extends { id: string; tenantId: string }> {
   delete(tenantId: string, id: string): Promise<boolean>;
 }
 
+/**
+ * A tenant's secrets. Reads give what a secret is, never its value: the sealed value is read
+ * apart, by the processes that hold the master key (API nodes, a single host). A fleet's VM host
+ * may not read it at all (its database role has no SELECT on the column; docs/scaling.md).
+ */
+export interface SecretRepo {
+  insert(secret: SealedSecret): Promise<void>;
+  /** By id first, then by display name. */
+  find(tenantId: string, idOrName: string): Promise<Secret | undefined>;
+  list(tenantId: string, page: PageRequest): Promise<Page<Secret>>;
+  delete(tenantId: string, id: string): Promise<boolean>;
+  /** The tenant's secret with this id (never a name) and its sealed value. */
+  findSealed(tenantId: string, id: string): Promise<SealedSecret | undefined>;
+}
+
 export interface TokenRepo {
   insert(token: Token): Promise<void>;
   /** Upsert, used for the bootstrap admin token whose id is fixed. */
@@ -126,6 +142,8 @@ export interface RuleRepo {
   /** All rules of one runtime, for the egress gateway. */
   listForRuntime(runtimeId: string): Promise<InjectionRule[]>;
   countForSecret(secretId: string): Promise<number>;
+  /** Whether a rule of a runtime the store places on VM host `node` names the tenant's secret `secretId`. */
+  namesSecretOnNode(tenantId: string, secretId: string, node: string): Promise<boolean>;
   delete(tenantId: string, id: string): Promise<boolean>;
   deleteForRuntime(runtimeId: string): Promise<number>;
 }
@@ -216,10 +234,25 @@ export interface EgressSubject {
   rules: InjectionRule[];
 }
 
+/** A secret's plaintext for the gateway, and how long the gateway may keep it. */
+export interface RevealedSecret {
+  value: string;
+  cacheTtlSecs: number;
+}
+
+/**
+ * Where a fleet's VM host gets the plaintext of a secret its gateway injects, when it holds no
+ * master key: an API node, which opens it only for a rule of a runtime on that host
+ * (src/cluster/secret-unsealing.ts). Null when the secret is gone.
+ */
+export interface SecretUnsealer {
+  unseal(tenantId: string, secretId: string): Promise<RevealedSecret | null>;
+}
+
 /** What the gateway asks of the core while it runs. */
 export interface GatewayHooks {
   /** The plaintext of a rule's secret and how long the gateway may keep it. */
-  revealSecret(tenantId: string, secretId: string): Promise<{ value: string; cacheTtlSecs: number } | null>;
+  revealSecret(tenantId: string, secretId: string): Promise<RevealedSecret | null>;
   audit<K extends EgressAuditKind>(runtimeId: string, tenantId: string, kind: K, detail: EgressAuditDetails[K]): void;
   /** Egress and ingress are activity: they keep a runtime from being suspended as idle. */
   activity(runtimeId: string): void;

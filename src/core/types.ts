@@ -74,14 +74,18 @@ export interface RuntimeFilter {
   statuses: RuntimeStatus[];
 }
 
+/** What a secret is, as every reader of the store may see it: never its value, sealed or not. */
 export interface Secret {
   id: string;
   tenantId: string;
   displayName: string;
   cacheTtlSecs: number;
-  /** AES-256-GCM sealed value; never leaves the core unsealed except towards the egress gateway. */
-  sealedValue: string;
   createdAt: string;
+}
+
+/** A secret as it is stored: with its value, AES-256-GCM sealed under the master key (secret-box.ts). */
+export interface SealedSecret extends Secret {
+  sealedValue: string;
 }
 
 export interface InjectionConfig {

@@ -2,8 +2,8 @@
  * The PostgreSQL role VM hosts connect as (docs/scaling.md, "The VM hosts' database role"): what
  * a host needs to run its runtimes, and no more. API nodes and the operator's CLI keep the owner's
  * role; a compromised host holding this one cannot write a token (so cannot mint one, admin or
- * not), change a secret, a tenant's limits or the fleet's settings (its CAs and enrollments), nor
- * change the schema.
+ * not), read a secret's sealed value, change a secret, a tenant's limits or the fleet's settings
+ * (its CAs and enrollments), nor change the schema.
  *
  * Every table has its line here: `HOST_PRIVILEGES` is checked against the schema by the tests, so
  * a table added by a migration without a decision about hosts fails them. `vessel node db-role
@@ -12,13 +12,16 @@
  */
 import pg from 'pg';
 
-/** What a VM host may do to each table. */
-export const HOST_PRIVILEGES: Readonly<Record<string, readonly ('SELECT' | 'INSERT' | 'UPDATE' | 'DELETE')[]>> = {
+type Privilege = 'SELECT' | 'INSERT' | 'UPDATE' | 'DELETE';
+
+/** What a VM host may do to each table: privileges on the whole table, or SELECT of the columns named. */
+export const HOST_PRIVILEGES: Readonly<Record<string, readonly Privilege[] | { select: readonly string[] }>> = {
   schema_migrations: ['SELECT'],
   // Read for /metrics, which takes an admin token on a host; never written.
   tokens: ['SELECT'],
-  // Read to check a rule's secret and to open its value for injection; created and deleted by API nodes.
-  secrets: ['SELECT'],
+  // Found by name or id for a rule; made and deleted by API nodes. Never the sealed value: an API
+  // node opens a secret for a host, and only for a rule of a runtime on it (docs/scaling.md).
+  secrets: { select: ['seq', 'id', 'tenant_id', 'display_name', 'cache_ttl_secs', 'created_at'] },
   tenant_limits: ['SELECT'],
   // Its CAs and the hosts' enrollments: written by API nodes and the operator alone.
   fleet_settings: ['SELECT'],
@@ -39,7 +42,10 @@ export function hostRoleStatements(role: string): string[] {
   return [
     `REVOKE ALL ON ALL TABLES IN SCHEMA __SCHEMA__ FROM ${r}`,
     `GRANT USAGE ON SCHEMA __SCHEMA__ TO ${r}`,
-    ...Object.entries(HOST_PRIVILEGES).map(([table, privileges]) => `GRANT ${privileges.join(', ')} ON ${pg.escapeIdentifier(table)} TO ${r}`),
+    ...Object.entries(HOST_PRIVILEGES).map(([table, privileges]) => {
+      const what = 'select' in privileges ? `SELECT (${privileges.select.map((c) => pg.escapeIdentifier(c)).join(', ')})` : privileges.join(', ');
+      return `GRANT ${what} ON ${pg.escapeIdentifier(table)} TO ${r}`;
+    }),
   ];
 }
 

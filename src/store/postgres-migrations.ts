@@ -160,4 +160,13 @@ export const PG_MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
       ALTER TABLE nodes ADD COLUMN holder TEXT;
     `,
   },
+  {
+    // VM hosts no longer read secrets' sealed values: an API node opens a secret for a host
+    // (docs/scaling.md, "Secrets on VM hosts"). Applying this grants the hosts' role again, as
+    // every migration does, now without that column.
+    version: 7,
+    sql: `
+      COMMENT ON COLUMN secrets.sealed_value IS 'sealed with the master key; the VM hosts'' role may not read it';
+    `,
+  },
 ];

@@ -9,8 +9,8 @@ import pg from 'pg';
 import { alreadyExists, failedPrecondition, notFound } from '../core/errors.js';
 import { LIVE_STATUSES, STOPPED_STATUSES } from '../core/lifecycle.js';
 import { isUuid } from '../core/names.js';
-import type { AuditRepo, CheckpointRepo, NodeRepo, QuotaRepo, RuleRepo, Store, TenantRepo, TokenRepo } from '../core/ports.js';
-import type { NodeLoad, Page, PageRequest, Runtime, RuntimeFilter, Secret, TenantLimits } from '../core/types.js';
+import type { AuditRepo, CheckpointRepo, NodeRepo, QuotaRepo, RuleRepo, SecretRepo, Store, TenantRepo, TokenRepo } from '../core/ports.js';
+import type { NodeLoad, Page, PageRequest, Runtime, RuntimeFilter, SealedSecret, Secret, TenantLimits } from '../core/types.js';
 import { PG_MIGRATIONS } from './postgres-migrations.js';
 import { HOST_ROLE_SETTING, grantHostRole } from './postgres-host-role.js';
 import {
@@ -21,6 +21,7 @@ import {
   NODE_REGISTRATION_COLUMNS,
   RULE_COLUMNS,
   RUNTIME_COLUMNS,
+  SEALED_SECRET_COLUMNS,
   SECRET_COLUMNS,
   TOKEN_COLUMNS,
   auditFromRow,
@@ -39,8 +40,9 @@ import {
   ruleToRow,
   runtimeFromRow,
   runtimeToRow,
+  sealedSecretFromRow,
+  sealedSecretToRow,
   secretFromRow,
-  secretToRow,
   tokenFromRow,
   tokenToRow,
   type Row,
@@ -150,8 +152,12 @@ export async function migratePostgres(pool: pg.Pool): Promise<void> {
 const placeholders = (n: number, from = 1): string => Array.from({ length: n }, (_, i) => `$${i + from}`).join(', ');
 const valuesOf = (row: Row, columns: string[]): unknown[] => columns.map((c) => row[c]);
 
-/** Tenant-owned records named by display_name, as the SQLite store's TenantTable. `columns` starts with id. */
-class PgTenantTable<T extends { id: string; tenantId: string; displayName: string }> implements TenantRepo<T> {
+/**
+ * Tenant-owned records named by display_name, as the SQLite store's TenantTable. `columns` starts
+ * with id. Written as T; read as R, from the columns `select` names (all by default): a table
+ * whose readers may not all see every column (secrets) names those they may.
+ */
+class PgTenantTable<T extends { id: string; tenantId: string; displayName: string }, R = T> {
   readonly #insert: Sql;
   readonly #update: Sql;
   readonly #findId: Sql;
@@ -167,16 +173,17 @@ class PgTenantTable<T extends { id: string; tenantId: string; displayName: strin
     table: string,
     private readonly columns: string[],
     private readonly toRow: (r: T) => Row,
-    readonly fromRow: (r: Row) => T,
+    readonly fromRow: (r: Row) => R,
+    select = '*',
   ) {
     if (columns[0] !== 'id') throw new Error(`${table}: the first column must be id`);
     this.#insert = new Sql(`INSERT INTO ${table} (${columns.join(', ')}) VALUES (${placeholders(columns.length)})`);
     this.#update = new Sql(`UPDATE ${table} SET ${columns.slice(1).map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`);
-    this.#findId = new Sql(`SELECT * FROM ${table} WHERE id = $1 AND tenant_id = $2`);
-    this.#findName = new Sql(`SELECT * FROM ${table} WHERE tenant_id = $1 AND display_name = $2`);
-    this.#findById = new Sql(`SELECT * FROM ${table} WHERE id = $1`);
-    this.#list = new Sql(`SELECT * FROM ${table} WHERE tenant_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3`);
-    this.#all = new Sql(`SELECT * FROM ${table} ORDER BY seq`);
+    this.#findId = new Sql(`SELECT ${select} FROM ${table} WHERE id = $1 AND tenant_id = $2`);
+    this.#findName = new Sql(`SELECT ${select} FROM ${table} WHERE tenant_id = $1 AND display_name = $2`);
+    this.#findById = new Sql(`SELECT ${select} FROM ${table} WHERE id = $1`);
+    this.#list = new Sql(`SELECT ${select} FROM ${table} WHERE tenant_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3`);
+    this.#all = new Sql(`SELECT ${select} FROM ${table} ORDER BY seq`);
     this.#delete = new Sql(`DELETE FROM ${table} WHERE tenant_id = $1 AND id = $2`);
   }
 
@@ -192,21 +199,21 @@ class PgTenantTable<T extends { id: string; tenantId: string; displayName: strin
   insert = (record: T): Promise<void> => this.#write(this.#insert, record);
   update = (record: T): Promise<void> => this.#write(this.#update, record);
 
-  async find(tenantId: string, ref: string): Promise<T | undefined> {
+  async find(tenantId: string, ref: string): Promise<R | undefined> {
     const row = isUuid(ref) ? await this.#findId.one(this.db, [ref.toLowerCase(), tenantId]) : await this.#findName.one(this.db, [tenantId, ref]);
     return row === undefined ? undefined : this.fromRow(row);
   }
 
-  async findById(id: string): Promise<T | undefined> {
+  async findById(id: string): Promise<R | undefined> {
     const row = await this.#findById.one(this.db, [id]);
     return row === undefined ? undefined : this.fromRow(row);
   }
 
-  async list(tenantId: string, p: PageRequest): Promise<Page<T>> {
+  async list(tenantId: string, p: PageRequest): Promise<Page<R>> {
     return page(await this.#list.rows(this.db, [tenantId, decodePageToken(p.pageToken), p.limit + 1]), p.limit, this.fromRow);
   }
 
-  async listAll(): Promise<T[]> {
+  async listAll(): Promise<R[]> {
     return (await this.#all.rows(this.db)).map(this.fromRow);
   }
 
@@ -222,6 +229,24 @@ class PgTenantTable<T extends { id: string; tenantId: string; displayName: strin
   }
 }
 
+/**
+ * Secrets: read without their sealed value, which only findSealed selects. A VM host's role may
+ * select every column but that one (postgres-host-role.ts), so what a host runs never names it.
+ */
+class PgSecretTable extends PgTenantTable<SealedSecret, Secret> implements SecretRepo {
+  readonly #sealed = new Sql(`SELECT ${SEALED_SECRET_COLUMNS.join(', ')} FROM secrets WHERE id = $1 AND tenant_id = $2`);
+
+  constructor(db: pg.Pool) {
+    super(db, 'secret', 'secrets', SEALED_SECRET_COLUMNS, sealedSecretToRow, secretFromRow, ['seq', ...SECRET_COLUMNS].join(', '));
+  }
+
+  async findSealed(tenantId: string, id: string): Promise<SealedSecret | undefined> {
+    if (!isUuid(id)) return undefined;
+    const row = await this.#sealed.one(this.db, [id.toLowerCase(), tenantId]);
+    return row === undefined ? undefined : sealedSecretFromRow(row);
+  }
+}
+
 export interface PostgresStoreOptions {
   /** Connections this process keeps at most. */
   poolSize?: number;
@@ -234,7 +259,7 @@ export interface PostgresStoreOptions {
  * matches (as on SQLite): the statuses (empty keeps all), and label selectors as [key, value or
  * null] pairs, each of which the runtime's labels must hold.
  */
-class PgRuntimeTable extends PgTenantTable<Runtime> {
+class PgRuntimeTable extends PgTenantTable<Runtime> implements TenantRepo<Runtime> {
   readonly #matching = new Sql(
     `SELECT * FROM runtimes r WHERE tenant_id = $1 AND seq < $2
        AND (cardinality($3::text[]) = 0 OR status = ANY($3::text[]))
@@ -277,7 +302,7 @@ export class PostgresStore implements Store {
   #closed = false;
   readonly tokens: TokenRepo;
   readonly runtimes: PgRuntimeTable;
-  readonly secrets: PgTenantTable<Secret>;
+  readonly secrets: PgSecretTable;
   readonly rules: RuleRepo;
   readonly checkpoints: CheckpointRepo;
   readonly audits: AuditRepo;
@@ -287,7 +312,7 @@ export class PostgresStore implements Store {
   private constructor(pool: pg.Pool) {
     this.#pool = pool;
     this.runtimes = new PgRuntimeTable(pool);
-    this.secrets = new PgTenantTable(pool, 'secret', 'secrets', SECRET_COLUMNS, secretToRow, secretFromRow);
+    this.secrets = new PgSecretTable(pool);
     this.tokens = tokenRepo(pool);
     this.rules = ruleRepo(pool);
     this.checkpoints = checkpointRepo(pool);
@@ -353,6 +378,8 @@ function ruleRepo(db: pg.Pool): RuleRepo {
   const listRt = new Sql('SELECT * FROM injection_rules WHERE tenant_id = $1 AND runtime_id = $2 AND seq < $3 ORDER BY seq DESC LIMIT $4');
   const forRuntime = new Sql('SELECT * FROM injection_rules WHERE runtime_id = $1 ORDER BY seq');
   const countSecret = new Sql('SELECT count(*) AS n FROM injection_rules WHERE secret_id = $1');
+  // The runtime must be the rule's tenant's: a row that says otherwise was not made by the API.
+  const secretOnNode = new Sql('SELECT 1 FROM injection_rules r JOIN runtimes rt ON rt.id = r.runtime_id AND rt.tenant_id = r.tenant_id WHERE r.tenant_id = $1 AND r.secret_id = $2 AND rt.node = $3 LIMIT 1');
   const del = new Sql('DELETE FROM injection_rules WHERE tenant_id = $1 AND id = $2');
   const delRt = new Sql('DELETE FROM injection_rules WHERE runtime_id = $1');
   return {
@@ -378,6 +405,7 @@ function ruleRepo(db: pg.Pool): RuleRepo {
     },
     listForRuntime: async (runtimeId) => (await forRuntime.rows(db, [runtimeId])).map(ruleFromRow),
     countForSecret: async (secretId) => Number((await countSecret.one(db, [secretId]))!.n),
+    namesSecretOnNode: async (tenantId, secretId, node) => (await secretOnNode.one(db, [tenantId, secretId, node])) !== undefined,
     delete: async (tenantId, id) => (await del.count(db, [tenantId, id])) > 0,
     deleteForRuntime: async (runtimeId) => delRt.count(db, [runtimeId]),
   };

@@ -4,7 +4,7 @@
  * JSON and timestamps are stored as text in every store, so that one mapping serves all of them.
  */
 import { VesselError, invalidArgument } from '../core/errors.js';
-import type { Audit, Checkpoint, InjectionRule, NodeRegistration, Page, Runtime, Secret, TenantLimits, Token, VmNode } from '../core/types.js';
+import type { Audit, Checkpoint, InjectionRule, NodeRegistration, Page, Runtime, SealedSecret, Secret, TenantLimits, Token, VmNode } from '../core/types.js';
 
 export type Row = Record<string, unknown>;
 
@@ -80,23 +80,25 @@ export const runtimeFromRow = (r: Row): Runtime => ({
   node: strOrNull(r.node),
 });
 
-export const SECRET_COLUMNS = ['id', 'tenant_id', 'display_name', 'cache_ttl_secs', 'sealed_value', 'created_at'];
-export const secretToRow = (s: Secret): Row => ({
+/** What every reader of the store may see of a secret (a VM host's database role reads these alone). */
+export const SECRET_COLUMNS = ['id', 'tenant_id', 'display_name', 'cache_ttl_secs', 'created_at'];
+export const SEALED_SECRET_COLUMNS = [...SECRET_COLUMNS, 'sealed_value'];
+export const sealedSecretToRow = (s: SealedSecret): Row => ({
   id: s.id,
   tenant_id: s.tenantId,
   display_name: s.displayName,
   cache_ttl_secs: s.cacheTtlSecs,
-  sealed_value: s.sealedValue,
   created_at: s.createdAt,
+  sealed_value: s.sealedValue,
 });
 export const secretFromRow = (r: Row): Secret => ({
   id: str(r.id),
   tenantId: str(r.tenant_id),
   displayName: str(r.display_name),
   cacheTtlSecs: Number(r.cache_ttl_secs),
-  sealedValue: str(r.sealed_value),
   createdAt: str(r.created_at),
 });
+export const sealedSecretFromRow = (r: Row): SealedSecret => ({ ...secretFromRow(r), sealedValue: str(r.sealed_value) });
 
 export const tokenFromRow = (r: Row): Token => ({
   id: str(r.id),

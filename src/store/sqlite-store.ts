@@ -8,8 +8,8 @@ import { Database, type Statement } from './sqlite-driver.js';
 import { alreadyExists } from '../core/errors.js';
 import { LIVE_STATUSES, STOPPED_STATUSES } from '../core/lifecycle.js';
 import { isUuid } from '../core/names.js';
-import type { AuditFilter, AuditRepo, AuditRetention, CheckpointRepo, NodeRepo, QuotaRepo, RuleRepo, Store, TenantLimitOverrides, TenantRepo, TokenFilter, TokenRepo } from '../core/ports.js';
-import type { Audit, NodeLoad, Page, PageRequest, Runtime, RuntimeFilter, Secret, TenantLimits } from '../core/types.js';
+import type { AuditFilter, AuditRepo, AuditRetention, CheckpointRepo, NodeRepo, QuotaRepo, RuleRepo, SecretRepo, Store, TenantLimitOverrides, TenantRepo, TokenFilter, TokenRepo } from '../core/ports.js';
+import type { Audit, NodeLoad, Page, PageRequest, Runtime, RuntimeFilter, SealedSecret, Secret, TenantLimits } from '../core/types.js';
 import { MIGRATIONS } from './migrations.js';
 import {
   CHECKPOINT_COLUMNS,
@@ -17,7 +17,7 @@ import {
   LIMIT_NAMES,
   NODE_REGISTRATION_COLUMNS,
   RUNTIME_COLUMNS,
-  SECRET_COLUMNS,
+  SEALED_SECRET_COLUMNS,
   TOKEN_COLUMNS,
   auditFromRow,
   checkpointFromRow,
@@ -33,8 +33,8 @@ import {
   ruleFromRow,
   runtimeFromRow,
   runtimeToRow,
-  secretFromRow,
-  secretToRow,
+  sealedSecretFromRow,
+  sealedSecretToRow,
   tokenFromRow,
   tokenToRow,
   type Row,
@@ -231,11 +231,42 @@ class RuntimeTable extends TenantTable<Runtime> {
   }
 }
 
+const withoutValue = ({ sealedValue: _, ...secret }: SealedSecret): Secret => secret;
+
+/**
+ * Secrets, read whole: SQLite serves a single host (and its CLI), which holds the master key.
+ * What leaves here carries no sealed value but through findSealed, as on PostgreSQL, where a VM
+ * host's role may not read it.
+ */
+class SecretTable implements SecretRepo {
+  readonly #rows: TenantTable<SealedSecret>;
+
+  constructor(db: Db) {
+    this.#rows = new TenantTable(db, 'secret', 'secrets', SEALED_SECRET_COLUMNS, sealedSecretToRow, sealedSecretFromRow, { immutableRows: true });
+  }
+
+  insert = (secret: SealedSecret): Promise<void> => this.#rows.insert(secret);
+
+  async find(tenantId: string, ref: string): Promise<Secret | undefined> {
+    const found = await this.#rows.find(tenantId, ref);
+    return found === undefined ? undefined : withoutValue(found);
+  }
+
+  async list(tenantId: string, p: PageRequest): Promise<Page<Secret>> {
+    const listed = await this.#rows.list(tenantId, p);
+    return { ...listed, items: listed.items.map(withoutValue) };
+  }
+
+  delete = (tenantId: string, id: string): Promise<boolean> => this.#rows.delete(tenantId, id);
+
+  findSealed = async (tenantId: string, id: string): Promise<SealedSecret | undefined> => (isUuid(id) ? this.#rows.find(tenantId, id) : undefined);
+}
+
 export class SqliteStore implements Store {
   readonly #db: Db;
   readonly tokens: TokenRepo;
   readonly runtimes: RuntimeTable;
-  readonly secrets: TenantTable<Secret>;
+  readonly secrets: SecretTable;
   readonly rules: RuleRepo;
   readonly checkpoints: CheckpointRepo;
   readonly audits: AuditRepo;
@@ -245,7 +276,7 @@ export class SqliteStore implements Store {
   constructor(file: string) {
     const db = (this.#db = openDatabase(file));
     this.runtimes = new RuntimeTable(db);
-    this.secrets = new TenantTable(db, 'secret', 'secrets', SECRET_COLUMNS, secretToRow, secretFromRow, { immutableRows: true });
+    this.secrets = new SecretTable(db);
     this.tokens = tokenRepo(db);
     this.rules = ruleRepo(db);
     this.checkpoints = checkpointRepo(db);
@@ -301,6 +332,8 @@ function ruleRepo(db: Db): RuleRepo {
   const listRt = db.prepare('SELECT * FROM injection_rules WHERE tenant_id = ? AND runtime_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?');
   const forRuntime = db.prepare('SELECT * FROM injection_rules WHERE runtime_id = ? ORDER BY seq');
   const countSecret = db.prepare('SELECT count(*) AS n FROM injection_rules WHERE secret_id = ?');
+  // The runtime must be the rule's tenant's: a row that says otherwise was not made by the API.
+  const secretOnNode = db.prepare('SELECT 1 FROM injection_rules r JOIN runtimes rt ON rt.id = r.runtime_id AND rt.tenant_id = r.tenant_id WHERE r.tenant_id = ? AND r.secret_id = ? AND rt.node = ? LIMIT 1');
   const del = db.prepare('DELETE FROM injection_rules WHERE tenant_id = ? AND id = ?');
   const delRt = db.prepare('DELETE FROM injection_rules WHERE runtime_id = ?');
   return {
@@ -317,6 +350,7 @@ function ruleRepo(db: Db): RuleRepo {
     },
     listForRuntime: async (runtimeId) => (forRuntime.all(runtimeId) as Row[]).map(ruleFromRow),
     countForSecret: async (secretId) => (countSecret.get(secretId) as { n: number }).n,
+    namesSecretOnNode: async (tenantId, secretId, node) => secretOnNode.get(tenantId, secretId, node) !== undefined,
     delete: async (tenantId, id) => del.run(tenantId, id).changes > 0,
     deleteForRuntime: async (runtimeId) => delRt.run(runtimeId).changes,
   };

@@ -1,8 +1,8 @@
 /**
  * The VM hosts' PostgreSQL role (src/store/postgres-host-role.ts; issue 26 §4), on a real
- * PostgreSQL: a store opened with it does what a host does, and the role cannot write a token, a
- * secret, a tenant's limits or the fleet's settings (its CAs and the hosts' enrollments), nor
- * change the schema.
+ * PostgreSQL: a store opened with it does what a host does, and the role cannot read a secret's
+ * sealed value, write a token, a secret, a tenant's limits or the fleet's settings (its CAs and
+ * the hosts' enrollments), nor change the schema.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -48,12 +48,16 @@ test('a store opened as the VM hosts\' role does what a host does: leases, runti
     const rt = { ...runtime('acme', 'web'), node: 'host-1' };
     await host.runtimes.insert(rt);
     await host.runtimes.update({ ...rt, status: 'paused' });
-    // A secret is made on an API node; the host reads it and makes a rule with it.
+    // A secret is made on an API node; the host finds it, by name and by id, and makes a rule with it.
     await owner.secrets.insert({ id: randomUUID(), tenantId: 'acme', displayName: 'key', cacheTtlSecs: 0, sealedValue: 'v1.x.y.z', createdAt: new Date().toISOString() });
     const secret = (await host.secrets.find('acme', 'key'))!;
+    assert.equal((await host.secrets.find('acme', secret.id))?.displayName, 'key');
     const ruleId = randomUUID();
     await host.rules.insert({ id: ruleId, tenantId: 'acme', runtimeId: rt.id, secretId: secret.id, hostPattern: 'api.example.com', pathPattern: '/*', injection: { type: 'bearer' }, createdAt: new Date().toISOString() } as never);
     assert.equal((await host.rules.listForRuntime(rt.id)).length, 1);
+    // Its sealed value is for API nodes alone, even for a rule of the host's own runtime.
+    await assert.rejects(host.secrets.findSealed('acme', secret.id), /permission denied/);
+    assert.equal((await owner.secrets.findSealed('acme', secret.id))?.sealedValue, 'v1.x.y.z');
     await host.audits.insert([{ id: randomUUID(), tenantId: 'acme', runtimeId: rt.id, category: 'egress', payload: { egress: {} }, createdAt: new Date().toISOString() } as never]);
     await host.audits.prune(['acme'], { perTenant: 0, perRuntime: 0 });
     await host.quotas.usage('acme');
@@ -67,7 +71,7 @@ test('a store opened as the VM hosts\' role does what a host does: leases, runti
   }
 });
 
-test("the VM hosts' role writes no token, secret, tenant limit or fleet setting, and changes no table", async () => {
+test("the VM hosts' role reads no sealed secret value, writes no token, secret, tenant limit or fleet setting, and changes no table", async () => {
   const { owner, ownerUrl } = await fleetDatabase();
   await owner.nodes.enroll('host-2', '{"cert":"host-2\'s"}');
   const db = new pg.Client({ connectionString: asHost(ownerUrl) });
@@ -77,6 +81,12 @@ test("the VM hosts' role writes no token, secret, tenant limit or fleet setting,
     await refused(db, "INSERT INTO tokens (id, tenant_id, name, hash, scopes, created_at) VALUES ('t', 'default', 'minted', 'h', 'admin', 'now')");
     await refused(db, 'UPDATE tokens SET revoked_at = NULL');
     await refused(db, 'DELETE FROM tokens');
+    // A secret's sealed value read, in any way that names the column or the whole row.
+    await refused(db, 'SELECT sealed_value FROM secrets');
+    await refused(db, 'SELECT * FROM secrets');
+    await refused(db, 'SELECT s FROM secrets s');
+    await refused(db, "SELECT id FROM secrets WHERE sealed_value LIKE 'v1.%'");
+    await refused(db, 'COPY secrets TO STDOUT');
     // A secret's value swapped for one the host chose, or a secret dropped.
     await refused(db, "UPDATE secrets SET sealed_value = 'x'");
     await refused(db, "INSERT INTO secrets (id, tenant_id, display_name, cache_ttl_secs, sealed_value, created_at) VALUES ('s', 'acme', 'n', 0, 'x', 'now')");
@@ -115,7 +125,22 @@ test('every table of the schema has its decided privileges for VM hosts', async 
     const granted = await db.query<{ table_name: string; privilege_type: string }>('SELECT table_name, privilege_type FROM information_schema.role_table_grants WHERE grantee = $1 ORDER BY table_name, privilege_type', [ROLE]);
     const byTable: Record<string, string[]> = {};
     for (const g of granted.rows) (byTable[g.table_name] ??= []).push(g.privilege_type);
-    for (const [table, privileges] of Object.entries(HOST_PRIVILEGES)) assert.deepEqual(byTable[table], [...privileges].sort(), table);
+    // Column privileges: those granted on a column alone (a table privilege shows on every column too).
+    const columns = await db.query<{ table_name: string; column_name: string }>(
+      "SELECT table_name, column_name FROM information_schema.column_privileges WHERE grantee = $1 AND privilege_type = 'SELECT' ORDER BY table_name, column_name",
+      [ROLE],
+    );
+    const selectable: Record<string, string[]> = {};
+    for (const c of columns.rows) (selectable[c.table_name] ??= []).push(c.column_name);
+    for (const [table, privileges] of Object.entries(HOST_PRIVILEGES)) {
+      if ('select' in privileges) {
+        assert.equal(byTable[table], undefined, `${table}: no privilege on the whole table`);
+        assert.deepEqual(selectable[table], [...privileges.select].sort(), `${table}: SELECT of these columns alone`);
+      } else {
+        assert.deepEqual(byTable[table], [...privileges].sort(), table);
+      }
+    }
+    assert.ok(!selectable.secrets!.includes('sealed_value'));
   } finally {
     await db.end();
   }
@@ -137,4 +162,35 @@ test('a VM host does not start on a schema an API node has not migrated yet, and
     await db.end();
   }
   await assert.rejects(PostgresStore.open(asHost(url)), /start an API node of this version first/);
+});
+
+test("an API node's upgrade takes the sealed values from a hosts' role granted before, which read whole secrets", async () => {
+  const url = await cluster.createDatabase(`host_role_${++databases}`);
+  const db = new pg.Client({ connectionString: url });
+  await db.connect();
+  try {
+    // A fleet at version 6, its hosts' role set up then: SELECT on all of `secrets`.
+    await db.query('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)');
+    for (const m of PG_MIGRATIONS.filter((m) => m.version <= 6)) {
+      await db.query(m.sql);
+      await db.query("INSERT INTO schema_migrations VALUES ($1, '2025-01-01T00:00:00Z')", [m.version]);
+    }
+    await db.query(`DO $$ BEGIN CREATE ROLE ${ROLE} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$`);
+    await db.query(`GRANT USAGE ON SCHEMA public TO ${ROLE}`);
+    await db.query(`GRANT SELECT ON secrets TO ${ROLE}`);
+    await db.query("INSERT INTO fleet_settings (name, value) VALUES ('host-db-role', $1)", [ROLE]);
+  } finally {
+    await db.end();
+  }
+  const asRole = new pg.Client({ connectionString: asHost(url) });
+  await asRole.connect();
+  try {
+    await asRole.query('SELECT sealed_value FROM secrets');
+    // An API node of this version starts: it migrates, and grants the role again.
+    await (await PostgresStore.open(url)).close();
+    await refused(asRole, 'SELECT sealed_value FROM secrets');
+    await asRole.query('SELECT id, display_name FROM secrets');
+  } finally {
+    await asRole.end();
+  }
 });

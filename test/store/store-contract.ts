@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { VesselError } from '../../src/core/errors.js';
 import type { Store } from '../../src/core/ports.js';
-import type { Audit, Checkpoint, InjectionRule, NodeRegistration, Runtime, RuntimeFilter, RuntimeStatus, Secret, Token } from '../../src/core/types.js';
+import type { Audit, Checkpoint, InjectionRule, NodeRegistration, Runtime, RuntimeFilter, RuntimeStatus, SealedSecret, Secret, Token } from '../../src/core/types.js';
 
 export interface StoreUnderTest {
   /** An empty store of its own; `reopen` opens the same data again, as a restarted service would. */
@@ -37,7 +37,7 @@ export const runtime = (tenantId: string, displayName: string, status: RuntimeSt
   updatedAt: at(),
 });
 
-const secret = (tenantId: string, displayName: string): Secret => ({
+const secret = (tenantId: string, displayName: string): SealedSecret => ({
   id: randomUUID(),
   tenantId,
   displayName,
@@ -248,14 +248,20 @@ export function storeContract(subject: StoreUnderTest): void {
     await assert.rejects(store.audits.list('acme', { limit: 2, pageToken: 'x' }), (e: unknown) => e instanceof VesselError && e.code === 'invalid_argument');
   });
 
-  withStore('secrets: found by id and name, deleted, found no more', async (store) => {
+  withStore('secrets: found by id and name without their sealed value, which only findSealed gives, by id and tenant; deleted, found no more', async (store) => {
     const s = secret('acme', 'api-key');
     await store.secrets.insert(s);
-    assert.deepEqual(await store.secrets.find('acme', 'api-key'), s);
-    assert.deepEqual(await store.secrets.find('acme', s.id), s);
+    const { sealedValue: _, ...shown } = s;
+    assert.deepEqual(await store.secrets.find('acme', 'api-key'), shown);
+    assert.deepEqual(await store.secrets.find('acme', s.id), shown);
+    assert.deepEqual((await store.secrets.list('acme', { limit: 10 })).items, [shown]);
+    assert.deepEqual(await store.secrets.findSealed('acme', s.id.toUpperCase()), s);
+    assert.equal(await store.secrets.findSealed('acme', 'api-key'), undefined, 'by id alone');
+    assert.equal(await store.secrets.findSealed('other', s.id), undefined);
     assert.equal(await store.secrets.delete('acme', s.id), true);
     assert.equal(await store.secrets.find('acme', 'api-key'), undefined);
     assert.equal(await store.secrets.find('acme', s.id), undefined);
+    assert.equal(await store.secrets.findSealed('acme', s.id), undefined);
   });
 
   withStore('tokens: put replaces by id, found by hash, revoked once, listed newest first', async (store) => {
@@ -281,7 +287,7 @@ export function storeContract(subject: StoreUnderTest): void {
     assert.deepEqual(await paged('acme'), ['laptop', 'ci']);
   });
 
-  withStore('injection rules: listed per tenant and runtime, counted per secret, deleted one by one and per runtime', async (store) => {
+  withStore('injection rules: listed per tenant and runtime, counted per secret, asked for by the VM host of their runtime, deleted one by one and per runtime', async (store) => {
     const [a, b] = [runtime('acme', 'a'), runtime('acme', 'b')];
     const s = secret('acme', 'key');
     await store.runtimes.insert(a);
@@ -295,9 +301,20 @@ export function storeContract(subject: StoreUnderTest): void {
     assert.deepEqual((await store.rules.list('acme', { limit: 10 }, a.id)).items.map((r) => r.id), [rules[1]!.id, rules[0]!.id]);
     assert.deepEqual(await store.rules.listForRuntime(a.id), rules.slice(0, 2));
     assert.equal(await store.rules.countForSecret(s.id), 3);
+    assert.equal(await store.rules.namesSecretOnNode('acme', s.id, 'host-1'), false, 'no runtime of it on any host');
+    await store.runtimes.update({ ...b, node: 'host-1' });
+    assert.equal(await store.rules.namesSecretOnNode('acme', s.id, 'host-1'), true);
+    assert.equal(await store.rules.namesSecretOnNode('acme', s.id, 'host-2'), false, 'another host');
+    assert.equal(await store.rules.namesSecretOnNode('other', s.id, 'host-1'), false, 'another tenant');
     assert.equal(await store.rules.delete('acme', rules[2]!.id), true);
+    assert.equal(await store.rules.namesSecretOnNode('acme', s.id, 'host-1'), false, 'its rule deleted');
     assert.equal(await store.rules.deleteForRuntime(a.id), 2);
     assert.equal(await store.rules.countForSecret(s.id), 0);
+    // A rule of the tenant's on another tenant's runtime, which the API never makes, counts for nothing.
+    const theirs = { ...runtime('other', 'theirs'), node: 'host-2' };
+    await store.runtimes.insert(theirs);
+    await store.rules.insert({ ...rule(theirs, s), tenantId: 'acme' });
+    assert.equal(await store.rules.namesSecretOnNode('acme', s.id, 'host-2'), false, "another tenant's runtime");
   });
 
   withStore('checkpoints: a tenant sees its own and, when asked, the system ones; deleted ones are hidden and free their name', async (store) => {

@@ -58,8 +58,8 @@ export async function apiHarness(
     adminToken?: string;
     /** Where ingress is reached, for ingress_urls (default: no ingress). */
     ingress?: IngressAddress;
-    /** The node's part in a fleet (default: a single host). */
-    fleet?: FleetRole;
+    /** The node's part in a fleet (default: a single host); a function is given the harness's core. */
+    fleet?: FleetRole | ((core: Core) => FleetRole);
   } = {},
 ): Promise<ApiHarness> {
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'vessel-api-'));
@@ -79,7 +79,7 @@ export async function apiHarness(
     listenHost: opts.listenHost ?? '127.0.0.1',
     console: opts.console,
     ingress: opts.ingress,
-    fleet: opts.fleet,
+    fleet: typeof opts.fleet === 'function' ? opts.fleet(core) : opts.fleet,
   });
   await app.ready();
   return {

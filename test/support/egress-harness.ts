@@ -18,7 +18,7 @@ import { HttpForwarder } from '../../src/net/http-forwarder.js';
 import type { RequestDeadlineOptions } from '../../src/net/request-deadlines.js';
 import { NameResolver, overridesFromFile } from '../../src/net/resolver.js';
 import { RuntimeNet, RuntimeRegistry } from '../../src/net/runtime-registry.js';
-import { SecretCache } from '../../src/net/secret-cache.js';
+import { SecretCache, type RevealSecret } from '../../src/net/secret-cache.js';
 import { freePort } from './service.js';
 import { Upstreams } from './upstream.js';
 
@@ -49,6 +49,8 @@ export class EgressHarness {
   constructor(
     private readonly caps: ConnectionCaps = { perRuntime: 256, perTenant: 1024 },
     private readonly deadlines: RequestDeadlineOptions = {},
+    /** Where secrets' values come from (a core's gateway hook); by default `secrets`, as `rule` fills it. */
+    private readonly reveal: RevealSecret | null = null,
   ) {}
 
   async start(): Promise<void> {
@@ -57,10 +59,13 @@ export class EgressHarness {
     this.ca = await CertificateAuthority.loadOrCreate(this.up.dir);
     this.decisions = new EgressDecisions(new NameResolver(overridesFromFile(this.up.overridesFile)), new DialPolicy(['127.0.0.0/8']));
     this.limits = new ConnectionLimits(this.caps);
-    const secrets = new SecretCache(async (_tenant, id) => {
-      const value = this.secrets.get(id);
-      return value === undefined ? null : { value, cacheTtlSecs: 0 };
-    });
+    const secrets = new SecretCache(
+      this.reveal ??
+        (async (_tenant, id) => {
+          const value = this.secrets.get(id);
+          return value === undefined ? null : { value, cacheTtlSecs: 0 };
+        }),
+    );
     const forwarder = new HttpForwarder({
       decisions: this.decisions,
       secrets,

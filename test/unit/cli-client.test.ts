@@ -222,7 +222,7 @@ describe('secrets', () => {
     assert.equal((await user.run(['secret', 'create', 'cli-empty'], { input: '\n' })).status, 2);
 
     // Both were stored without the newline: the gateway's cache hands out exactly the value.
-    for (const name of ['cli-gh', 'cli-file']) assert.equal(h.core.secrets.reveal(await h.core.secrets.get('default', name)), value);
+    for (const name of ['cli-gh', 'cli-file']) assert.equal((await h.core.secrets.reveal('default', (await h.core.secrets.get('default', name)).id))?.value, value);
 
     const outputs = [fromStdin, fromFile, inArgv, await user.run(['secret', 'ls']), await user.run(['secret', 'ls', '--json']), await user.run(['secret', 'get', 'cli-gh'])];
     for (const r of outputs) assert.ok(!r.out.includes(value) && !r.err.includes(value));

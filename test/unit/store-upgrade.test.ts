@@ -146,7 +146,7 @@ test('a version 4 store gains fleet settings, none set, and name holders; its ho
     const versions = new Database(file);
     try {
       const { v } = versions.prepare('SELECT max(version) AS v FROM schema_migrations').get() as { v: number };
-      assert.equal(v, 6);
+      assert.equal(v, 7);
       assert.equal(v, MIGRATIONS.at(-1)!.version, 'this test covers the latest migration');
     } finally {
       versions.close();

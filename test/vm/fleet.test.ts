@@ -8,8 +8,9 @@
  * runtimes moving to the other host with their ids, memory, processes and disk.
  *
  * The hosts run as an operator should run them (issue 26 §4): enrolled (`vessel node enroll`),
- * each holding only its own key, serving the hop over TLS with the fleet's CA, connected to
- * PostgreSQL as the VM hosts' role (`vessel node db-role`), which writes no token.
+ * each holding only its own key and no master key, serving the hop over TLS with the fleet's CA,
+ * connected to PostgreSQL as the VM hosts' role (`vessel node db-role`), which writes no token and
+ * reads no sealed secret: an API node unseals the secrets their gateways inject.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -27,6 +28,7 @@ import { FleetKeys } from '../../src/cluster/fleet-keys.js';
 import { HopTls } from '../../src/cluster/fleet-tls.js';
 import { callHop } from '../../src/cluster/hop-proxy.js';
 import { REPO_ROOT, Service, type Reply } from '../support/service.js';
+import { Upstreams } from '../support/upstream.js';
 
 const TIMEOUT = { timeout: 900_000 };
 /** Short, so the test sees a lost host quickly; renewed every 2 s. */
@@ -37,6 +39,8 @@ let databaseUrl: string;
 let db: pg.Client;
 let hosts: Service[];
 let apis: Service[];
+/** What guests reach by name (api.test): loopback servers that record every request. */
+const up = new Upstreams();
 /** The fleet secret and the master key: the operator's CLI signs its moves with them, as API nodes do. */
 let operatorEnv: Record<string, string>;
 /** Each host's own key, as `vessel node enroll` printed it. */
@@ -48,18 +52,20 @@ function operator(args: string[], env: Record<string, string> = operatorEnv): { 
 }
 
 before(async () => {
+  await up.start();
+  up.setNames({ 'api.test': '127.0.0.1' });
   postgres = startPostgres();
   const url = (databaseUrl = await postgres.createDatabase('fleet'));
   db = new pg.Client({ connectionString: url });
   await db.connect();
   const shared = {
     VESSEL_ADMIN_TOKEN: `vsl_test_${randomBytes(12).toString('hex')}`,
-    VESSEL_MASTER_KEY: randomBytes(32).toString('hex'),
     VESSEL_WARM_POOL: '0',
     VESSEL_NODE_LEASE_SECS: String(LEASE_SECS),
   };
-  const apiEnv = { ...shared, VESSEL_DATABASE_URL: url, VESSEL_INTERNAL_SECRET: randomBytes(32).toString('hex') };
-  operatorEnv = { VESSEL_DATABASE_URL: url, VESSEL_INTERNAL_SECRET: apiEnv.VESSEL_INTERNAL_SECRET, VESSEL_MASTER_KEY: shared.VESSEL_MASTER_KEY, VESSEL_DATA_DIR: mkdtempSync(join(tmpdir(), 'vessel-operator-')) };
+  const masterKey = randomBytes(32).toString('hex');
+  const apiEnv = { ...shared, VESSEL_DATABASE_URL: url, VESSEL_INTERNAL_SECRET: randomBytes(32).toString('hex'), VESSEL_MASTER_KEY: masterKey };
+  operatorEnv = { VESSEL_DATABASE_URL: url, VESSEL_INTERNAL_SECRET: apiEnv.VESSEL_INTERNAL_SECRET, VESSEL_MASTER_KEY: masterKey, VESSEL_DATA_DIR: mkdtempSync(join(tmpdir(), 'vessel-operator-')) };
   // The operator's setup: the hosts' database role, then each host's enrollment (which migrates the store first).
   for (const name of ['host-1', 'host-2']) {
     const enrolled = operator(['node', 'enroll', name]);
@@ -69,10 +75,14 @@ before(async () => {
   const role = operator(['node', 'db-role', 'vessel_host', '--create']);
   assert.equal(role.status, 0, role.stderr);
   const hostUrl = url.replace('postgresql://vessel@', 'postgresql://vessel_host@');
-  hosts = ['host-1', 'host-2'].map((name) => new Service({ ...shared, VESSEL_DATABASE_URL: hostUrl, VESSEL_NODE_NAME: name, VESSEL_NODE_KEY: nodeKeys.get(name)! }, undefined, [], ['--role', 'node']));
+  // The API nodes first: the hosts are given their addresses, to have secrets unsealed.
   apis = [1, 2].map(() => new Service(apiEnv, undefined, [], ['--role', 'api']));
-  await Promise.all(hosts.map((h) => h.start()));
   await Promise.all(apis.map((a) => a.start()));
+  // No master key: an enrolled host holds none. Guests may reach the loopback upstreams by name,
+  // and rules inject into plain HTTP, so no CA has to be put in a guest.
+  const hostEnv = { ...shared, VESSEL_DATABASE_URL: hostUrl, VESSEL_API_URL: apis.map((a) => a.url).join(','), VESSEL_EGRESS_ALLOW_CIDRS: '127.0.0.0/8', VESSEL_DNS_OVERRIDES: up.overridesFile, VESSEL_EGRESS_INJECT_PLAIN_HTTP: '1' };
+  hosts = ['host-1', 'host-2'].map((name) => new Service({ ...hostEnv, VESSEL_NODE_NAME: name, VESSEL_NODE_KEY: nodeKeys.get(name)! }, undefined, [], ['--role', 'node']));
+  await Promise.all(hosts.map((h) => h.start()));
 });
 
 after(async () => {
@@ -82,6 +92,7 @@ after(async () => {
   await db?.end().catch(() => undefined);
   postgres?.stop();
   if (operatorEnv !== undefined) rmSync(operatorEnv.VESSEL_DATA_DIR!, { recursive: true, force: true });
+  up.close();
 });
 
 const nodeOf = async (name: string): Promise<string> => (await db.query('SELECT node FROM runtimes WHERE display_name = $1', [name])).rows[0]?.node;
@@ -137,6 +148,27 @@ test("a host's key and certificate open nothing on another host; the hop is TLS 
   // Plain HTTP finds no HTTP server on a host's hop port.
   const plain = await fetch(`http://127.0.0.1:${hosts[1]!.port}/healthz`).then((r) => `answered ${r.status}`, (err: Error) => err.message);
   assert.doesNotMatch(plain, /answered/);
+});
+
+test('a host with no master key injects a secret that an API node unsealed for it; the value is in no host log', TIMEOUT, async () => {
+  for (const host of hosts) assert.ok(!existsSync(join(host.dataDir, 'master.key')), `${host.dataDir} holds no master key`);
+  const value = `sk-fleet-${randomBytes(12).toString('hex')}`;
+  ok(await apis[0]!.call('POST', '/v1/secrets', { name: 'fleet-key', value }), 201);
+  ok(await apis[0]!.call('POST', '/v1/runtimes', { display_name: 'inject', egress_policy: { enabled: true, allowed_hosts: ['api.test'] } }), 201);
+  // The rule is made on the runtime's host, through the other API node.
+  ok(await apis[1]!.call('POST', '/v1/runtimes/inject/secret-injection-rules', { host: 'api.test', secret: 'fleet-key', injection: { headerName: 'Authorization', valueFormat: 'Bearer ${credential}' } }), 201);
+  const port = up.port(up.recorded);
+  // Two connections: with cache_ttl_secs 0, each has the secret unsealed anew.
+  const command = `for n in 1 2; do curl -sS -m 8 -o /dev/null -w '%{http_code}' http://api.test:${port}/fleet-inject-$n; done`;
+  const run = ok(await apis[1]!.call('POST', '/v1/runtimes/inject/exec', { command, timeout_secs: 30 }));
+  assert.equal(run.stdout, '200200', run.stderr);
+  for (const path of ['/fleet-inject-1', '/fleet-inject-2']) {
+    const raw = up.hits(path)[0]?.rawHeaders ?? [];
+    const auth = raw.filter((_, i) => i % 2 === 1 && raw[i - 1]!.toLowerCase() === 'authorization');
+    assert.deepEqual(auth, [`Bearer ${value}`], `${path}: injected on ${await nodeOf('inject')}`);
+  }
+  for (const service of [...hosts, ...apis]) assert.ok(!service.log.includes(value), 'the value is in no log');
+  ok(await apis[0]!.call('DELETE', '/v1/runtimes/inject'));
 });
 
 test('exec, files, a streamed exec and a terminal through API node 2 reach a runtime on host 1', TIMEOUT, async () => {
