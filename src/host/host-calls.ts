@@ -45,7 +45,8 @@ const Shape = Type.Object({ memoryMib: MiB, vcpus: Type.Integer({ minimum: 1, ma
 const Subject = Type.Object(
   {
     runtimeId: Uuid,
-    tenantId: Type.String({ minLength: 1, maxLength: 256 }),
+    /** Empty for a warm-pool spare, which belongs to no tenant until a create claims it. */
+    tenantId: Type.String({ maxLength: 256 }),
     policy: Type.Unknown(),
     rules: Type.Array(Type.Unknown(), { maxItems: 10_000 }),
   },
