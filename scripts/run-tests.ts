@@ -9,6 +9,9 @@
  *   node dist/scripts/run-tests.js --group host      the host's tests only
  *   node dist/scripts/run-tests.js unit api dist/test/vm/cli.test.js …
  *                                                    these folders of dist/test and files, grouped the same way
+ *   node dist/scripts/run-tests.js --skip-node-independent unit …
+ *                                                    without the files whose verdict is the same on
+ *                                                    every Node (NODE_INDEPENDENT): a second Node's pass
  *
  * VESSEL_TEST_CONCURRENCY sets how many host files run at once (default: the machine's cores).
  *
@@ -42,11 +45,50 @@ const testFiles = (dir: string): string[] =>
 
 const isVmFile = (file: string): boolean => relative(TEST_ROOT, file).startsWith(`vm/`);
 
+/**
+ * Test files whose verdict cannot change with the Node that runs them, which a run on a second
+ * Node (CI's Node 24 pass, .ci/run) leaves out. Two kinds, and nothing else:
+ * - checks of the repository's files: they read sources, documents and manifests, or run a tool
+ *   over them (eslint, dependency-cruiser, tsc), and judge what is written, not how it runs;
+ * - tests of pure functions (parsers, matchers, policies, state tables): no I/O, no timers, no
+ *   process, nothing of Node's own but the language, which both Nodes' V8 run alike.
+ * Every other file, a new one included, runs on both: it drives our code through what Node
+ * provides and changes between versions (HTTP, sockets, TLS, child processes, streams, the
+ * SQLite build the store loads, fetch and WebSocket in the SDK, the CLI's compile cache).
+ */
+const NODE_INDEPENDENT = [
+  // Checks of the repository's files.
+  'unit/lint',
+  'unit/import-boundaries',
+  'unit/deploy-manifests',
+  'unit/agent-protocol-source',
+  'unit/errors',
+  'unit/sdk-build',
+  // Pure functions.
+  'unit/config-database-url',
+  'unit/console-logic',
+  'unit/console-visible-text',
+  'unit/failed-tokens',
+  'unit/fleet-ingress-entry',
+  'unit/fleet-placement',
+  'unit/host-pattern',
+  'unit/ingress-urls',
+  'unit/lifecycle',
+  'unit/lifecycle-timers',
+  'unit/loopback',
+  'unit/output-encoder',
+  'unit/path-glob',
+  'unit/templates-dockerfile',
+  'unit/websocket-auth',
+].map((name) => join(TEST_ROOT, `${name}.test.js`));
+
 /** A folder of dist/test by its name (`unit`), or a file's path. */
 const expand = (arg: string): string[] => (/^[a-z]+$/.test(arg) ? testFiles(arg) : [arg]);
 
-function groups(args: string[], only: string | undefined): Group[] {
-  const chosen = args.length > 0 ? args.flatMap(expand) : [...HOST_DIRS.flatMap(testFiles), ...testFiles('vm')];
+function groups(args: string[], only: string | undefined, skipNodeIndependent: boolean): Group[] {
+  const named = args.length > 0 ? args.flatMap(expand) : [...HOST_DIRS.flatMap(testFiles), ...testFiles('vm')];
+  if (skipNodeIndependent) for (const file of NODE_INDEPENDENT) if (!existsSync(file)) throw new Error(`${file} is listed in NODE_INDEPENDENT but does not exist`);
+  const chosen = skipNodeIndependent ? named.filter((f) => !NODE_INDEPENDENT.includes(f)) : named;
   const hostConcurrency = Number(process.env.VESSEL_TEST_CONCURRENCY ?? availableParallelism());
   const all: Group[] = [
     { name: 'host', files: chosen.filter((f) => !isVmFile(f)), concurrency: Math.max(1, hostConcurrency) },
@@ -82,8 +124,10 @@ function runGroup(group: Group): Promise<{ passed: number; failed: number; exitC
   });
 }
 
-const { values, positionals } = parseArgs({ options: { group: { type: 'string' } }, allowPositionals: true });
+const { values, positionals } = parseArgs({ options: { group: { type: 'string' }, 'skip-node-independent': { type: 'boolean' } }, allowPositionals: true });
 if (values.group !== undefined && values.group !== 'host' && values.group !== 'vm') throw new Error(`--group is host or vm, not '${values.group}'`);
+// A log of several runs (CI runs on two Nodes) says which Node ran each.
+process.stdout.write(`# Node ${process.version}\n`);
 
 /**
  * The run's template seed. Without VESSEL_TEST_TEMPLATE_SEED it is made in a temp directory that
@@ -118,7 +162,7 @@ async function seedForRun(): Promise<{ made: boolean; done(): void }> {
 let passed = 0;
 let failed = 0;
 let exitCode = 0;
-for (const group of groups(positionals, values.group)) {
+for (const group of groups(positionals, values.group, values['skip-node-independent'] === true)) {
   // A seed costs one template: it pays off from the second VM file on, or from the next run when it is kept.
   const wantsSeed = group.name === 'vm' && (group.files.length > 1 || (process.env[TEMPLATE_SEED_ENV] ?? '') !== '');
   const seed = wantsSeed ? await seedForRun() : { made: true, done: () => undefined };

@@ -4,7 +4,7 @@ import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 import type { TenantLimits } from '../core/types.js';
 import { parseCidrList } from '../net/blocked-ranges.js';
-import { DEFAULT_MAX_CONNECTIONS_PER_RUNTIME, DEFAULT_MAX_CONNECTIONS_PER_TENANT } from '../net/gateway.js';
+import { DEFAULT_MAX_CONNECTIONS_PER_RUNTIME, DEFAULT_MAX_CONNECTIONS_PER_TENANT } from '../net/connection-limits.js';
 
 export interface Config {
   host: string;

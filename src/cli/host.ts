@@ -1,27 +1,27 @@
 /**
  * The host commands' work (serve, tokens, tenant limits, the guest image): they run on the
  * service's host, over its data directory. commands/host.ts loads this module only when one of
- * them runs, since it pulls in the whole service (store, VM driver, network), which would add
- * more than a second to every client command's start.
+ * them runs. It loads the store alone; `serve` and the image build load the rest of the service
+ * (serve.js: API, VM driver, network) when they run, which would add more than a second to the
+ * start of every token, tenant or node command (a script calls those one after another).
  */
 import { resolve } from 'node:path';
-import pino from 'pino';
 import { checkDisplayName } from '../core/names.js';
 import type { Store, TenantLimitOverrides } from '../core/ports.js';
 import { TenantQuotas } from '../core/quotas.js';
 import { TokenService, parseScopes } from '../core/tokens.js';
 import type { Token } from '../core/types.js';
 import { openStore } from '../store/open-store.js';
-import { buildImage } from '../vm/guest-image.js';
-import { ensureHostPackages } from '../vm/host-packages.js';
 import { checkNodeName, loadConfig, type Config } from './config.js';
 import { ensureDataDir, loadMasterKey } from './data-dir.js';
 import { SecretBox } from '../core/secret-box.js';
-import { progressDisplay } from './progress.js';
 import { CliError } from './shared/exit-codes.js';
-import { imagesDir, serve, type Role } from './serve.js';
+import type { Role } from './serve.js';
 
-export const serveFromEnv = (role: Role): Promise<void> => serve(loadConfig(), role);
+export async function serveFromEnv(role: Role): Promise<void> {
+  const { serve } = await import('./serve.js');
+  await serve(loadConfig(), role);
+}
 
 export const listNodes = (): Promise<void> =>
   withStore(async (store) => {
@@ -169,6 +169,13 @@ export const setTenantLimits = (o: LimitFlags): Promise<void> =>
   });
 
 export async function buildGuestImage(o: { ifMissing: boolean }): Promise<void> {
+  const [{ default: pino }, { buildImage }, { ensureHostPackages }, { progressDisplay }, { imagesDir }] = await Promise.all([
+    import('pino'),
+    import('../vm/guest-image.js'),
+    import('../vm/host-packages.js'),
+    import('./progress.js'),
+    import('./serve.js'),
+  ]);
   const config = loadConfig();
   ensureDataDir(config.dataDir);
   await ensureHostPackages((line) => pino().info(line));

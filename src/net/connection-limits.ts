@@ -5,6 +5,14 @@
  * everyone else.
  */
 
+/**
+ * Open egress connections per runtime: far above what a build or a crawler needs, far below the
+ * descriptors (two per spliced connection) and relay buffers (128 KiB each) the host can spare.
+ */
+export const DEFAULT_MAX_CONNECTIONS_PER_RUNTIME = 256;
+/** Open egress connections per tenant, across its runtimes: one tenant cannot starve the others. */
+export const DEFAULT_MAX_CONNECTIONS_PER_TENANT = 1024;
+
 export interface ConnectionCaps {
   perRuntime: number;
   perTenant: number;

@@ -10,7 +10,7 @@ import { GUEST_NETWORK, type EgressSubject, type GatewayHooks } from '../core/po
 import type { EgressAuditDetails, EgressAuditKind } from '../core/types.js';
 import { DialPolicy } from './blocked-ranges.js';
 import type { CertificateAuthority } from './certificate-authority.js';
-import { ConnectionLimits } from './connection-limits.js';
+import { ConnectionLimits, DEFAULT_MAX_CONNECTIONS_PER_RUNTIME, DEFAULT_MAX_CONNECTIONS_PER_TENANT } from './connection-limits.js';
 import { DnsResponder } from './dns-responder.js';
 import { EgressDecisions } from './egress-decisions.js';
 import { EgressProxy } from './egress-proxy.js';
@@ -20,14 +20,6 @@ import { Ingress } from './ingress.js';
 import { NameResolver, type OverrideLookup } from './resolver.js';
 import { RuntimeNet, RuntimeRegistry, StandInAddresses } from './runtime-registry.js';
 import { SecretCache } from './secret-cache.js';
-
-/**
- * Open egress connections per runtime: far above what a build or a crawler needs, far below the
- * descriptors (two per spliced connection) and relay buffers (128 KiB each) the host can spare.
- */
-export const DEFAULT_MAX_CONNECTIONS_PER_RUNTIME = 256;
-/** Open egress connections per tenant, across its runtimes: one tenant cannot starve the others. */
-export const DEFAULT_MAX_CONNECTIONS_PER_TENANT = 1024;
 
 /** The listeners' settings: plain data, so that the service can send them to the gateway process. */
 export interface ListenerSettings {

@@ -26,7 +26,7 @@ import { OverridesFile } from './resolver.js';
 import { SlotAllocator } from './slots.js';
 import { createTap, deleteTap, ensureGatewayDevice, listTaps } from './taps.js';
 
-export { DEFAULT_MAX_CONNECTIONS_PER_RUNTIME, DEFAULT_MAX_CONNECTIONS_PER_TENANT } from './gateway-listeners.js';
+export { DEFAULT_MAX_CONNECTIONS_PER_RUNTIME, DEFAULT_MAX_CONNECTIONS_PER_TENANT } from './connection-limits.js';
 
 export interface GatewayOptions {
   /** Tells this service's TAPs and table from another instance's on the same host. */

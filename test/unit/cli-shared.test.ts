@@ -91,7 +91,10 @@ test('bash completion: commands, aliases, options, runtime names, files after --
   const script = join(mkdtempSync(join(tmpdir(), 'vessel-completion-')), 'vessel.bash');
   writeFileSync(script, completion('bash'));
   const complete = (...words: string[]) => {
+    // stdin from /dev/null: bash reads ~/.bashrc even with -c when its stdin is a socket (as if
+    // run by rshd), and Node's pipes are sockets; a test machine's rc (pyenv's, 1.5 s) is not ours.
     const r = spawnSync('bash', ['-c', `source "$0"; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _vessel_complete; printf '%s\\n' "\${COMPREPLY[@]}"`, script, ...words], {
+      stdio: ['ignore', 'pipe', 'pipe'],
       encoding: 'utf8',
       env: { PATH: fakeVesselOnPath() },
       cwd: REPO_ROOT,

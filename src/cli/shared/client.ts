@@ -3,6 +3,7 @@
  * to end: errors printed once (as an envelope on stderr with --json, a line otherwise) and the
  * exit status of exit-codes.ts.
  */
+import { setFlagsFromString } from 'node:v8';
 import type { Command } from 'commander';
 import type { Vessel } from 'vessel/client';
 // The SDK's error class alone: the SDK itself is loaded only by a command that calls the service.
@@ -55,6 +56,11 @@ export function clientAction<A extends unknown[]>(work: (ctx: Context, ...args: 
   return async (...all: unknown[]): Promise<void> => {
     const command = all.at(-1) as Command;
     const json = command.optsWithGlobals<{ json?: boolean }>().json === true;
+    // Node 20's fetch compiles undici's HTTP parser (llhttp, WebAssembly) with V8's optimizing
+    // compiler too, in the background, and the exit below waits for that job: about 0.3 s of every
+    // command. The baseline compiler alone serves a command's few responses. Node 24 has no such
+    // wait. Set before the first fetch, which is when the parser is compiled.
+    if (Number(process.versions.node.split('.')[0]) < 22) setFlagsFromString('--liftoff-only');
     // Loaded here, not when the program is built: --help, usage errors and completion never need it.
     const sdk = await import('vessel/client');
     let vessel: Vessel | undefined;
