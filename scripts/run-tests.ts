@@ -24,7 +24,7 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { parseArgs } from 'node:util';
-import { TEMPLATE_SEED_ENV } from '../test/support/service.js';
+import { REPO_ROOT, SHARED_IMAGE_DIR, TEMPLATE_SEED_ENV } from '../test/support/service.js';
 import { makeTemplateSeed } from '../test/support/template-seed.js';
 
 interface Group {
@@ -159,10 +159,46 @@ async function seedForRun(): Promise<{ made: boolean; done(): void }> {
   return { made: true, done };
 }
 
+/**
+ * The guest image the VM files share (and the host packages the service needs, QEMU 10), built
+ * if missing while the host's files run: the build waits mostly on the network and the disk, the
+ * host's tests on the CPU, and no host test uses QEMU. So a fresh machine's `npm test` pays for
+ * the image once, beside the host group. Resolves with what the build printed, or rejects.
+ */
+function guestImage(): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const build = spawn(process.execPath, [join(REPO_ROOT, 'dist/src/cli/main.js'), 'image', 'build', '--if-missing'], {
+      cwd: REPO_ROOT,
+      env: { ...process.env, VESSEL_IMAGE_DIR: SHARED_IMAGE_DIR },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let log = '';
+    const keep = (d: Buffer) => (log = (log + d.toString()).slice(-64 * 1024));
+    build.stdout.on('data', keep);
+    build.stderr.on('data', keep);
+    build.on('error', reject);
+    build.on('exit', (code) => (code === 0 ? resolve(log) : reject(new Error(`the guest image build failed (${code}):\n${log}`))));
+  });
+}
+
 let passed = 0;
 let failed = 0;
 let exitCode = 0;
-for (const group of groups(positionals, values.group, values['skip-node-independent'] === true)) {
+const chosenGroups = groups(positionals, values.group, values['skip-node-independent'] === true);
+const image = chosenGroups.some((g) => g.name === 'vm') ? guestImage() : null;
+image?.catch(() => undefined);
+for (const group of chosenGroups) {
+  if (group.name === 'vm' && image !== null) {
+    const built = await image.then(
+      (log) => ({ ok: true, log }),
+      (err: Error) => ({ ok: false, log: err.message }),
+    );
+    process.stdout.write(`\n# guest image (built beside the host's tests if it was missing)\n${built.log}`);
+    if (!built.ok) {
+      failed += group.files.length;
+      continue;
+    }
+  }
   // A seed costs one template: it pays off from the second VM file on, or from the next run when it is kept.
   const wantsSeed = group.name === 'vm' && (group.files.length > 1 || (process.env[TEMPLATE_SEED_ENV] ?? '') !== '');
   const seed = wantsSeed ? await seedForRun() : { made: true, done: () => undefined };
