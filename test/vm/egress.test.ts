@@ -213,6 +213,8 @@ test('after kill -9 and a restart the rules are rebuilt, and a stale TAP of ours
   const own = links.find((l) => l.ifalias?.endsWith(`:${created.body.data.id}`));
   assert.ok(own, 'the runtime has a TAP labelled with it');
   const instance = own.ifalias!.split(':')[0];
+  // One an interrupted run of this test left (another instance's) would make the add fail.
+  await runCommand('ip', ['link', 'del', 'vsl64999']).catch(() => undefined);
   await runCommand('ip', ['tuntap', 'add', 'dev', 'vsl64999', 'mode', 'tap']);
   await runCommand('ip', ['link', 'set', 'dev', 'vsl64999', 'alias', `${instance}:${randomUUID()}`]);
   await svc.kill9();
