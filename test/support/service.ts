@@ -68,6 +68,19 @@ function copySeed(seed: string, dataDir: string): void {
   if (cp.status !== 0) throw new Error(`could not copy the template seed into ${dataDir}: ${cp.stderr}`);
 }
 
+/**
+ * Starts a data directory the test chose (one on a small disk) from the run's template, as a new
+ * temp directory starts by itself; without a seed it is left empty, and its service makes the
+ * template. The directory must not exist yet, or be empty.
+ */
+export function seedInto(dataDir: string): void {
+  const seed = templateSeed();
+  if (seed === undefined) return;
+  mkdirSync(dataDir, { recursive: true });
+  if (readdirSync(dataDir).length > 0) throw new Error(`${dataDir} is not empty: a seed goes into a new data directory`);
+  copySeed(seed, dataDir);
+}
+
 export interface Reply {
   status: number;
   body: any;
@@ -99,7 +112,8 @@ export class Service {
     this.dataDir = dataDir ?? (KEPT_DATA_ROOT !== undefined ? keptDataDir(KEPT_DATA_ROOT) : mkdtempSync(join(tmpdir(), 'vessel-svc-')));
     // A single host on SQLite, in a data directory of its own that is new, starts from the run's
     // template. A fleet's processes keep their templates and CA in PostgreSQL; a directory the
-    // test chose (a small disk, a seed being made) is left as the test made it.
+    // test chose (a small disk, a seed being made) is left as the test made it (seedInto() for
+    // one that should start from the template too).
     const singleHost = serveArgs.length === 0 && (env.VESSEL_DATABASE_URL ?? process.env.VESSEL_DATABASE_URL) === undefined;
     const seed = dataDir === undefined && singleHost && readdirSync(this.dataDir).length === 0 ? templateSeed() : undefined;
     if (seed !== undefined) copySeed(seed, this.dataDir);
@@ -219,7 +233,8 @@ export class Service {
     try {
       if (this.#child !== null && this.#child.exitCode === null) {
         const list = await this.call('GET', '/v1/runtimes?limit=1000');
-        for (const rt of list.body.data ?? []) await this.call('DELETE', `/v1/runtimes/${rt.id}`);
+        // Side by side: each is a VM and files of its own (egress.test.ts leaves about 25).
+        await Promise.all(((list.body.data ?? []) as Array<{ id: string }>).map((rt) => this.call('DELETE', `/v1/runtimes/${rt.id}`)));
       }
     } finally {
       await this.stop();

@@ -6,7 +6,7 @@ import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { COUNTER_LOOP, READ_COUNTER } from '../support/guest.js';
-import { Service } from '../support/service.js';
+import { seedInto, Service } from '../support/service.js';
 
 const TIMEOUT = { timeout: 300_000 };
 const svc = new Service();
@@ -149,6 +149,9 @@ test('a checkpoint that fails on a full disk is failed, and the runtime is unhar
   execFileSync('truncate', ['-s', '1200M', img]);
   execFileSync('mkfs.ext4', ['-q', '-F', img]);
   execFileSync('mount', ['-o', 'loop', img, mnt]);
+  // The system template comes from the run's seed, as every other service's does: what fills this
+  // disk is the test's own checkpoint.
+  seedInto(join(mnt, 'data'));
   const small = new Service({}, join(mnt, 'data'));
   try {
     await small.start();
