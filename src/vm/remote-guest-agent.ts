@@ -8,6 +8,7 @@ import { Readable } from 'node:stream';
 import { posix } from 'node:path';
 import type { GuestAgent } from '../core/ports.js';
 import type { AttachRequest, GuestFileInfo, GuestFileStat, ProcessOutput, ProcessSpec, ProcessState, ProcessStream } from '../core/types.js';
+import { readableOf } from '../platform/link-pipes.js';
 import { LinkClosedError, LinkError, StreamClosedError, type LinkStream } from '../platform/part-link.js';
 import type { AgentChannel } from './agent-part.js';
 import { ListingCollector, fileStatOf, outputOf, partFailure, processListOf, processStateOf, startOf, writtenOf } from './agent-replies.js';
@@ -65,22 +66,6 @@ class RemoteProcessStream implements ProcessStream {
     if (!(err instanceof LinkError || err instanceof LinkClosedError || err instanceof StreamClosedError)) this.stream.close();
     return partFailure(err, this.agent.vmExited());
   }
-}
-
-/** The bytes of a stream the process sends, as a Readable; closing it early cancels the stream. */
-function readableOf(stream: LinkStream, agent: AgentChannel): Readable {
-  const readable = Readable.from(
-    (async function* () {
-      try {
-        for await (const chunk of stream) yield chunk.data;
-      } catch (err) {
-        throw partFailure(err, agent.vmExited());
-      }
-    })(),
-    { highWaterMark: 1 },
-  );
-  readable.once('close', () => stream.cancel());
-  return readable;
 }
 
 export class RemoteGuestAgent implements GuestAgent {
@@ -172,7 +157,7 @@ export class RemoteGuestAgent implements GuestAgent {
     const agent = this.agentOf();
     const { stream, reply } = await agent.withStream(method, { path }, { receives: true, sends: false });
     await reply;
-    return readableOf(stream, agent);
+    return readableOf(stream, (err) => partFailure(err, agent.vmExited()));
   }
 
   /**

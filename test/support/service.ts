@@ -164,6 +164,16 @@ export class Service {
     throw new Error(`service did not become healthy:\n${this.log}`);
   }
 
+  /** The pid of the part `name` once the service has started one other than `old` (within 30 s), else what runs then. */
+  async partStartedAgain(name: string, old: number): Promise<number | null> {
+    let next = this.partPid(name);
+    for (let i = 0; i < 300 && (next === null || next === old); i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      next = this.partPid(name);
+    }
+    return next;
+  }
+
   /** The pid of the service's part `name` ('gateway'), found through /proc as its child; null when none runs. */
   partPid(name: string): number | null {
     const service = this.wrapper.length === 0 ? this.#child?.pid : Number(readFileSync(join(this.dataDir, 'service.pid'), 'utf8'));

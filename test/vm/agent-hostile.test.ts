@@ -152,11 +152,7 @@ test('the agent connections are a process of their own, as vessel-agent with no 
   assert.equal(uploaded.status, 503, await uploaded.clone().text());
   assert.equal(((await uploaded.json()) as { error: { code: string } }).error.code, 'unavailable');
 
-  let next = svc.partPid('agent');
-  for (let i = 0; i < 200 && (next === null || next === first); i++) {
-    await new Promise((r) => setTimeout(r, 100));
-    next = svc.partPid('agent');
-  }
+  const next = await svc.partStartedAgain('agent', first);
   assert.ok(next !== null && next !== first, 'a new agent process was started');
   // Requests after the restart work, over connections handed to the new process.
   assert.equal((await exec('hostile', 'echo after')).body.data.stdout, 'after\n');

@@ -244,11 +244,7 @@ test('the gateway is a process of its own, as vessel-gateway with no capabilitie
   const during = await svc.call('GET', '/v1/runtimes/eg-part');
   assert.equal(during.status, 200);
   assert.equal(during.body.data.status, 'running');
-  let next = svc.partPid('gateway');
-  for (let i = 0; i < 200 && (next === null || next === first); i++) {
-    await new Promise((r) => setTimeout(r, 100));
-    next = svc.partPid('gateway');
-  }
+  const next = await svc.partStartedAgain('gateway', first);
   assert.ok(next !== null && next !== first, 'a new gateway process was started');
 
   // The new process serves the runtime it never saw attached: egress, its audit, and ingress.
@@ -284,11 +280,7 @@ test('the API is a process of its own, as vessel-api with no capabilities and no
   const [gateway, agent] = [svc.partPid('gateway'), svc.partPid('agent')];
 
   process.kill(first, 'SIGKILL');
-  let next = svc.partPid('api');
-  for (let i = 0; i < 300 && (next === null || next === first); i++) {
-    await new Promise((r) => setTimeout(r, 100));
-    next = svc.partPid('api');
-  }
+  const next = await svc.partStartedAgain('api', first);
   assert.ok(next !== null && next !== first, 'a new API process was started');
   let back = await svc.call('GET', '/v1/runtimes/eg-api').catch(() => null);
   for (let i = 0; i < 300 && back?.status !== 200; i++) {

@@ -17,6 +17,7 @@ import { Readable } from 'node:stream';
 import pino from 'pino';
 import { VesselError } from '../../core/errors.js';
 import type { AttachRequest, ProcessSpec, ProcessState, ProcessStream } from '../../core/types.js';
+import { sendAll } from '../../platform/link-pipes.js';
 import type { LinkStream, PartLink } from '../../platform/part-link.js';
 import { LinkError } from '../../platform/part-link.js';
 import { dropPrivileges, runPart } from '../../platform/part-process.js';
@@ -139,19 +140,6 @@ function serveProcess(ps: ProcessStream, stream: LinkStream): { state: ProcessSt
   return { state: ps.state, start: ps.start };
 }
 
-/** Bytes out over a link stream, then its end; a failure on the way fails the stream with its error. */
-function serveReadable(body: Readable, stream: LinkStream): void {
-  stream.onCancel(() => body.destroy());
-  void (async () => {
-    try {
-      for await (const chunk of body) await stream.write(chunk as Buffer);
-      stream.end();
-    } catch (err) {
-      stream.fail(linkError(err));
-    }
-  })();
-}
-
 /** The bytes the service sends on a stream, as the body guest-files.ts takes; the service's failure fails it. */
 const bodyOf = (stream: LinkStream): Readable =>
   Readable.from(
@@ -209,8 +197,8 @@ function register(link: PartLink): void {
   on<R & { processId: number; signal: number; tree: boolean }>('signalProcess', (agent, a) => onProcess(agent, a.processId, (ga) => ga.signal(a.processId, a.signal, { tree: a.tree })));
   on<R & { processId: number; rows: number; cols: number }>('resizeTerminal', (agent, a) => onProcess(agent, a.processId, (ga) => ga.resize(a.processId, a.rows, a.cols)));
   on<R & { processId: number }>('forgetProcess', (agent, a) => onProcess(agent, a.processId, (ga) => ga.forget(a.processId)));
-  on<R & { path: string; stream: number }>('readFile', async (agent, a) => serveReadable(await readGuestFile(agent, a.path), link.acceptStream(a.stream, { receives: false, sends: true })));
-  on<R & { path: string; stream: number }>('readArchive', async (agent, a) => serveReadable(await readGuestArchive(agent, a.path), link.acceptStream(a.stream, { receives: false, sends: true })));
+  on<R & { path: string; stream: number }>('readFile', async (agent, a) => sendAll(await readGuestFile(agent, a.path), link.acceptStream(a.stream, { receives: false, sends: true }), linkError));
+  on<R & { path: string; stream: number }>('readArchive', async (agent, a) => sendAll(await readGuestArchive(agent, a.path), link.acceptStream(a.stream, { receives: false, sends: true }), linkError));
   /** A body the service sends, written into the guest by `write`; whatever it did not take is cancelled. */
   const receiveBody = async (streamId: number, write: (body: ReturnType<typeof bodyOf>) => Promise<number>): Promise<number> => {
     const stream = link.acceptStream(streamId, { receives: true, sends: false });
