@@ -25,6 +25,9 @@ export const HOST_PRIVILEGES: Readonly<Record<string, readonly ('SELECT' | 'INSE
   runtimes: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'],
   injection_rules: ['SELECT', 'INSERT', 'DELETE'],
   checkpoints: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'],
+  // Templates are built and held on a single host for now (docs/templates.md): a VM host of a
+  // fleet only reads them, to refuse what it cannot serve.
+  templates: ['SELECT'],
   audits: ['SELECT', 'INSERT', 'DELETE'],
   // Its lease; a host never removes a host.
   nodes: ['SELECT', 'INSERT', 'UPDATE'],

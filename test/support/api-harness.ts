@@ -37,7 +37,7 @@ export interface ApiHarness {
 
 /** `dir` reopens the store of an earlier harness, as a restarted service would (it is then left in place). */
 /** Limits for every tenant that no test reaches unless it means to. */
-export const ROOMY_TENANT_LIMITS: TenantLimits = { runtimes: 1000, vcpus: 1000, memoryMib: 1024 * 1024, checkpoints: 1000, checkpointGib: 1024 };
+export const ROOMY_TENANT_LIMITS: TenantLimits = { runtimes: 1000, vcpus: 1000, memoryMib: 1024 * 1024, checkpoints: 1000, checkpointGib: 1024, templates: 1000, templateGib: 1024 };
 
 export async function apiHarness(
   opts: {
