@@ -78,9 +78,8 @@ export class TemplateService {
    */
   async create(tenantId: string, input: TemplateCreateInput, archive?: Readable): Promise<Template> {
     const name = checkDisplayName(input.name, 'name');
-    if (this.node !== null || this.builder === null) {
-      throw failedPrecondition('templates are built and kept on a single host for now; this service is part of a fleet (docs/templates.md)');
-    }
+    if (this.node !== null) throw failedPrecondition('templates are built and kept on a single host for now; this service is part of a fleet (docs/templates.md)');
+    if (this.builder === null) throw failedPrecondition('this service builds no templates: it has no template builder (docs/templates.md)');
     const builder = this.builder;
     if ((input.image === undefined) === (archive === undefined)) {
       throw invalidArgument('give either image (a reference to pull) or an image archive as the request body, not both');
