@@ -499,6 +499,59 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/templates": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List templates, newest first */
+        get: operations["listTemplates"];
+        put?: never;
+        /** Build a template from a registry image (JSON), or from an image archive (the raw body, with ?name=). Answers in state building. */
+        post: operations["createTemplate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/templates/{template_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a template: its state, and why it failed */
+        get: operations["getTemplate"];
+        put?: never;
+        post?: never;
+        /** Delete a template; a build still running is stopped */
+        delete: operations["deleteTemplate"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/templates/{template_id}/build": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The build's log as server-sent events, from its first step until it ends */
+        get: operations["streamTemplateBuild"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/audits": {
         parameters: {
             query?: never;
@@ -736,6 +789,123 @@ export interface components {
             source_runtime_id: string | null;
             /** Format: date-time */
             created_at: string;
+        };
+        Template: {
+            /** Format: uuid */
+            id: string;
+            display_name: string;
+            /** @enum {string} */
+            state: "building" | "ready" | "failed";
+            /** @description a registry image, or an uploaded archive */
+            source: {
+                image: string;
+                /** Format: uuid */
+                registry_secret_id: string | null;
+            } | {
+                /** Format: int64 */
+                archive_bytes: number;
+            };
+            /** @description why the build failed */
+            failure: {
+                /** @description the step that failed, as the build log names it */
+                step: string;
+                /**
+                 * Format: int32
+                 * @description its command's exit status; null when the step ran no command
+                 */
+                exit_code: number | null;
+                /** @description the last 4 KiB of the step's output, its error last */
+                output_tail: string;
+            } | null;
+            /** @description what the image's config sets: the defaults of a runtime's commands, and its start command */
+            config: {
+                /** @description the image's ENV */
+                env: {
+                    [key: string]: string;
+                };
+                workdir: string | null;
+                user: string | null;
+                entrypoint: string[] | null;
+                cmd: string[] | null;
+            } | null;
+            /**
+             * Format: int64
+             * @description the root disk, once ready
+             */
+            disk_bytes: number | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        /** @description An event of a template's build log: each step, its output and its end (duration, from the cache or not), then done, or error */
+        TemplateBuildEvent: {
+            /** @enum {string} */
+            event: "step";
+            data: {
+                /** Format: int32 */
+                step: number;
+                name: string;
+            };
+            /** @description the position after this event, as `since` or Last-Event-ID take it */
+            id?: string;
+        } | {
+            /** @enum {string} */
+            event: "output";
+            data: {
+                /** Format: int32 */
+                step: number;
+                /** @description UTF-8 text */
+                text: string;
+            };
+            /** @description the position after this event, as `since` or Last-Event-ID take it */
+            id?: string;
+        } | {
+            /** @enum {string} */
+            event: "step_done";
+            data: {
+                /** Format: int32 */
+                step: number;
+                /** Format: int64 */
+                duration_ms: number;
+                cached: boolean;
+                /** Format: int32 */
+                exit_code: number | null;
+                /**
+                 * Format: int64
+                 * @description output left out of the log (past its 1 MiB)
+                 */
+                output_omitted_bytes?: number;
+            };
+            /** @description the position after this event, as `since` or Last-Event-ID take it */
+            id?: string;
+        } | {
+            /** @enum {string} */
+            event: "done";
+            data: {
+                /** @enum {string} */
+                state: "ready" | "failed";
+                /** @description why the build failed */
+                failure: {
+                    /** @description the step that failed, as the build log names it */
+                    step: string;
+                    /**
+                     * Format: int32
+                     * @description its command's exit status; null when the step ran no command
+                     */
+                    exit_code: number | null;
+                    /** @description the last 4 KiB of the step's output, its error last */
+                    output_tail: string;
+                } | null;
+            };
+            /** @description the position after this event, as `since` or Last-Event-ID take it */
+            id?: string;
+        } | {
+            /** @enum {string} */
+            event: "error";
+            data: components["schemas"]["ErrorEnvelope"];
+            /** @description the position after this event, as `since` or Last-Event-ID take it */
+            id?: string;
         };
         ExecResult: {
             /**
@@ -1091,7 +1261,7 @@ export interface components {
             /** @description a label; not unique */
             name: string;
             /** @description what the token may do; admin is all of it, and token management */
-            scopes: ("runtimes:read" | "runtimes:write" | "exec" | "files:read" | "files:write" | "secrets:read" | "secrets:write" | "checkpoints:read" | "checkpoints:write" | "audits:read" | "admin")[];
+            scopes: ("runtimes:read" | "runtimes:write" | "exec" | "files:read" | "files:write" | "secrets:read" | "secrets:write" | "checkpoints:read" | "checkpoints:write" | "templates:read" | "templates:write" | "audits:read" | "admin")[];
             /** Format: date-time */
             created_at: string;
             /**
@@ -1109,7 +1279,7 @@ export interface components {
             /** @description a label; not unique */
             name: string;
             /** @description what the token may do; admin is all of it, and token management */
-            scopes: ("runtimes:read" | "runtimes:write" | "exec" | "files:read" | "files:write" | "secrets:read" | "secrets:write" | "checkpoints:read" | "checkpoints:write" | "audits:read" | "admin")[];
+            scopes: ("runtimes:read" | "runtimes:write" | "exec" | "files:read" | "files:write" | "secrets:read" | "secrets:write" | "checkpoints:read" | "checkpoints:write" | "templates:read" | "templates:write" | "audits:read" | "admin")[];
             /** Format: date-time */
             created_at: string;
             /**
@@ -1294,6 +1464,8 @@ export interface components {
         rule_id: string;
         /** @description the checkpoint: its UUID or its display name */
         checkpoint_id: string;
+        /** @description the template: its UUID or its display name */
+        template_id: string;
         /** @description the token's UUID */
         token_id: string;
     };
@@ -3186,6 +3358,207 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
+    listTemplates: {
+        parameters: {
+            query?: {
+                /** @description the most items in one page */
+                limit?: components["parameters"]["limit"];
+                /** @description next_page_token of the previous page */
+                page_token?: components["parameters"]["page_token"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description a page of templates */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["x-request-id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["Template"][];
+                        /** @description present when there is a next page: pass it as page_token */
+                        next_page_token?: string;
+                    };
+                };
+            };
+            400: components["responses"]["InvalidArgument"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            504: components["responses"]["DeadlineExceeded"];
+            default: components["responses"]["Error"];
+        };
+    };
+    createTemplate: {
+        parameters: {
+            query?: {
+                /** @description the new template: unique among your templates; not UUID-shaped */
+                name?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description unique among your templates; not UUID-shaped */
+                    name: string;
+                    /** @description the image to pull, as docker pull takes it: debian:12, registry.example.com:5000/team/app:tag, …@sha256:… */
+                    image: string;
+                    /** @description a secret of yours (id or name) whose value is the registry's username:password */
+                    registry_secret?: string;
+                };
+                "application/x-tar": string;
+            };
+        };
+        responses: {
+            /** @description the template, in state building */
+            201: {
+                headers: {
+                    "x-request-id": components["headers"]["x-request-id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["Template"];
+                    };
+                };
+            };
+            400: components["responses"]["InvalidArgument"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            504: components["responses"]["DeadlineExceeded"];
+            default: components["responses"]["Error"];
+        };
+    };
+    getTemplate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the template: its UUID or its display name */
+                template_id: components["parameters"]["template_id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the template */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["x-request-id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["Template"];
+                    };
+                };
+            };
+            400: components["responses"]["InvalidArgument"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            504: components["responses"]["DeadlineExceeded"];
+            default: components["responses"]["Error"];
+        };
+    };
+    deleteTemplate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the template: its UUID or its display name */
+                template_id: components["parameters"]["template_id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the template is gone */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["x-request-id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: Record<string, never>;
+                    };
+                };
+            };
+            400: components["responses"]["InvalidArgument"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            504: components["responses"]["DeadlineExceeded"];
+            default: components["responses"]["Error"];
+        };
+    };
+    streamTemplateBuild: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the template: its UUID or its display name */
+                template_id: components["parameters"]["template_id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description step, output and step_done events, then done */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["x-request-id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": components["schemas"]["TemplateBuildEvent"];
+                };
+            };
+            400: components["responses"]["InvalidArgument"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            504: components["responses"]["DeadlineExceeded"];
+            default: components["responses"]["Error"];
+        };
+    };
     listAudits: {
         parameters: {
             query?: {
@@ -3287,7 +3660,7 @@ export interface operations {
                     /** @description the tenant the token acts for; a new name makes a new tenant */
                     tenant: string;
                     /** @description at least one; repeats are dropped */
-                    scopes: ("runtimes:read" | "runtimes:write" | "exec" | "files:read" | "files:write" | "secrets:read" | "secrets:write" | "checkpoints:read" | "checkpoints:write" | "audits:read" | "admin")[];
+                    scopes: ("runtimes:read" | "runtimes:write" | "exec" | "files:read" | "files:write" | "secrets:read" | "secrets:write" | "checkpoints:read" | "checkpoints:write" | "templates:read" | "templates:write" | "audits:read" | "admin")[];
                     /** @description a label for the token; not unique (default "token") */
                     name?: string;
                 };

@@ -31,6 +31,7 @@ import { processRoutes, stdinRoutes } from './routes/processes.js';
 import { runtimeRoutes } from './routes/runtimes.js';
 import { auditRoutes, ruleRoutes, secretRoutes } from './routes/secrets.js';
 import { TERMINAL_MAX_MESSAGE, terminalRoutes } from './routes/terminal.js';
+import { templateRoutes } from './routes/templates.js';
 import { tokenRoutes } from './routes/tokens.js';
 
 export interface ApiOptions extends BearerLimits {
@@ -106,6 +107,7 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   await app.register(secretRoutes, { core });
   await app.register(ruleRoutes, { core });
   await app.register(checkpointRoutes, { core });
+  await app.register(templateRoutes, { core });
   await app.register(auditRoutes, { core });
   await app.register(tokenRoutes, { core });
   await app.register(consoleLogRoutes, { core });

@@ -145,6 +145,7 @@ const TAGS: OpenAPIV3.TagObject[] = [
   { name: 'secrets', description: 'Stored secret values, never returned, for injection into egress requests' },
   { name: 'secret-injection-rules', description: "Which egress requests of a runtime get which secret, as a header or query parameter" },
   { name: 'checkpoints', description: "Captures of a runtime's memory and disk to fork new runtimes from (beta)" },
+  { name: 'templates', description: 'Environments you bring (a registry image or an image archive), built into a disk that runtimes start from (docs/templates.md)' },
   { name: 'audits', description: 'What the egress gateway allowed and denied' },
   { name: 'tokens', description: "Bearer tokens of every tenant: the operator's, with the admin scope" },
 ];

@@ -8,7 +8,8 @@ import { ingressUrls, type IngressAddress } from '../core/ingress-urls.js';
 import type { RuleView } from '../core/rules.js';
 import type { ShownRuntime } from '../core/shown-runtimes.js';
 import { exitCodeOf } from '../core/processes.js';
-import type { Audit, Checkpoint, Page, ProcessState, Secret, Token } from '../core/types.js';
+import type { BuildEvent } from '../core/build-log.js';
+import type { Audit, Checkpoint, Page, ProcessState, Secret, Template, TemplateFailure, Token } from '../core/types.js';
 import type * as Wire from './schemas.js';
 
 /** `ingress`: where the service's ingress listener is reached, or null when it runs none. */
@@ -52,6 +53,27 @@ export const checkpointView = (c: Checkpoint): Static<typeof Wire.Checkpoint> =>
   system: c.tenantId === null,
   source_runtime_id: c.sourceRuntimeId,
   created_at: c.createdAt,
+});
+
+const failureView = (f: TemplateFailure | null) => (f === null ? null : { step: f.step, exit_code: f.exitCode, output_tail: f.outputTail });
+
+/** A build log event as its SSE event name and data. */
+export const buildEventView = (e: BuildEvent): { event: string; data: object } => {
+  if (e.event === 'done') return { event: e.event, data: { state: e.state, failure: failureView(e.failure) } };
+  const { event, ...data } = e;
+  return { event, data };
+};
+
+export const templateView = (t: Template): Static<typeof Wire.Template> => ({
+  id: t.id,
+  display_name: t.displayName,
+  state: t.state,
+  source: t.source.kind === 'image' ? { image: t.source.image, registry_secret_id: t.source.registrySecretId } : { archive_bytes: t.source.archiveBytes },
+  failure: failureView(t.failure),
+  config: t.config,
+  disk_bytes: t.diskBytes,
+  created_at: t.createdAt,
+  updated_at: t.updatedAt,
 });
 
 export const auditView = (a: Audit): Static<typeof Wire.Audit> => ({

@@ -8,7 +8,7 @@ import { ERROR_CODES } from '../core/errors.js';
 import { DEFAULT_RING_BYTES, MAX_RING_BYTES, MIN_RING_BYTES, SIGNAL_NAMES } from '../core/processes.js';
 import { MAX_SECRET_BYTES } from '../core/secrets.js';
 import { LABEL_KEY_PATTERN, MAX_LABEL_SELECTORS, MAX_LABEL_VALUE_CHARS, MAX_LABELS, MAX_LIFECYCLE_SECS } from '../core/runtime-settings.js';
-import { AUDIT_CATEGORIES, SHOWN_RUNTIME_STATUSES, CHECKPOINT_STATES, GUEST_FILE_TYPES, SCOPES } from '../core/types.js';
+import { AUDIT_CATEGORIES, SHOWN_RUNTIME_STATUSES, CHECKPOINT_STATES, GUEST_FILE_TYPES, SCOPES, TEMPLATE_STATES } from '../core/types.js';
 import { DEFAULT_CONSOLE_LOG_BYTES, MAX_CONSOLE_LOG_BYTES } from '../core/console-log.js';
 
 /** OpenAPI 3.0.3 has no `type: null`; ajv and swagger both understand `nullable`. */
@@ -166,6 +166,45 @@ export const Checkpoint = Type.Object(
     created_at: Type.String({ format: 'date-time' }),
   },
   { $id: 'Checkpoint' },
+);
+
+/** Inline where used: OpenAPI 3.0's `nullable` cannot sit beside a `$ref`. */
+const TemplateFailure = Type.Object(
+  {
+    step: Type.String({ description: 'the step that failed, as the build log names it' }),
+    exit_code: Nullable(Int32({ description: "its command's exit status; null when the step ran no command" })),
+    output_tail: Type.String({ description: "the last 4 KiB of the step's output, its error last" }),
+  },
+  { description: 'why the build failed' },
+);
+
+const TemplateConfig = Type.Object(
+  {
+    env: Type.Record(Type.String(), Type.String(), { description: "the image's ENV" }),
+    workdir: Nullable(Type.String()),
+    user: Nullable(Type.String()),
+    entrypoint: Nullable(Type.Array(Type.String())),
+    cmd: Nullable(Type.Array(Type.String())),
+  },
+  { description: "what the image's config sets: the defaults of a runtime's commands, and its start command" },
+);
+
+export const Template = Type.Object(
+  {
+    id: Type.String({ format: 'uuid' }),
+    display_name: Type.String(),
+    state: StringEnum(TEMPLATE_STATES),
+    source: Type.Union([
+      Type.Object({ image: Type.String(), registry_secret_id: Nullable(Type.String({ format: 'uuid' })) }, { additionalProperties: false }),
+      Type.Object({ archive_bytes: Int64({ minimum: 0 }) }, { additionalProperties: false }),
+    ], { description: 'a registry image, or an uploaded archive' }),
+    failure: Nullable(TemplateFailure),
+    config: Nullable(TemplateConfig),
+    disk_bytes: Nullable(Int64({ minimum: 0, description: 'the root disk, once ready' })),
+    created_at: Type.String({ format: 'date-time' }),
+    updated_at: Type.String({ format: 'date-time' }),
+  },
+  { $id: 'Template' },
 );
 
 export const ExecResult = Type.Object(
@@ -392,6 +431,23 @@ export const ProcessOutputEvent = Type.Union([...outputEvents(), ServerEvent('ex
   description: "An event of a process's output: start, then stdout and stderr, then exit (the process, once it exited) or end (follow=false, at what exists now), or error",
 });
 
+export const TemplateBuildEvent = Type.Union([
+  ServerEvent('step', Type.Object({ step: Int32({ minimum: 1 }), name: Type.String() })),
+  ServerEvent('output', Type.Object({ step: Int32({ minimum: 1 }), text: Type.String({ description: 'UTF-8 text' }) })),
+  ServerEvent('step_done', Type.Object({
+    step: Int32({ minimum: 1 }),
+    duration_ms: Int64({ minimum: 0 }),
+    cached: Type.Boolean(),
+    exit_code: Nullable(Int32()),
+    output_omitted_bytes: Type.Optional(Int64({ minimum: 0, description: "output left out of the log (past its 1 MiB)" })),
+  })),
+  ServerEvent('done', Type.Object({ state: StringEnum(['ready', 'failed'] as const), failure: Nullable(TemplateFailure) })),
+  ServerEvent('error', Type.Ref(ErrorEnvelope)),
+], {
+  $id: 'TemplateBuildEvent',
+  description: "An event of a template's build log: each step, its output and its end (duration, from the cache or not), then done, or error",
+});
+
 /** Every named schema, registered with Fastify so `$ref`s resolve and OpenAPI lists them as components. */
 export const SHARED_SCHEMAS = [
   ErrorEnvelope,
@@ -406,6 +462,8 @@ export const SHARED_SCHEMAS = [
   InjectionConfig,
   SecretInjectionRule,
   Checkpoint,
+  Template,
+  TemplateBuildEvent,
   ExecResult,
   Process,
   OutputChunkEvent,
@@ -518,6 +576,8 @@ const RuleId = Type.String({ description: "the secret injection rule's UUID" });
 
 export const RuntimeParams = Type.Object({ runtime_id: RuntimeId });
 export const SecretParams = Type.Object({ secret_id: Type.String({ description: 'the secret: its UUID or its display name' }) });
+export const TemplateParams = Type.Object({ template_id: Type.String({ description: 'the template: its UUID or its display name' }) });
+export const TemplateArchiveQuery = Type.Object({ name: DisplayName('the new template: unique among your templates; not UUID-shaped') });
 export const CheckpointParams = Type.Object({ checkpoint_id: Type.String({ description: 'the checkpoint: its UUID or its display name' }) });
 export const RuleParams = Type.Object({ rule_id: RuleId });
 export const RuntimeRuleParams = Type.Object({ runtime_id: RuntimeId, rule_id: RuleId });
@@ -550,6 +610,15 @@ export const TerminalQuery = Type.Object({
   cols: Type.Optional(Int32({ ...TerminalSize.cols, default: 80 })),
   process_id: Type.Optional(Int64({ ...ProcessId, description: 'attach to this pty process instead of starting a login shell' })),
 });
+
+export const TemplateCreateBody = Type.Object(
+  {
+    name: DisplayName('unique among your templates; not UUID-shaped'),
+    image: Type.String({ minLength: 1, maxLength: 512, description: 'the image to pull, as docker pull takes it: debian:12, registry.example.com:5000/team/app:tag, …@sha256:…' }),
+    registry_secret: Type.Optional(Type.String({ minLength: 1, maxLength: 128, description: "a secret of yours (id or name) whose value is the registry's username:password" })),
+  },
+  { additionalProperties: false },
+);
 
 export const SecretCreateBody = Type.Object(
   {

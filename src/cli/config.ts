@@ -147,8 +147,11 @@ function wholeNumber(env: NodeJS.ProcessEnv, name: string, fallback: number): nu
  * all of such a host's RAM). A checkpoint of an idle 512 MiB runtime takes about 100 MiB, one
  * whose guest filled its memory about 600 MiB: 50 checkpoints within 20 GiB keeps a tenant to a
  * tenth or less of the disk.
+ *
+ * Templates: a root disk is the image's files plus room to write (a Debian image with Python is
+ * 1 to 2 GiB), so 20 templates within 40 GiB hold a team's environments.
  */
-export const DEFAULT_TENANT_LIMITS: TenantLimits = { runtimes: 50, vcpus: 64, memoryMib: 32 * 1024, checkpoints: 50, checkpointGib: 20 };
+export const DEFAULT_TENANT_LIMITS: TenantLimits = { runtimes: 50, vcpus: 64, memoryMib: 32 * 1024, checkpoints: 50, checkpointGib: 20, templates: 20, templateGib: 40 };
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const accel = (env.VESSEL_ACCEL ?? 'auto').toLowerCase();
@@ -179,6 +182,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       memoryMib: wholeNumber(env, 'VESSEL_TENANT_MAX_MEMORY_MIB', DEFAULT_TENANT_LIMITS.memoryMib),
       checkpoints: wholeNumber(env, 'VESSEL_TENANT_MAX_CHECKPOINTS', DEFAULT_TENANT_LIMITS.checkpoints),
       checkpointGib: wholeNumber(env, 'VESSEL_TENANT_MAX_CHECKPOINT_GIB', DEFAULT_TENANT_LIMITS.checkpointGib),
+      templates: wholeNumber(env, 'VESSEL_TENANT_MAX_TEMPLATES', DEFAULT_TENANT_LIMITS.templates),
+      templateGib: wholeNumber(env, 'VESSEL_TENANT_MAX_TEMPLATE_GIB', DEFAULT_TENANT_LIMITS.templateGib),
     },
     egress: {
       allowCidrs: parseCidrList(env.VESSEL_EGRESS_ALLOW_CIDRS),

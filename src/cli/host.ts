@@ -147,7 +147,7 @@ function limitFlag(flag: string, raw: string | undefined): number | null | undef
   return Number(raw);
 }
 
-export type LimitFlags = { tenant: string; runtimes?: string; vcpus?: string; memoryMib?: string; checkpoints?: string; checkpointGib?: string };
+export type LimitFlags = { tenant: string; runtimes?: string; vcpus?: string; memoryMib?: string; checkpoints?: string; checkpointGib?: string; templates?: string; templateGib?: string };
 
 export const showTenantLimits = (tenant: string): Promise<void> =>
   withStore(async (store, config) => showLimits(store, new TenantQuotas(store, config.tenantLimits), checkDisplayName(tenant, 'tenant')));
@@ -161,6 +161,8 @@ export const setTenantLimits = (o: LimitFlags): Promise<void> =>
       memoryMib: limitFlag('memory-mib', o.memoryMib),
       checkpoints: limitFlag('checkpoints', o.checkpoints),
       checkpointGib: limitFlag('checkpoint-gib', o.checkpointGib),
+      templates: limitFlag('templates', o.templates),
+      templateGib: limitFlag('template-gib', o.templateGib),
     };
     if (Object.values(changes).every((v) => v === undefined)) throw new Error('give at least one limit to set');
     const quotas = new TenantQuotas(store, config.tenantLimits);

@@ -5,7 +5,7 @@ import { ConsoleLogService } from './console-log.js';
 import { EgressService } from './egress.js';
 import { FileService } from './files.js';
 import { ProcessService } from './processes.js';
-import type { NetworkGateway, SecretUnsealer, Store, VmDriver } from './ports.js';
+import type { NetworkGateway, SecretUnsealer, Store, TemplateBuilder, VmDriver } from './ports.js';
 import { TenantQuotas } from './quotas.js';
 import { RuleService } from './rules.js';
 import { RuntimeMoves } from './runtime-moves.js';
@@ -14,6 +14,7 @@ import type { SecretBox } from './secret-box.js';
 import { SecretService } from './secrets.js';
 import { NodeDirectory } from './node-directory.js';
 import { ShownRuntimes } from './shown-runtimes.js';
+import { TemplateService, type TemplateOptions } from './templates.js';
 import { TokenService } from './tokens.js';
 import type { TenantLimits } from './types.js';
 import { WarmPool } from './warm-pool.js';
@@ -33,6 +34,9 @@ export interface CorePorts {
   warmPoolSize?: number;
   /** The VM host this process is in a fleet (`--role node`); absent on a single host. */
   node?: string | null;
+  /** What builds templates' root disks; absent where this process builds none (an API node of a fleet). */
+  templateBuilder?: TemplateBuilder | null;
+  templates?: TemplateOptions;
 }
 
 export class Core {
@@ -45,6 +49,8 @@ export class Core {
   readonly secrets: SecretService;
   readonly rules: RuleService;
   readonly checkpoints: CheckpointService;
+  /** Templates and their builds. */
+  readonly templates: TemplateService;
   readonly audits: AuditService;
   /** What runtimes' guests wrote to their serial consoles. */
   readonly consoleLogs: ConsoleLogService;
@@ -83,6 +89,7 @@ export class Core {
     this.consoleLogs = new ConsoleLogService(this.runtimes, driver);
     this.rules = new RuleService(store, this.runtimes, this.secrets);
     this.checkpoints = new CheckpointService(store, this.runtimes, driver, quotas, log, node);
+    this.templates = new TemplateService(store, this.secrets, ports.templateBuilder ?? null, quotas, log, node, ports.templates);
     this.runtimeMoves = node === null ? null : new RuntimeMoves(store, this.runtimes, driver, this.egress, this.audits, log, node);
     // A PATCHed policy or a rule change applies to the gateway's next connection.
     this.runtimes.observe({ policyChanged: (rt) => void this.egress.refresh(rt.id) });
@@ -96,6 +103,7 @@ export class Core {
   async reconcile(): Promise<{ adopted: number; crashed: number; orphans: number }> {
     const result = await this.runtimes.reconcile();
     await this.checkpoints.reconcile();
+    await this.templates.reconcile();
     await this.egress.restore();
     this.#verifying = this.checkpoints.verifyAll().catch((err: unknown) => this.ports.log.error({ err }, 'checkpoint verification failed'));
     return result;
@@ -105,6 +113,8 @@ export class Core {
     this.runtimes.stopLifecycleTimers();
     await this.#pool.close();
     this.checkpoints.close();
+    this.templates.close();
+    await this.templates.settled();
     await this.#verifying;
     await this.checkpoints.settled();
     await this.egress.flush();

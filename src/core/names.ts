@@ -13,3 +13,17 @@ export function checkDisplayName(name: string, field = 'display_name'): string {
   if (isUuid(name)) throw invalidArgument(`${field} must not be shaped like a UUID`);
   return name;
 }
+
+/**
+ * An image reference as docker pull takes it (`debian:12`, `registry.example.com:5000/team/app:tag`,
+ * `…@sha256:<hex>`): no transport of the caller's choice, no option (`-…`), no spaces.
+ */
+export const IMAGE_REFERENCE = /^[a-z0-9][a-z0-9._-]*(:[0-9]+)?(\/[a-z0-9._-]+)*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[0-9a-f]{64})?$/i;
+export const MAX_IMAGE_REFERENCE_CHARS = 512;
+
+export function checkImageReference(reference: string, field = 'image'): string {
+  if (reference.length > MAX_IMAGE_REFERENCE_CHARS || !IMAGE_REFERENCE.test(reference)) {
+    throw invalidArgument(`${field} must be an image reference such as debian:12 or registry.example.com/team/app:tag (at most ${MAX_IMAGE_REFERENCE_CHARS} characters)`);
+  }
+  return reference;
+}

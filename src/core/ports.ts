@@ -22,6 +22,8 @@ import type {
   Runtime,
   SealedSecret,
   Secret,
+  Template,
+  TemplateConfig,
   NodeLoad,
   NodeRegistration,
   TenantLimits,
@@ -30,6 +32,7 @@ import type {
   RuntimeFilter,
   Token,
 } from './types.js';
+import type { BuildReporter } from './build-log.js';
 
 /** A runtime's serial console as read (console-log.ts decodes it). */
 export interface ConsoleLog {
@@ -63,6 +66,10 @@ export interface Store {
     handOver(id: string, expected: { node: string; updatedAt: string }, next: { node: string; statusMessage: string | null; updatedAt: string }): Promise<boolean>;
   };
   readonly secrets: SecretRepo;
+  readonly templates: TenantRepo<Template> & {
+    /** Every template of every tenant: for reconciliation at start-up. */
+    listAll(): Promise<Template[]>;
+  };
   readonly rules: RuleRepo;
   readonly checkpoints: CheckpointRepo;
   readonly audits: AuditRepo;
@@ -168,7 +175,7 @@ export interface QuotaRepo {
   /**
    * What the tenant holds: all its runtimes, the vCPUs and memory limits (in force, not pending)
    * of those that hold a VM (LIVE_STATUSES), its checkpoints not deleted, and the disk bytes of
-   * the ready ones.
+   * the ready ones; its templates in any state, and the disk bytes of the ready ones.
    */
   usage(tenantId: string): Promise<TenantUsage>;
   overrides(tenantId: string): Promise<Partial<TenantLimits>>;
@@ -438,6 +445,35 @@ export interface CheckpointFiles {
    * checked against its digests, and replaced when it does not match them.
    */
   importCheckpoint(checkpointId: string, source: RemoteCheckpoint, expected: { memoryMib: number; vcpus: number }): Promise<void>;
+}
+
+/** What a template build starts from: its source, with the registry's credentials revealed. */
+export type BuildSource =
+  | { kind: 'image'; image: string; credentials: { username: string; password: string } | null }
+  /** The archive receiveArchive took for this template. */
+  | { kind: 'archive' };
+
+/** A template's root disk, built and ready for the VM host to take. */
+export interface BuiltTemplate {
+  config: TemplateConfig;
+  /** The disk's size as the guest sees it. */
+  diskBytes: number;
+}
+
+/**
+ * Builds templates' root disks (docs/templates.md, "The build"). Each build has files of its own,
+ * named by the template's id; discard() removes them.
+ */
+export interface TemplateBuilder {
+  /** Takes an uploaded image archive into the build's files, at most `maxBytes`; resolves with its size. */
+  receiveArchive(templateId: string, body: Readable, maxBytes: number): Promise<number>;
+  /**
+   * Builds the root disk, reporting each step; throws a BuildFailure (or any error: the step
+   * running failed) when it cannot, and stops at the next step once `signal` aborts.
+   */
+  build(templateId: string, source: BuildSource, report: BuildReporter, signal: AbortSignal): Promise<BuiltTemplate>;
+  /** Removes the build's files. Idempotent. */
+  discard(templateId: string): Promise<void>;
 }
 
 /** A whole VM host: what cli/serve.ts wires in and tests fake. */

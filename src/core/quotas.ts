@@ -15,7 +15,7 @@ import type { Resources, TenantLimits, TenantUsage } from './types.js';
 
 const GiB = 1024 ** 3;
 
-const TENANT_LIMIT_NAMES: ReadonlyArray<keyof TenantLimits> = ['runtimes', 'vcpus', 'memoryMib', 'checkpoints', 'checkpointGib'];
+const TENANT_LIMIT_NAMES: ReadonlyArray<keyof TenantLimits> = ['runtimes', 'vcpus', 'memoryMib', 'checkpoints', 'checkpointGib', 'templates', 'templateGib'];
 
 /** A runtime about to hold a VM: a create, a start or resume, or a resize. */
 export interface VmRequest {
@@ -126,6 +126,22 @@ export class TenantQuotas {
         const gib = (b: number) => Math.round((b / GiB) * 100) / 100;
         const held = orphaned > 0 ? ` (${gib(orphaned)} GiB of it in disk layers of deleted checkpoints its runtimes or checkpoints still stand on)` : '';
         throw failedPrecondition(`tenant '${tenantId}' has ${gib(bytes)} GiB in checkpoints${held}, at or past its limit of ${limits.checkpointGib} GiB`);
+      }
+      return insert();
+    });
+  }
+
+  /**
+   * Runs `insert`, the new template's record, if the tenant has room for one more. As with
+   * checkpoints, a disk's size is known only once it is built, so the space check refuses a
+   * tenant already at or past its limit; builds in flight can take it past by their size.
+   */
+  admitTemplate<T>(tenantId: string, insert: () => Promise<T>): Promise<T> {
+    return this.#lock.run(tenantId, async () => {
+      const [limits, usage] = await Promise.all([this.limits(tenantId), this.usage(tenantId)]);
+      if (usage.templates >= limits.templates) throw failedPrecondition(atLimit(tenantId, usage.templates, 'template', limits.templates));
+      if (usage.templateBytes >= limits.templateGib * GiB) {
+        throw failedPrecondition(`tenant '${tenantId}' has ${Math.round((usage.templateBytes / GiB) * 100) / 100} GiB in template disks, at or past its limit of ${limits.templateGib} GiB`);
       }
       return insert();
     });

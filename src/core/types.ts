@@ -131,6 +131,53 @@ export interface Checkpoint {
   createdAt: string;
 }
 
+export const TEMPLATE_STATES = ['building', 'ready', 'failed'] as const;
+export type TemplateState = (typeof TEMPLATE_STATES)[number];
+
+/** What a template is built from (docs/templates.md). */
+export type TemplateSource =
+  /** An image in a registry; its credentials, if any, are the value of a secret of the tenant's (`user:password`). */
+  | { kind: 'image'; image: string; registrySecretId: string | null }
+  /** A `docker save` or OCI archive uploaded with the create. */
+  | { kind: 'archive'; archiveBytes: number };
+
+/** Why a build failed: the step, its exit code when it ran a command, and the end of its output. */
+export interface TemplateFailure {
+  step: string;
+  exitCode: number | null;
+  outputTail: string;
+}
+
+/**
+ * What every exec, process and terminal of a runtime from the template defaults to, and its start
+ * command: the image's config (ENV, WORKDIR, USER, ENTRYPOINT, CMD).
+ */
+export interface TemplateConfig {
+  env: Record<string, string>;
+  workdir: string | null;
+  user: string | null;
+  entrypoint: string[] | null;
+  cmd: string[] | null;
+}
+
+export interface Template {
+  id: string;
+  tenantId: string;
+  displayName: string;
+  state: TemplateState;
+  source: TemplateSource;
+  /** Set when `failed`. */
+  failure: TemplateFailure | null;
+  /** Set when `ready`. */
+  config: TemplateConfig | null;
+  /** The root disk's size on the host's disk, once ready. */
+  diskBytes: number | null;
+  /** The VM host that holds its disk; null on a single host. */
+  node: string | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
 /** What a VM host can hold (docs/scaling.md, "Placement"). */
 export interface NodeCapacity {
   memoryMib: number;
@@ -184,6 +231,10 @@ export interface TenantLimits {
   checkpoints: number;
   /** Disk space of the ready checkpoints. */
   checkpointGib: number;
+  /** Templates in any state. */
+  templates: number;
+  /** Root disk space of the ready templates. */
+  templateGib: number;
 }
 
 /** What a tenant holds, counted as its limits are. */
@@ -193,6 +244,8 @@ export interface TenantUsage {
   memoryMib: number;
   checkpoints: number;
   checkpointBytes: number;
+  templates: number;
+  templateBytes: number;
 }
 
 /**
@@ -252,6 +305,8 @@ export const SCOPES = [
   'secrets:write',
   'checkpoints:read',
   'checkpoints:write',
+  'templates:read',
+  'templates:write',
   'audits:read',
   'admin',
 ] as const;

@@ -163,4 +163,30 @@ export const MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
       SELECT 1;
     `,
   },
+  {
+    // Templates (docs/templates.md): environments users bring, built into a root disk, which
+    // creates fork from. Their source, failure and config are JSON; their disk counts towards the
+    // tenant's own limits, which tenant_limits now holds too.
+    version: 8,
+    sql: `
+      CREATE TABLE templates (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        tenant_id TEXT NOT NULL,
+        display_name TEXT NOT NULL,
+        state TEXT NOT NULL,
+        source TEXT NOT NULL,
+        failure TEXT,
+        config TEXT,
+        disk_bytes INTEGER,
+        node TEXT,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        UNIQUE (tenant_id, display_name)
+      );
+      CREATE INDEX templates_tenant ON templates (tenant_id, seq);
+      ALTER TABLE tenant_limits ADD COLUMN templates INTEGER;
+      ALTER TABLE tenant_limits ADD COLUMN template_gib INTEGER;
+    `,
+  },
 ];

@@ -28,6 +28,9 @@ export const HOST_PRIVILEGES: Readonly<Record<string, readonly Privilege[] | { s
   runtimes: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'],
   injection_rules: ['SELECT', 'INSERT', 'DELETE'],
   checkpoints: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'],
+  // Templates are built and held on a single host for now (docs/templates.md): a VM host of a
+  // fleet only reads them, to refuse what it cannot serve.
+  templates: ['SELECT'],
   audits: ['SELECT', 'INSERT', 'DELETE'],
   // Its lease; a host never removes a host.
   nodes: ['SELECT', 'INSERT', 'UPDATE'],
@@ -36,16 +39,22 @@ export const HOST_PRIVILEGES: Readonly<Record<string, readonly Privilege[] | { s
 /** Where the role's name is recorded, for later migrations to grant again. */
 export const HOST_ROLE_SETTING = 'host-db-role';
 
-/** The statements that give `role` exactly HOST_PRIVILEGES on the tables of the current schema. */
-export function hostRoleStatements(role: string): string[] {
+/**
+ * The statements that give `role` exactly HOST_PRIVILEGES on the tables of the current schema;
+ * with `existing`, only on those tables (a schema older than this code lacks the newer ones,
+ * which the migration that makes them grants).
+ */
+export function hostRoleStatements(role: string, existing?: ReadonlySet<string>): string[] {
   const r = pg.escapeIdentifier(role);
   return [
     `REVOKE ALL ON ALL TABLES IN SCHEMA __SCHEMA__ FROM ${r}`,
     `GRANT USAGE ON SCHEMA __SCHEMA__ TO ${r}`,
-    ...Object.entries(HOST_PRIVILEGES).map(([table, privileges]) => {
-      const what = 'select' in privileges ? `SELECT (${privileges.select.map((c) => pg.escapeIdentifier(c)).join(', ')})` : privileges.join(', ');
-      return `GRANT ${what} ON ${pg.escapeIdentifier(table)} TO ${r}`;
-    }),
+    ...Object.entries(HOST_PRIVILEGES)
+      .filter(([table]) => existing === undefined || existing.has(table))
+      .map(([table, privileges]) => {
+        const what = 'select' in privileges ? `SELECT (${privileges.select.map((c) => pg.escapeIdentifier(c)).join(', ')})` : privileges.join(', ');
+        return `GRANT ${what} ON ${pg.escapeIdentifier(table)} TO ${r}`;
+      }),
   ];
 }
 
@@ -55,7 +64,8 @@ type Queryable = Pick<pg.PoolClient, 'query'>;
 export async function grantHostRole(db: Queryable, role: string): Promise<string[]> {
   const { rows } = await db.query<{ schema: string }>('SELECT current_schema() AS schema');
   const schema = pg.escapeIdentifier(rows[0]!.schema);
-  const statements = hostRoleStatements(role).map((s) => s.replaceAll('__SCHEMA__', schema));
+  const tables = await db.query<{ name: string }>('SELECT tablename AS name FROM pg_tables WHERE schemaname = current_schema()');
+  const statements = hostRoleStatements(role, new Set(tables.rows.map((t) => t.name))).map((s) => s.replaceAll('__SCHEMA__', schema));
   for (const statement of statements) await db.query(statement);
   return statements;
 }

@@ -169,4 +169,28 @@ export const PG_MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
       COMMENT ON COLUMN secrets.sealed_value IS 'sealed with the master key; the VM hosts'' role may not read it';
     `,
   },
+  {
+    // Templates and their limits (SQLite's version 8).
+    version: 8,
+    sql: `
+      CREATE TABLE templates (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        tenant_id TEXT NOT NULL,
+        display_name TEXT NOT NULL,
+        state TEXT NOT NULL,
+        source TEXT NOT NULL,
+        failure TEXT,
+        config TEXT,
+        disk_bytes BIGINT,
+        node TEXT,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        CONSTRAINT templates_name UNIQUE (tenant_id, display_name)
+      );
+      CREATE INDEX templates_tenant ON templates (tenant_id, seq);
+      ALTER TABLE tenant_limits ADD COLUMN templates INTEGER;
+      ALTER TABLE tenant_limits ADD COLUMN template_gib INTEGER;
+    `,
+  },
 ];

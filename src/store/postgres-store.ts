@@ -10,7 +10,7 @@ import { alreadyExists, failedPrecondition, notFound } from '../core/errors.js';
 import { LIVE_STATUSES, STOPPED_STATUSES } from '../core/lifecycle.js';
 import { isUuid } from '../core/names.js';
 import type { AuditRepo, CheckpointRepo, NodeRepo, QuotaRepo, RuleRepo, SecretRepo, Store, TenantRepo, TokenRepo } from '../core/ports.js';
-import type { NodeLoad, Page, PageRequest, Runtime, RuntimeFilter, SealedSecret, Secret, TenantLimits } from '../core/types.js';
+import type { NodeLoad, Page, PageRequest, Runtime, RuntimeFilter, SealedSecret, Secret, Template, TenantLimits } from '../core/types.js';
 import { PG_MIGRATIONS } from './postgres-migrations.js';
 import { HOST_ROLE_SETTING, grantHostRole } from './postgres-host-role.js';
 import {
@@ -23,6 +23,7 @@ import {
   RUNTIME_COLUMNS,
   SEALED_SECRET_COLUMNS,
   SECRET_COLUMNS,
+  TEMPLATE_COLUMNS,
   TOKEN_COLUMNS,
   auditFromRow,
   auditToRow,
@@ -43,6 +44,8 @@ import {
   sealedSecretFromRow,
   sealedSecretToRow,
   secretFromRow,
+  templateFromRow,
+  templateToRow,
   tokenFromRow,
   tokenToRow,
   type Row,
@@ -303,6 +306,7 @@ export class PostgresStore implements Store {
   readonly tokens: TokenRepo;
   readonly runtimes: PgRuntimeTable;
   readonly secrets: PgSecretTable;
+  readonly templates: PgTenantTable<Template>;
   readonly rules: RuleRepo;
   readonly checkpoints: CheckpointRepo;
   readonly audits: AuditRepo;
@@ -313,6 +317,7 @@ export class PostgresStore implements Store {
     this.#pool = pool;
     this.runtimes = new PgRuntimeTable(pool);
     this.secrets = new PgSecretTable(pool);
+    this.templates = new PgTenantTable(pool, 'template', 'templates', TEMPLATE_COLUMNS, templateToRow, templateFromRow);
     this.tokens = tokenRepo(pool);
     this.rules = ruleRepo(pool);
     this.checkpoints = checkpointRepo(pool);
@@ -506,6 +511,9 @@ function quotaRepo(db: pg.Pool): QuotaRepo {
     `SELECT count(*) AS checkpoints, coalesce(sum(disk_bytes) FILTER (WHERE state = 'ready'), 0) AS bytes
      FROM checkpoints WHERE tenant_id = $1 AND deleted = 0`,
   );
+  const templateUsage = new Sql(
+    `SELECT count(*) AS templates, coalesce(sum(disk_bytes) FILTER (WHERE state = 'ready'), 0) AS bytes FROM templates WHERE tenant_id = $1`,
+  );
   const live = [...LIVE_STATUSES];
   const limitColumns = LIMIT_NAMES.map((n) => LIMIT_COLUMNS[n]);
   const find = new Sql('SELECT * FROM tenant_limits WHERE tenant_id = $1');
@@ -527,7 +535,16 @@ function quotaRepo(db: pg.Pool): QuotaRepo {
     usage: async (tenantId) => {
       const r = (await runtimeUsage.one(db, [tenantId, live]))!;
       const c = (await checkpointUsage.one(db, [tenantId]))!;
-      return { runtimes: Number(r.runtimes), vcpus: Number(r.vcpus), memoryMib: Number(r.memory_mib), checkpoints: Number(c.checkpoints), checkpointBytes: Number(c.bytes) };
+      const t = (await templateUsage.one(db, [tenantId]))!;
+      return {
+        runtimes: Number(r.runtimes),
+        vcpus: Number(r.vcpus),
+        memoryMib: Number(r.memory_mib),
+        checkpoints: Number(c.checkpoints),
+        checkpointBytes: Number(c.bytes),
+        templates: Number(t.templates),
+        templateBytes: Number(t.bytes),
+      };
     },
     overrides: async (tenantId) => limitsOf(await find.one(db, [tenantId])),
     setOverrides: (tenantId, changes) =>

@@ -4,7 +4,7 @@
  * JSON and timestamps are stored as text in every store, so that one mapping serves all of them.
  */
 import { VesselError, invalidArgument } from '../core/errors.js';
-import type { Audit, Checkpoint, InjectionRule, NodeRegistration, Page, Runtime, SealedSecret, Secret, TenantLimits, Token, VmNode } from '../core/types.js';
+import type { Audit, Checkpoint, InjectionRule, NodeRegistration, Page, Runtime, SealedSecret, Secret, Template, TenantLimits, Token, VmNode } from '../core/types.js';
 
 export type Row = Record<string, unknown>;
 
@@ -99,6 +99,34 @@ export const secretFromRow = (r: Row): Secret => ({
   createdAt: str(r.created_at),
 });
 export const sealedSecretFromRow = (r: Row): SealedSecret => ({ ...secretFromRow(r), sealedValue: str(r.sealed_value) });
+
+export const TEMPLATE_COLUMNS = ['id', 'tenant_id', 'display_name', 'state', 'source', 'failure', 'config', 'disk_bytes', 'node', 'created_at', 'updated_at'];
+export const templateToRow = (t: Template): Row => ({
+  id: t.id,
+  tenant_id: t.tenantId,
+  display_name: t.displayName,
+  state: t.state,
+  source: JSON.stringify(t.source),
+  failure: t.failure === null ? null : JSON.stringify(t.failure),
+  config: t.config === null ? null : JSON.stringify(t.config),
+  disk_bytes: t.diskBytes,
+  node: t.node,
+  created_at: t.createdAt,
+  updated_at: t.updatedAt,
+});
+export const templateFromRow = (r: Row): Template => ({
+  id: str(r.id),
+  tenantId: str(r.tenant_id),
+  displayName: str(r.display_name),
+  state: str(r.state) as Template['state'],
+  source: json(r.source),
+  failure: jsonOrNull(r.failure),
+  config: jsonOrNull(r.config),
+  diskBytes: numOrNull(r.disk_bytes),
+  node: strOrNull(r.node),
+  createdAt: str(r.created_at),
+  updatedAt: str(r.updated_at),
+});
 
 export const tokenFromRow = (r: Row): Token => ({
   id: str(r.id),
@@ -203,6 +231,8 @@ export const LIMIT_COLUMNS: Record<keyof TenantLimits, string> = {
   memoryMib: 'memory_mib',
   checkpoints: 'checkpoints',
   checkpointGib: 'checkpoint_gib',
+  templates: 'templates',
+  templateGib: 'template_gib',
 };
 export const LIMIT_NAMES = Object.keys(LIMIT_COLUMNS) as Array<keyof TenantLimits>;
 

@@ -9,7 +9,7 @@ import { alreadyExists } from '../core/errors.js';
 import { LIVE_STATUSES, STOPPED_STATUSES } from '../core/lifecycle.js';
 import { isUuid } from '../core/names.js';
 import type { AuditFilter, AuditRepo, AuditRetention, CheckpointRepo, NodeRepo, QuotaRepo, RuleRepo, SecretRepo, Store, TenantLimitOverrides, TenantRepo, TokenFilter, TokenRepo } from '../core/ports.js';
-import type { Audit, NodeLoad, Page, PageRequest, Runtime, RuntimeFilter, SealedSecret, Secret, TenantLimits } from '../core/types.js';
+import type { Audit, NodeLoad, Page, PageRequest, Runtime, RuntimeFilter, SealedSecret, Secret, Template, TenantLimits } from '../core/types.js';
 import { MIGRATIONS } from './migrations.js';
 import {
   CHECKPOINT_COLUMNS,
@@ -18,6 +18,7 @@ import {
   NODE_REGISTRATION_COLUMNS,
   RUNTIME_COLUMNS,
   SEALED_SECRET_COLUMNS,
+  TEMPLATE_COLUMNS,
   TOKEN_COLUMNS,
   auditFromRow,
   checkpointFromRow,
@@ -35,6 +36,8 @@ import {
   runtimeToRow,
   sealedSecretFromRow,
   sealedSecretToRow,
+  templateFromRow,
+  templateToRow,
   tokenFromRow,
   tokenToRow,
   type Row,
@@ -267,6 +270,7 @@ export class SqliteStore implements Store {
   readonly tokens: TokenRepo;
   readonly runtimes: RuntimeTable;
   readonly secrets: SecretTable;
+  readonly templates: TenantTable<Template>;
   readonly rules: RuleRepo;
   readonly checkpoints: CheckpointRepo;
   readonly audits: AuditRepo;
@@ -277,6 +281,7 @@ export class SqliteStore implements Store {
     const db = (this.#db = openDatabase(file));
     this.runtimes = new RuntimeTable(db);
     this.secrets = new SecretTable(db);
+    this.templates = new TenantTable(db, 'template', 'templates', TEMPLATE_COLUMNS, templateToRow, templateFromRow);
     this.tokens = tokenRepo(db);
     this.rules = ruleRepo(db);
     this.checkpoints = checkpointRepo(db);
@@ -456,6 +461,9 @@ function quotaRepo(db: Db): QuotaRepo {
     `SELECT count(*) AS checkpoints, coalesce(sum(disk_bytes) FILTER (WHERE state = 'ready'), 0) AS bytes
      FROM checkpoints WHERE tenant_id = ? AND deleted = 0`,
   );
+  const templateUsage = db.prepare(
+    `SELECT count(*) AS templates, coalesce(sum(disk_bytes) FILTER (WHERE state = 'ready'), 0) AS bytes FROM templates WHERE tenant_id = ?`,
+  );
   const live = JSON.stringify(LIVE_STATUSES);
   const find = db.prepare('SELECT * FROM tenant_limits WHERE tenant_id = ?');
   const put = db.prepare(
@@ -483,7 +491,8 @@ function quotaRepo(db: Db): QuotaRepo {
     usage: async (tenantId) => {
       const r = runtimeUsage.get({ tenant: tenantId, live }) as { runtimes: number; vcpus: number; memory_mib: number };
       const c = checkpointUsage.get(tenantId) as { checkpoints: number; bytes: number };
-      return { runtimes: r.runtimes, vcpus: r.vcpus, memoryMib: r.memory_mib, checkpoints: c.checkpoints, checkpointBytes: c.bytes };
+      const t = templateUsage.get(tenantId) as { templates: number; bytes: number };
+      return { runtimes: r.runtimes, vcpus: r.vcpus, memoryMib: r.memory_mib, checkpoints: c.checkpoints, checkpointBytes: c.bytes, templates: t.templates, templateBytes: t.bytes };
     },
     overrides: async (tenantId) => overrides(tenantId),
     setOverrides: async (tenantId, changes) => setOverrides(tenantId, changes),

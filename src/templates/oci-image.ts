@@ -17,6 +17,7 @@ import { chownSync, closeSync, constants, createReadStream, fstatSync, openSync,
 import { join } from 'node:path';
 import { pipeline, Transform, type Readable, type TransformCallback } from 'node:stream';
 import { VesselError } from '../core/errors.js';
+import { IMAGE_REFERENCE, MAX_IMAGE_REFERENCE_CHARS } from '../core/names.js';
 import { labelsOf, type ImageConfig } from './dockerfile.js';
 
 /** index.json, manifests and configs are small; a larger one is not an image we want. */
@@ -51,15 +52,13 @@ export interface FetchOptions {
   workDir: string;
 }
 
-/** What skopeo's references may be: no option (`-…`), no transport of the user's choice, no spaces. */
-const REFERENCE = /^[a-z0-9][a-z0-9._-]*(:[0-9]+)?(\/[a-z0-9._-]+)*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[0-9a-f]{64})?$/i;
 
 /** Copies the image into an OCI layout at `layoutDir` (tag `image`). */
 export async function fetchImage(source: ImageSource, layoutDir: string, opts: FetchOptions): Promise<void> {
   const dest = `oci:${layoutDir}:image`;
   const common = ['--override-os', 'linux', '--override-arch', 'amd64', '--insecure-policy', 'copy', '--quiet'];
   if (source.kind === 'registry') {
-    if (!REFERENCE.test(source.reference) || source.reference.length > 512) throw new ImageError(`'${source.reference}' is not an image reference`);
+    if (!IMAGE_REFERENCE.test(source.reference) || source.reference.length > MAX_IMAGE_REFERENCE_CHARS) throw new ImageError(`'${source.reference}' is not an image reference`);
     const args = [...common, `--src-tls-verify=${source.insecure === true ? 'false' : 'true'}`];
     if (source.certDir !== undefined) args.push('--src-cert-dir', source.certDir);
     let authFile: string | null = null;

@@ -49,7 +49,7 @@ const SPEC_OPERATIONS = [
   'GET /v1/audits',
 ];
 
-/** Beyond the spec: directories, console logs and tokens (docs/api.md), background processes and terminals (docs/processes.md). */
+/** Beyond the spec: directories, console logs, tokens and templates (docs/api.md), background processes and terminals (docs/processes.md). */
 const EXTENSION_OPERATIONS = [
   'GET /v1/runtimes/{runtime_id}/files/list',
   'GET /v1/runtimes/{runtime_id}/files/stat',
@@ -70,6 +70,11 @@ const EXTENSION_OPERATIONS = [
   'GET /v1/tokens',
   'GET /v1/tokens/{token_id}',
   'DELETE /v1/tokens/{token_id}',
+  'POST /v1/templates',
+  'GET /v1/templates',
+  'GET /v1/templates/{template_id}',
+  'DELETE /v1/templates/{template_id}',
+  'GET /v1/templates/{template_id}/build',
 ];
 
 describe('health, openapi, metrics', () => {

@@ -136,6 +136,13 @@ test('every operation answers as the document declares: status, headers and body
   await send('GET', '/v1/checkpoints?include_system=true');
   await send('GET', '/v1/checkpoints/doc-cp');
   await send('DELETE', '/v1/checkpoints/doc-cp');
+  await send('POST', '/v1/templates', { body: { name: 'doc-tpl', image: 'registry.example.com/team/py:3.12' } });
+  await send('POST', '/v1/templates?name=doc-archive', { body: Buffer.from('docker save bytes'), headers: { 'content-type': 'application/x-tar' } });
+  await h.core.templates.settled();
+  await send('GET', '/v1/templates');
+  await send('GET', '/v1/templates/doc-tpl');
+  await send('GET', '/v1/templates/doc-tpl/build', { headers: { accept: 'text/event-stream' }, live: true });
+  await send('DELETE', '/v1/templates/doc-archive');
   await h.core.audits.record(egressAudits(created.body.data.id));
   const audits = await send('GET', '/v1/audits?runtime=doc-rt');
   assert.deepEqual(audits.body.data.map((a: { payload: { egress: { kind: string } } }) => a.payload.egress.kind).sort(), ['http_request', 'icmp_drop', 'tcp_connection']);

@@ -76,6 +76,11 @@ const OPERATION_IDS: Record<string, string> = {
   'GET /v1/tokens': 'listTokens',
   'GET /v1/tokens/{token_id}': 'getToken',
   'DELETE /v1/tokens/{token_id}': 'revokeToken',
+  'POST /v1/templates': 'createTemplate',
+  'GET /v1/templates': 'listTemplates',
+  'GET /v1/templates/{template_id}': 'getTemplate',
+  'DELETE /v1/templates/{template_id}': 'deleteTemplate',
+  'GET /v1/templates/{template_id}/build': 'streamTemplateBuild',
 };
 
 /** The spec's meaning of each response kind (runtime-api.md, "Errors"), which the document repeats. */
@@ -255,6 +260,7 @@ test('path parameters say what they take: an ID or a display name, as the spec h
     runtime_id: /UUID or its display name/,
     secret_id: /UUID or its display name/,
     checkpoint_id: /UUID or its display name/,
+    template_id: /UUID or its display name/,
     rule_id: /UUID/,
     process_id: /agent's id/,
     token_id: /token's UUID/,
@@ -311,5 +317,5 @@ test('every list that pages takes limit and page_token', () => {
     assert.equal(parameterOf(o, 'page_token')?.in, 'query', nameOf(o));
     assert.equal(parameterOf(o, 'limit')?.in, 'query', nameOf(o));
   }
-  assert.equal(lists, 7, 'runtimes, secrets, both rule lists, checkpoints, audits and tokens');
+  assert.equal(lists, 8, 'runtimes, secrets, both rule lists, checkpoints, templates, audits and tokens');
 });

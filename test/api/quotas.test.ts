@@ -9,7 +9,7 @@ import { TenantQuotas } from '../../src/core/quotas.js';
 import { apiHarness, type ApiHarness } from '../support/api-harness.js';
 import { FakeDriver } from '../support/fake-driver.js';
 
-const SMALL: TenantLimits = { runtimes: 3, vcpus: 4, memoryMib: 2048, checkpoints: 2, checkpointGib: 1 };
+const SMALL: TenantLimits = { runtimes: 3, vcpus: 4, memoryMib: 2048, checkpoints: 2, checkpointGib: 1, templates: 2, templateGib: 1 };
 
 async function withHarness(limits: TenantLimits, work: (h: ApiHarness, driver: FakeDriver) => Promise<void>): Promise<void> {
   const driver = new FakeDriver();
@@ -177,6 +177,6 @@ test('per-tenant overrides kept in the store replace the defaults, and apply at 
     await quotas.setLimits('vip', { runtimes: null });
     assert.deepEqual(await quotas.limits('vip'), { ...SMALL, memoryMib: 8192 }, 'null returns a limit to the default');
     overQuota(await create(h, t, 'v5'), /^tenant 'vip' has 4 runtimes; its limit is 3$/);
-    assert.deepEqual(await quotas.usage('vip'), { runtimes: 4, vcpus: 4, memoryMib: 2048, checkpoints: 0, checkpointBytes: 0 });
+    assert.deepEqual(await quotas.usage('vip'), { runtimes: 4, vcpus: 4, memoryMib: 2048, checkpoints: 0, checkpointBytes: 0, templates: 0, templateBytes: 0 });
   });
 });

@@ -117,7 +117,7 @@ test('a database at version 1 gains checkpoint sizes and tenant limits at start;
   const store = await PostgresStore.open(url);
   try {
     assert.equal((await store.checkpoints.find('acme', 'old'))?.diskBytes, null);
-    assert.deepEqual(await store.quotas.usage('acme'), { runtimes: 0, vcpus: 0, memoryMib: 0, checkpoints: 1, checkpointBytes: 0 });
+    assert.deepEqual(await store.quotas.usage('acme'), { runtimes: 0, vcpus: 0, memoryMib: 0, checkpoints: 1, checkpointBytes: 0, templates: 0, templateBytes: 0 });
     await store.quotas.setOverrides('acme', { runtimes: 5 });
     assert.deepEqual(await store.quotas.overrides('acme'), { runtimes: 5 });
   } finally {

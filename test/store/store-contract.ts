@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { VesselError } from '../../src/core/errors.js';
 import type { Store } from '../../src/core/ports.js';
-import type { Audit, Checkpoint, InjectionRule, NodeRegistration, Runtime, RuntimeFilter, RuntimeStatus, SealedSecret, Secret, Token } from '../../src/core/types.js';
+import type { Audit, Checkpoint, InjectionRule, NodeRegistration, Runtime, RuntimeFilter, RuntimeStatus, SealedSecret, Secret, Template, Token } from '../../src/core/types.js';
 
 export interface StoreUnderTest {
   /** An empty store of its own; `reopen` opens the same data again, as a restarted service would. */
@@ -70,6 +70,21 @@ const checkpoint = (tenantId: string | null, displayName: string, extra: Partial
   diskBytes: 1000,
   node: null,
   createdAt: at(),
+  ...extra,
+});
+
+const template = (tenantId: string, displayName: string, extra: Partial<Template> = {}): Template => ({
+  id: randomUUID(),
+  tenantId,
+  displayName,
+  state: 'building',
+  source: { kind: 'image', image: 'debian:12', registrySecretId: null },
+  failure: null,
+  config: null,
+  diskBytes: null,
+  node: null,
+  createdAt: at(),
+  updatedAt: at(),
   ...extra,
 });
 
@@ -264,6 +279,51 @@ export function storeContract(subject: StoreUnderTest): void {
     assert.equal(await store.secrets.findSealed('acme', s.id), undefined);
   });
 
+  withStore('templates: unique per tenant by name, found by id and name, updated whole, listed newest first, deleted', async (store) => {
+    const py = template('acme', 'py', { source: { kind: 'image', image: 'registry.example.com:5000/team/py:3.12', registrySecretId: randomUUID() } });
+    const up = template('acme', 'upload', { source: { kind: 'archive', archiveBytes: 123_456_789_012 } });
+    const theirs = template('other', 'py');
+    for (const t of [py, up, theirs]) await store.templates.insert(t);
+    await rejectsWith(store.templates.insert(template('acme', 'py')), 'already_exists');
+    assert.deepEqual(await store.templates.find('acme', 'py'), py);
+    assert.deepEqual(await store.templates.find('acme', py.id.toUpperCase()), py);
+    assert.equal(await store.templates.find('acme', theirs.id), undefined, "another tenant's template is not found by its id");
+    assert.deepEqual((await store.templates.list('acme', { limit: 10 })).items.map((t) => t.id), [up.id, py.id]);
+    const first = await store.templates.list('acme', { limit: 1 });
+    assert.deepEqual((await store.templates.list('acme', { limit: 1, pageToken: first.nextPageToken })).items.map((t) => t.id), [py.id]);
+    const failed: Template = { ...up, state: 'failed', failure: { step: 'pull the image', exitCode: 2, outputTail: 'manifest unknown\n' }, updatedAt: at() };
+    await store.templates.update(failed);
+    assert.deepEqual(await store.templates.find('acme', 'upload'), failed);
+    const ready: Template = {
+      ...py,
+      state: 'ready',
+      config: { env: { PATH: '/usr/local/bin:/usr/bin', LANG: 'C.UTF-8' }, workdir: '/app', user: '1000:1000', entrypoint: null, cmd: ['python3'] },
+      diskBytes: 3 * 1024 ** 3,
+      updatedAt: at(),
+    };
+    await store.templates.update(ready);
+    assert.deepEqual(await store.templates.find('acme', py.id), ready);
+    assert.deepEqual((await store.templates.listAll()).map((t) => t.id), [py.id, up.id, theirs.id]);
+    assert.equal(await store.templates.delete('acme', theirs.id), false, "a tenant cannot delete another's template");
+    assert.equal(await store.templates.delete('acme', py.id), true);
+    assert.equal(await store.templates.find('acme', 'py'), undefined);
+    await store.templates.insert(template('acme', 'py'));
+  });
+
+  withStore('quotas: templates count in any state, and the disk of the ready ones', async (store) => {
+    await store.templates.insert(template('acme', 'a', { state: 'ready', diskBytes: 2_000_000_000 }));
+    await store.templates.insert(template('acme', 'b', { state: 'ready', diskBytes: 3_000_000_000 }));
+    await store.templates.insert(template('acme', 'c'));
+    await store.templates.insert(template('acme', 'd', { state: 'failed', diskBytes: 7 }));
+    await store.templates.insert(template('other', 'a', { state: 'ready', diskBytes: 11 }));
+    const usage = await store.quotas.usage('acme');
+    assert.deepEqual([usage.templates, usage.templateBytes], [4, 5_000_000_000]);
+    await store.quotas.setOverrides('acme', { templates: 3, templateGib: 9 });
+    assert.deepEqual(await store.quotas.overrides('acme'), { templates: 3, templateGib: 9 });
+    await store.quotas.setOverrides('acme', { templates: null, templateGib: null });
+    assert.deepEqual(await store.quotas.overrides('acme'), {});
+  });
+
   withStore('tokens: put replaces by id, found by hash, revoked once, listed newest first', async (store) => {
     const first = token('acme', 'ci');
     const second = token('acme', 'laptop');
@@ -420,8 +480,8 @@ export function storeContract(subject: StoreUnderTest): void {
     await store.checkpoints.insert(checkpoint('acme', 'one', { diskBytes: 5_000_000_000 }));
     await store.checkpoints.insert(checkpoint('acme', 'pending', { state: 'creating', diskBytes: null }));
     await store.checkpoints.insert(checkpoint('acme', 'gone', { deleted: true, diskBytes: 7 }));
-    assert.deepEqual(await store.quotas.usage('acme'), { runtimes: 3, vcpus: 3, memoryMib: 1536, checkpoints: 2, checkpointBytes: 5_000_000_000 });
-    assert.deepEqual(await store.quotas.usage('nobody'), { runtimes: 0, vcpus: 0, memoryMib: 0, checkpoints: 0, checkpointBytes: 0 });
+    assert.deepEqual(await store.quotas.usage('acme'), { runtimes: 3, vcpus: 3, memoryMib: 1536, checkpoints: 2, checkpointBytes: 5_000_000_000, templates: 0, templateBytes: 0 });
+    assert.deepEqual(await store.quotas.usage('nobody'), { runtimes: 0, vcpus: 0, memoryMib: 0, checkpoints: 0, checkpointBytes: 0, templates: 0, templateBytes: 0 });
   });
 
   withStore('quota overrides: merged limit by limit, null puts one back, none left removes them; concurrent changes all land', async (store) => {

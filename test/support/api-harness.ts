@@ -14,11 +14,12 @@ import type { RateLimitConfig } from '../../src/api/rate-limit.js';
 import { loadAdminToken } from '../../src/cli/data-dir.js';
 import { Core } from '../../src/core/core.js';
 import type { IngressAddress } from '../../src/core/ingress-urls.js';
-import type { Store, VmDriver } from '../../src/core/ports.js';
+import type { Store, TemplateBuilder, VmDriver } from '../../src/core/ports.js';
 import { SecretBox } from '../../src/core/secret-box.js';
 import type { Scope, TenantLimits } from '../../src/core/types.js';
 import { SqliteStore } from '../../src/store/sqlite-store.js';
 import { FakeDriver } from './fake-driver.js';
+import { FakeTemplateBuilder } from './fake-template-builder.js';
 import { FakeGateway } from './fake-gateway.js';
 
 export const silentLog = { info() {}, warn() {}, error() {} };
@@ -37,7 +38,7 @@ export interface ApiHarness {
 
 /** `dir` reopens the store of an earlier harness, as a restarted service would (it is then left in place). */
 /** Limits for every tenant that no test reaches unless it means to. */
-export const ROOMY_TENANT_LIMITS: TenantLimits = { runtimes: 1000, vcpus: 1000, memoryMib: 1024 * 1024, checkpoints: 1000, checkpointGib: 1024 };
+export const ROOMY_TENANT_LIMITS: TenantLimits = { runtimes: 1000, vcpus: 1000, memoryMib: 1024 * 1024, checkpoints: 1000, checkpointGib: 1024, templates: 1000, templateGib: 1024 };
 
 export async function apiHarness(
   opts: {
@@ -60,12 +61,14 @@ export async function apiHarness(
     ingress?: IngressAddress;
     /** The node's part in a fleet (default: a single host); a function is given the harness's core. */
     fleet?: FleetRole | ((core: Core) => FleetRole);
+    /** What builds templates (default: a FakeTemplateBuilder). */
+    templateBuilder?: TemplateBuilder;
   } = {},
 ): Promise<ApiHarness> {
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'vessel-api-'));
   const store = opts.store ?? new SqliteStore(join(dir, 'vessel.db'));
   const driver = opts.driver ?? new FakeDriver();
-  const core = new Core({ store, driver, gateway: new FakeGateway(), secretBox: new SecretBox(randomBytes(32)), log: silentLog, tenantLimits: opts.tenantLimits ?? ROOMY_TENANT_LIMITS });
+  const core = new Core({ store, driver, gateway: new FakeGateway(), secretBox: new SecretBox(randomBytes(32)), log: silentLog, tenantLimits: opts.tenantLimits ?? ROOMY_TENANT_LIMITS, templateBuilder: opts.templateBuilder ?? new FakeTemplateBuilder() });
   // Kept in the directory as the service keeps it: a harness reopening `dir` is a restarted
   // service, and must not revoke the admin token its predecessor's tests still hold.
   const admin = loadAdminToken(dir, opts.adminToken).token;

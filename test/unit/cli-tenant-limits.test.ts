@@ -10,7 +10,7 @@ import { SqliteStore } from '../../src/store/sqlite-store.js';
 import { sqliteFile } from '../../src/store/open-store.js';
 import { REPO_ROOT } from '../support/service.js';
 
-const DEFAULTS = { runtimes: 3, vcpus: 64, memory_mib: 32768, checkpoints: 50, checkpoint_gib: 20 };
+const DEFAULTS = { runtimes: 3, vcpus: 64, memory_mib: 32768, checkpoints: 50, checkpoint_gib: 20, templates: 20, template_gib: 40 };
 
 test('vessel tenant limits: set overrides, show them with the usage, and drop them with default', async () => {
   const dataDir = mkdtempSync(join(tmpdir(), 'vessel-cli-'));
@@ -28,7 +28,7 @@ test('vessel tenant limits: set overrides, show them with the usage, and drop th
       tenant: 'acme',
       limits: { ...DEFAULTS, runtimes: 7, checkpoint_gib: 5 },
       own: ['runtimes', 'checkpoint_gib'],
-      usage: { runtimes: 0, vcpus: 0, memory_mib: 0, checkpoints: 0, checkpoint_bytes: 0 },
+      usage: { runtimes: 0, vcpus: 0, memory_mib: 0, checkpoints: 0, checkpoint_bytes: 0, templates: 0, template_bytes: 0 },
     };
     assert.deepEqual(set.out, expected);
     assert.deepEqual(vessel('tenant', 'limits', 'show', '--tenant', 'acme').out, expected);
@@ -37,7 +37,7 @@ test('vessel tenant limits: set overrides, show them with the usage, and drop th
     // The service's quotas read the same table: its own defaults, the tenant's overrides.
     const store = new SqliteStore(sqliteFile(dataDir));
     try {
-      const serviceDefaults = { runtimes: 10, vcpus: 8, memoryMib: 4096, checkpoints: 5, checkpointGib: 1 };
+      const serviceDefaults = { runtimes: 10, vcpus: 8, memoryMib: 4096, checkpoints: 5, checkpointGib: 1, templates: 3, templateGib: 2 };
       assert.deepEqual(await new TenantQuotas(store, serviceDefaults).limits('acme'), { ...serviceDefaults, runtimes: 7, checkpointGib: 5 });
     } finally {
       await store.close();

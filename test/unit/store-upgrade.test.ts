@@ -39,7 +39,7 @@ test('a version 1 store gains checkpoint sizes and tenant limits; old checkpoint
     try {
       const cp = await store.checkpoints.find('acme', 'old');
       assert.equal(cp?.diskBytes, null);
-      assert.deepEqual(await store.quotas.usage('acme'), { runtimes: 0, vcpus: 0, memoryMib: 0, checkpoints: 1, checkpointBytes: 0 });
+      assert.deepEqual(await store.quotas.usage('acme'), { runtimes: 0, vcpus: 0, memoryMib: 0, checkpoints: 1, checkpointBytes: 0, templates: 0, templateBytes: 0 });
       await store.quotas.setOverrides('acme', { runtimes: 5 });
       assert.deepEqual(await store.quotas.overrides('acme'), { runtimes: 5 });
     } finally {
@@ -146,7 +146,37 @@ test('a version 4 store gains fleet settings, none set, and name holders; its ho
     const versions = new Database(file);
     try {
       const { v } = versions.prepare('SELECT max(version) AS v FROM schema_migrations').get() as { v: number };
-      assert.equal(v, 7);
+      assert.equal(v, MIGRATIONS.at(-1)!.version);
+    } finally {
+      versions.close();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a version 6 store gains templates, none yet, and template limits; a tenant\'s own limits are intact', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'vessel-upgrade-'));
+  try {
+    const file = join(dir, 'vessel.db');
+    const old = databaseAt(file, 6);
+    old.prepare("INSERT INTO tenant_limits (tenant_id, runtimes, checkpoint_gib, updated_at) VALUES ('acme', 7, 5, '2025-01-01T00:00:00Z')").run();
+    old.close();
+    const store = new SqliteStore(file);
+    try {
+      assert.deepEqual(await store.quotas.overrides('acme'), { runtimes: 7, checkpointGib: 5 });
+      assert.deepEqual(await store.templates.listAll(), []);
+      await store.quotas.setOverrides('acme', { templates: 4 });
+      assert.deepEqual(await store.quotas.overrides('acme'), { runtimes: 7, checkpointGib: 5, templates: 4 });
+      const usage = await store.quotas.usage('acme');
+      assert.deepEqual([usage.templates, usage.templateBytes], [0, 0]);
+    } finally {
+      await store.close();
+    }
+    const versions = new Database(file);
+    try {
+      const { v } = versions.prepare('SELECT max(version) AS v FROM schema_migrations').get() as { v: number };
+      assert.equal(v, 8);
       assert.equal(v, MIGRATIONS.at(-1)!.version, 'this test covers the latest migration');
     } finally {
       versions.close();

@@ -57,6 +57,8 @@ export function registerHostCommands(program: Command): void {
     .option('--memory-mib <n>', 'memory limits (MiB) of the runtimes that hold a VM')
     .option('--checkpoints <n>', 'checkpoints')
     .option('--checkpoint-gib <n>', 'disk space (GiB) of the ready checkpoints')
+    .option('--templates <n>', 'templates, in any state')
+    .option('--template-gib <n>', 'root disk space (GiB) of the ready templates')
     .action(async (o: LimitFlags) => (await host()).setTenantLimits(o));
 
   const image = program.command('image').description('the guest image');

@@ -1,0 +1,105 @@
+/**
+ * Templates (docs/templates.md): created from a registry image (JSON) or an uploaded image
+ * archive (the raw body), read, listed, deleted, and their build log as server-sent events.
+ * Answered by this process alone: templates are single-host for now, so no route forwards.
+ */
+import { Type } from '@sinclair/typebox';
+import type { Static } from '@sinclair/typebox';
+import type { Readable } from 'node:stream';
+import { invalidArgument } from '../../core/errors.js';
+import { EventStream } from '../event-stream.js';
+import { buildEventView, listView, templateView } from '../presenters.js';
+import { DataOf, Empty, ListOf, ListQuery, Template, TemplateArchiveQuery, TemplateBuildEvent, TemplateCreateBody, TemplateParams } from '../schemas.js';
+import { acceptRawBodies, binary, pageOf, rawBody, type RoutePlugin } from './common.js';
+
+const tags = ['templates'];
+const TemplateData = (description: string) => DataOf(Type.Ref(Template), description);
+
+export const templateRoutes: RoutePlugin = async (app, { core }) => {
+  app.get('/v1/templates', {
+    config: { scope: 'templates:read' },
+    schema: { operationId: 'listTemplates', tags, summary: 'List templates, newest first', querystring: ListQuery, response: { 200: ListOf(Type.Ref(Template), 'a page of templates') } },
+  }, async (req) => listView(await core.templates.list(req.principal.tenantId, pageOf(req.query)), templateView));
+
+  app.get('/v1/templates/:template_id', {
+    config: { scope: 'templates:read' },
+    schema: { operationId: 'getTemplate', tags, summary: 'Get a template: its state, and why it failed', params: TemplateParams, response: { 200: TemplateData('the template') } },
+  }, async (req) => ({ data: templateView(await core.templates.get(req.principal.tenantId, req.params.template_id)) }));
+
+  app.delete('/v1/templates/:template_id', {
+    config: { scope: 'templates:write' },
+    schema: { operationId: 'deleteTemplate', tags, summary: 'Delete a template; a build still running is stopped', params: TemplateParams, response: { 200: Empty('the template is gone') } },
+  }, async (req) => {
+    await core.templates.delete(req.principal.tenantId, req.params.template_id);
+    return { data: {} };
+  });
+
+  app.get('/v1/templates/:template_id/build', {
+    config: { scope: 'templates:read' },
+    schema: {
+      operationId: 'streamTemplateBuild',
+      tags,
+      summary: "The build's log as server-sent events, from its first step until it ends",
+      params: TemplateParams,
+      response: { 200: { description: 'step, output and step_done events, then done', content: { 'text/event-stream': { schema: Type.Ref(TemplateBuildEvent) } } } },
+    },
+  }, async (req, reply) => {
+    const stop = new AbortController();
+    const { events } = await core.templates.buildLog(req.principal.tenantId, req.params.template_id, stop.signal);
+    const stream = new EventStream(reply);
+    stream.onClose(() => stop.abort());
+    try {
+      for await (const e of events) {
+        const { event, data } = buildEventView(e);
+        await stream.send(event, data);
+        if (stream.closed) break;
+      }
+    } catch (err) {
+      await stream.fail(err);
+    } finally {
+      stream.end();
+    }
+  });
+
+  await app.register(templateCreateRoute, { core });
+};
+
+/**
+ * The create, in a scope of its own: JSON names an image to pull; any other body is an image
+ * archive (`docker save`, or an OCI archive), taken as a stream, its name in the query.
+ */
+const templateCreateRoute: RoutePlugin = async (app, { core }) => {
+  acceptRawBodies(app);
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
+    try {
+      done(null, JSON.parse(body as string));
+    } catch {
+      done(invalidArgument('the request body is not valid JSON'), undefined);
+    }
+  });
+
+  app.post('/v1/templates', {
+    config: { scope: 'templates:write' },
+    schema: {
+      operationId: 'createTemplate',
+      tags,
+      summary: 'Build a template from a registry image (JSON), or from an image archive (the raw body, with ?name=). Answers in state building.',
+      querystring: Type.Partial(TemplateArchiveQuery),
+      body: { content: { 'application/json': { schema: TemplateCreateBody }, ...binary('application/x-tar').content } },
+      response: { 201: TemplateData('the template, in state building') },
+    },
+  }, async (req, reply) => {
+    const tenantId = req.principal.tenantId;
+    const json = /^application\/json\b/i.test(req.headers['content-type'] ?? '');
+    let created;
+    if (json) {
+      if (req.query.name !== undefined) throw invalidArgument('name goes in the JSON body when it names an image');
+      const body = req.body as Static<typeof TemplateCreateBody>;
+      created = await core.templates.create(tenantId, { name: body.name, image: body.image, registry_secret: body.registry_secret });
+    } else {
+      if (req.query.name === undefined) throw invalidArgument('an image archive needs ?name= for its template');
+      created = await core.templates.create(tenantId, { name: req.query.name }, rawBody(req) as Readable);
+    }
+    return reply.code(201).send({ data: templateView(created) });
+  });
+};

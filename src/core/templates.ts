@@ -1,0 +1,262 @@
+/**
+ * Templates: environments a tenant brings, built in the background into a root disk
+ * (docs/templates.md). A create answers at once with the template `building`; the build's log is
+ * streamed to whoever asks (build-log.ts); the template ends `ready` or `failed`, with the failing
+ * step, its exit code and the end of its output.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Readable } from 'node:stream';
+import { BuildLog, utf8Tail, FAILURE_TAIL_BYTES, type BuildEvent } from './build-log.js';
+import { VesselError, failedPrecondition, invalidArgument, notFound } from './errors.js';
+import { checkDisplayName, checkImageReference } from './names.js';
+import type { BuildSource, Store, TemplateBuilder } from './ports.js';
+import type { TenantQuotas } from './quotas.js';
+import type { Logger } from './runtimes.js';
+import type { SecretService } from './secrets.js';
+import type { Page, PageRequest, Template, TemplateFailure } from './types.js';
+
+export interface TemplateCreateInput {
+  name: string;
+  /** An image reference, as docker pull takes it; absent when an archive is uploaded. */
+  image?: string | undefined;
+  /** A secret of the tenant's (id or name) whose value is the registry's `username:password`. */
+  registry_secret?: string | undefined;
+}
+
+/** A build step that failed, with its command's exit code when it ran one. */
+export class BuildFailure extends Error {
+  constructor(
+    message: string,
+    readonly exitCode: number | null = null,
+  ) {
+    super(message);
+  }
+}
+
+export interface TemplateOptions {
+  /** The largest archive a create may upload. */
+  maxArchiveBytes: number;
+  /** Builds running at once in this process; the others wait their turn (each holds ~0.5 GB while it runs). */
+  concurrentBuilds: number;
+}
+
+export const DEFAULT_TEMPLATE_OPTIONS: TemplateOptions = { maxArchiveBytes: 8 * 1024 ** 3, concurrentBuilds: 1 };
+
+/** Finished builds whose logs this process keeps for readers who come late; older ones answer with their end alone. */
+const KEPT_LOGS = 64;
+
+interface RunningBuild {
+  log: BuildLog;
+  abort: AbortController;
+  done: Promise<void>;
+}
+
+export class TemplateService {
+  readonly #running = new Map<string, RunningBuild>();
+  /** Logs of finished builds, oldest first. */
+  readonly #finished = new Map<string, BuildLog>();
+  #slotsFree: number;
+  readonly #waitingForSlot: Array<() => void> = [];
+
+  constructor(
+    private readonly store: Store,
+    private readonly secrets: SecretService,
+    /** Null where this process builds none (an API node of a fleet). */
+    private readonly builder: TemplateBuilder | null,
+    private readonly quotas: TenantQuotas,
+    private readonly log: Logger,
+    /** The VM host this process is in a fleet; null on a single host. Templates are single-host for now. */
+    private readonly node: string | null = null,
+    private readonly options: TemplateOptions = DEFAULT_TEMPLATE_OPTIONS,
+  ) {
+    this.#slotsFree = options.concurrentBuilds;
+  }
+
+  /**
+   * Records the template in `building` and starts its build. With `archive`, the upload is taken
+   * first (the answer comes once it is all in); without, `input.image` names the image.
+   */
+  async create(tenantId: string, input: TemplateCreateInput, archive?: Readable): Promise<Template> {
+    const name = checkDisplayName(input.name, 'name');
+    if (this.node !== null) throw failedPrecondition('templates are built and kept on a single host for now; this service is part of a fleet (docs/templates.md)');
+    if (this.builder === null) throw failedPrecondition('this service builds no templates: it has no template builder (docs/templates.md)');
+    const builder = this.builder;
+    if ((input.image === undefined) === (archive === undefined)) {
+      throw invalidArgument('give either image (a reference to pull) or an image archive as the request body, not both');
+    }
+    if (archive !== undefined && input.registry_secret !== undefined) throw invalidArgument('registry_secret goes with image; an uploaded archive needs none');
+    const registrySecretId = input.registry_secret === undefined ? null : (await this.secrets.get(tenantId, input.registry_secret)).id;
+    const now = new Date().toISOString();
+    const template: Template = {
+      id: randomUUID(),
+      tenantId,
+      displayName: name,
+      state: 'building',
+      source: input.image !== undefined ? { kind: 'image', image: checkImageReference(input.image, 'image'), registrySecretId } : { kind: 'archive', archiveBytes: 0 },
+      failure: null,
+      config: null,
+      diskBytes: null,
+      node: this.node,
+      createdAt: now,
+      updatedAt: now,
+    };
+    await this.quotas.admitTemplate(tenantId, () => this.store.templates.insert(template));
+    if (archive !== undefined) {
+      try {
+        template.source = { kind: 'archive', archiveBytes: await builder.receiveArchive(template.id, archive, this.options.maxArchiveBytes) };
+        await this.store.templates.update(template);
+      } catch (err) {
+        await builder.discard(template.id).catch(() => undefined);
+        await this.store.templates.delete(tenantId, template.id);
+        throw err;
+      }
+    }
+    this.#start(template, builder);
+    return { ...template };
+  }
+
+  async get(tenantId: string, ref: string): Promise<Template> {
+    const t = await this.store.templates.find(tenantId, ref);
+    if (t === undefined) throw notFound('template', ref);
+    return t;
+  }
+
+  list = (tenantId: string, page: PageRequest): Promise<Page<Template>> => this.store.templates.list(tenantId, page);
+
+  /** A build still running is stopped first; its files and log go with it. */
+  async delete(tenantId: string, ref: string): Promise<void> {
+    const t = await this.get(tenantId, ref);
+    const build = this.#running.get(t.id);
+    if (build !== undefined) {
+      build.abort.abort();
+      await build.done;
+    }
+    await this.store.templates.delete(tenantId, t.id);
+    await this.builder?.discard(t.id);
+    this.#finished.delete(t.id);
+  }
+
+  /**
+   * The build's log from its first event, then what comes until its end. A build that this process
+   * no longer keeps the log of (an older one, or one from before a restart) answers with its end.
+   */
+  async buildLog(tenantId: string, ref: string, signal?: AbortSignal): Promise<{ template: Template; events: AsyncIterable<BuildEvent> }> {
+    const template = await this.get(tenantId, ref);
+    const log = this.#running.get(template.id)?.log ?? this.#finished.get(template.id);
+    if (log !== undefined) return { template, events: log.read(signal) };
+    if (template.state === 'building') throw failedPrecondition(`template '${template.displayName}' is being built by another process of the service`);
+    const end: BuildEvent = { event: 'done', state: template.state, failure: template.failure };
+    return { template, events: (async function* () { yield end; })() };
+  }
+
+  /** After a restart: a build cut short never ends, so it failed; its files go. */
+  async reconcile(): Promise<void> {
+    for (const t of await this.#own()) {
+      if (t.state !== 'building' || this.#running.has(t.id)) continue;
+      const failure: TemplateFailure = { step: 'build', exitCode: null, outputTail: 'the service restarted during the build' };
+      await this.store.templates.update({ ...t, state: 'failed', failure, updatedAt: new Date().toISOString() });
+      await this.builder?.discard(t.id).catch((err: unknown) => this.log.warn({ templateId: t.id, err }, 'could not remove a build\'s files'));
+    }
+  }
+
+  /** Builds still running (tests and shutdown wait on them). */
+  settled = (): Promise<unknown> => Promise.allSettled([...this.#running.values()].map((b) => b.done));
+
+  /** Stops every build at its next step; each ends failed. */
+  close(): void {
+    for (const build of this.#running.values()) build.abort.abort();
+  }
+
+  async #own(): Promise<Template[]> {
+    return (await this.store.templates.listAll()).filter((t) => t.node === this.node);
+  }
+
+  #start(template: Template, builder: TemplateBuilder): void {
+    const log = new BuildLog();
+    const abort = new AbortController();
+    const done = this.#build(template, builder, log, abort.signal)
+      .catch((err: unknown) => this.log.error({ templateId: template.id, err }, 'template build crashed'))
+      .finally(() => {
+        this.#running.delete(template.id);
+        this.#finished.set(template.id, log);
+        for (const id of this.#finished.keys()) {
+          if (this.#finished.size <= KEPT_LOGS) break;
+          this.#finished.delete(id);
+        }
+      });
+    this.#running.set(template.id, { log, abort, done });
+  }
+
+  async #build(template: Template, builder: TemplateBuilder, log: BuildLog, signal: AbortSignal): Promise<void> {
+    const release = await this.#slot(log, signal);
+    try {
+      if (signal.aborted) throw new BuildFailure('the build was cancelled');
+      const built = await builder.build(template.id, await this.#source(template), log, signal);
+      if (signal.aborted) throw new BuildFailure('the build was cancelled');
+      const ready: Template = { ...template, state: 'ready', config: built.config, diskBytes: built.diskBytes, updatedAt: new Date().toISOString() };
+      await this.store.templates.update(ready);
+      log.finish('ready', null);
+      this.log.info({ templateId: template.id, name: template.displayName }, 'template ready');
+    } catch (err) {
+      const message = err instanceof Error ? err.message : String(err);
+      if (!(err instanceof BuildFailure || err instanceof VesselError)) this.log.error({ templateId: template.id, err }, 'template build failed unexpectedly');
+      log.output(`${message}\n`);
+      const failure: TemplateFailure = {
+        step: log.currentStep ?? 'build',
+        exitCode: err instanceof BuildFailure ? err.exitCode : null,
+        outputTail: utf8Tail(log.tail, FAILURE_TAIL_BYTES),
+      };
+      await builder.discard(template.id).catch(() => undefined);
+      if (!signal.aborted) {
+        await this.store.templates.update({ ...template, state: 'failed', failure, updatedAt: new Date().toISOString() }).catch((e: unknown) => {
+          this.log.error({ templateId: template.id, err: e }, 'could not record the failed template');
+        });
+      }
+      log.finish('failed', failure);
+    } finally {
+      release();
+    }
+  }
+
+  /** The source with its registry credentials revealed, read when the build starts: never stored elsewhere, never logged. */
+  async #source(template: Template): Promise<BuildSource> {
+    const source = template.source;
+    if (source.kind === 'archive') return { kind: 'archive' };
+    if (source.registrySecretId === null) return { kind: 'image', image: source.image, credentials: null };
+    const secret = await this.store.secrets.find(template.tenantId, source.registrySecretId);
+    if (secret === undefined) throw new BuildFailure('the registry secret was deleted before the build began');
+    const revealed = await this.secrets.reveal(template.tenantId, secret.id);
+    if (revealed === null) throw new BuildFailure('the registry secret was deleted before the build began');
+    const value = revealed.value;
+    const colon = value.indexOf(':');
+    if (colon < 1) throw new BuildFailure(`secret '${secret.displayName}' is not of the form username:password`);
+    return { kind: 'image', image: source.image, credentials: { username: value.slice(0, colon), password: value.slice(colon + 1) } };
+  }
+
+  /** A build slot; the log says when a build waits for one. Aborted while waiting, it holds none. */
+  async #slot(log: BuildLog, signal: AbortSignal): Promise<() => void> {
+    let held = true;
+    if (this.#slotsFree > 0) this.#slotsFree--;
+    else {
+      log.step('wait for a build slot');
+      await new Promise<void>((resolve) => {
+        this.#waitingForSlot.push(resolve);
+        signal.addEventListener('abort', () => {
+          const i = this.#waitingForSlot.indexOf(resolve);
+          if (i < 0) return;
+          this.#waitingForSlot.splice(i, 1);
+          held = false;
+          resolve();
+        }, { once: true });
+      });
+    }
+    return () => {
+      if (!held) return;
+      held = false;
+      // The slot passes to the next build waiting, or is free again.
+      const next = this.#waitingForSlot.shift();
+      if (next !== undefined) next();
+      else this.#slotsFree++;
+    };
+  }
+}

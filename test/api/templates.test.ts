@@ -1,0 +1,139 @@
+/**
+ * /v1/templates with the fake builder: create from an image (JSON) or an archive (raw body), get,
+ * list, delete, the build log as server-sent events, scopes, tenancy and the error envelopes.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { apiHarness, type ApiHarness } from '../support/api-harness.js';
+import { FAKE_DISK_BYTES, FakeTemplateBuilder } from '../support/fake-template-builder.js';
+import { sseEvents, type Sse } from '../support/sse.js';
+
+let h: ApiHarness;
+let builder: FakeTemplateBuilder;
+let api: string;
+
+before(async () => {
+  builder = new FakeTemplateBuilder();
+  h = await apiHarness({ templateBuilder: builder });
+  api = await h.app.listen({ host: '127.0.0.1', port: 0 });
+});
+after(() => h.close());
+
+const openLog = (ref: string, token = h.admin) => fetch(`${api}/v1/templates/${ref}/build`, { headers: { authorization: `Bearer ${token}`, accept: 'text/event-stream' } });
+
+async function buildLog(ref: string, token = h.admin, opened?: Response): Promise<{ status: number; type: string | null; events: Sse[] }> {
+  const res = opened ?? (await openLog(ref, token));
+  if (res.status !== 200) return { status: res.status, type: res.headers.get('content-type'), events: [{ event: 'body', data: await res.json(), id: undefined }] };
+  const events: Sse[] = [];
+  for await (const e of sseEvents(res)) events.push(e);
+  return { status: res.status, type: res.headers.get('content-type'), events };
+}
+
+const upload = (name: string | null, body: Buffer, token = h.admin) =>
+  fetch(`${api}/v1/templates${name === null ? '' : `?name=${name}`}`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/x-tar' }, body: new Uint8Array(body) });
+
+test('create from an image answers 201 building; the build log streams steps and ends done; the template is ready', async () => {
+  const release = builder.hold();
+  const created = await h.call('POST', '/v1/templates', { name: 'py', image: 'registry.example.com:5000/team/py:3.12' });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const t = created.body.data;
+  assert.equal(t.state, 'building');
+  assert.equal(t.display_name, 'py');
+  assert.deepEqual(t.source, { image: 'registry.example.com:5000/team/py:3.12', registry_secret_id: null });
+  assert.equal(t.failure, null);
+  assert.equal(t.disk_bytes, null);
+  await builder.reached(1);
+  const opened = await openLog('py');
+  release();
+  const { status, type, events } = await buildLog('py', h.admin, opened);
+  assert.equal(status, 200);
+  assert.match(type ?? '', /^text\/event-stream/);
+  assert.deepEqual(events.map((e) => e.event), ['step', 'output', 'step_done', 'step', 'step_done', 'step', 'step_done', 'done']);
+  assert.deepEqual(events[0]!.data, { step: 1, name: 'pull registry.example.com:5000/team/py:3.12' });
+  assert.deepEqual(events[1]!.data, { step: 1, text: 'copying blobs\n' });
+  assert.equal(events[2]!.data.cached, false);
+  assert.equal(typeof events[2]!.data.duration_ms, 'number');
+  assert.deepEqual(events.at(-1)!.data, { state: 'ready', failure: null });
+  const ready = (await h.call('GET', `/v1/templates/${t.id}`)).body.data;
+  assert.equal(ready.state, 'ready');
+  assert.equal(ready.disk_bytes, FAKE_DISK_BYTES);
+  assert.deepEqual(ready.config, { env: { PATH: '/usr/bin:/bin' }, workdir: '/', user: null, entrypoint: null, cmd: ['sh'] });
+});
+
+test('a failed build shows its step, exit code and output tail, in the record and at the end of its log', async () => {
+  assert.equal((await h.call('POST', '/v1/templates', { name: 'broken', image: 'example.com/team/fail-7' })).status, 201);
+  await h.core.templates.settled();
+  const t = (await h.call('GET', '/v1/templates/broken')).body.data;
+  assert.equal(t.state, 'failed');
+  assert.deepEqual(t.failure, { step: 'apply the layers', exit_code: 7, output_tail: 'layer 2: refused\nthe layers could not be applied\n' });
+  const { events } = await buildLog('broken');
+  assert.deepEqual(events.at(-1)!.data, { state: 'failed', failure: t.failure });
+  assert.equal(events.at(-2)!.data.exit_code, 7);
+});
+
+test('an archive body builds a template named by ?name=', async () => {
+  const res = await upload('uploaded', Buffer.from('a docker save archive'));
+  const body = (await res.json()) as any;
+  assert.equal(res.status, 201, JSON.stringify(body));
+  assert.deepEqual(body.data.source, { archive_bytes: 21 });
+  await h.core.templates.settled();
+  assert.equal((await h.call('GET', '/v1/templates/uploaded')).body.data.state, 'ready');
+  const noName = await upload(null, Buffer.from('x'));
+  assert.equal(noName.status, 400);
+  assert.match(((await noName.json()) as any).error.message, /needs \?name=/);
+});
+
+test('bad requests get the error envelope and make nothing', async () => {
+  const cases: Array<[unknown, number, RegExp]> = [
+    [{ name: 'x' }, 400, /image/],
+    [{ name: 'x', image: 'docker://debian:12' }, 400, /image must be an image reference/],
+    [{ name: 'x', image: '-debian' }, 400, /image must be an image reference/],
+    [{ name: 'bad name', image: 'debian:12' }, 400, /name/],
+    [{ name: 'x', image: 'debian:12', extra: 1 }, 400, /./],
+    [{ name: 'x', image: 'debian:12', registry_secret: 'missing' }, 404, /secret 'missing' not found/],
+  ];
+  for (const [body, status, message] of cases) {
+    const r = await h.call('POST', '/v1/templates', body);
+    assert.equal(r.status, status, JSON.stringify(body));
+    assert.match(r.body.error.message, message, JSON.stringify(body));
+  }
+  assert.equal((await h.call('POST', '/v1/templates', { name: 'py', image: 'debian:12' })).body.error.code, 'already_exists');
+  assert.equal((await h.call('GET', '/v1/templates/x')).status, 404);
+  assert.equal((await buildLog('x')).status, 404);
+  assert.equal((await h.call('DELETE', '/v1/templates/x')).status, 404);
+});
+
+test('templates are tenant-scoped and need the templates scopes; lists page newest first', async () => {
+  const reader = await h.token('acme', ['templates:read']);
+  const writer = await h.token('acme', ['templates:write', 'templates:read']);
+  const other = await h.token('other', ['admin']);
+  assert.equal((await h.call('POST', '/v1/templates', { name: 'a', image: 'debian:12' }, reader)).status, 403);
+  for (const name of ['a', 'b', 'c']) assert.equal((await h.call('POST', '/v1/templates', { name, image: 'debian:12' }, writer)).status, 201);
+  await h.core.templates.settled();
+  const first = await h.call('GET', '/v1/templates?limit=2', undefined, reader);
+  assert.deepEqual(first.body.data.map((t: any) => t.display_name), ['c', 'b']);
+  const second = await h.call('GET', `/v1/templates?limit=2&page_token=${first.body.next_page_token}`, undefined, reader);
+  assert.deepEqual(second.body.data.map((t: any) => t.display_name), ['a']);
+  assert.equal(second.body.next_page_token, undefined);
+  const id = first.body.data[0].id;
+  assert.equal((await h.call('GET', `/v1/templates/${id}`, undefined, other)).status, 404, "another tenant's template is not found");
+  assert.equal((await buildLog(id, other)).status, 404);
+  assert.equal((await h.call('DELETE', `/v1/templates/${id}`, undefined, other)).status, 404);
+  assert.equal((await h.call('POST', '/v1/templates', { name: 'a', image: 'debian:12' }, other)).status, 201, 'names are per tenant');
+  assert.equal((await h.call('DELETE', '/v1/templates/a', undefined, reader)).status, 403);
+  assert.deepEqual((await h.call('DELETE', '/v1/templates/a', undefined, writer)).body, { data: {} });
+  assert.equal((await h.call('GET', '/v1/templates/a', undefined, reader)).status, 404);
+});
+
+test('delete during a build stops it; a reader of its log sees it end failed', async () => {
+  builder.hold();
+  const started = builder.sources.length;
+  assert.equal((await h.call('POST', '/v1/templates', { name: 'slow', image: 'debian:12' })).status, 201);
+  await builder.reached(started + 1);
+  const opened = await openLog('slow');
+  assert.equal(opened.status, 200);
+  assert.deepEqual((await h.call('DELETE', '/v1/templates/slow')).body, { data: {} });
+  const { events } = await buildLog('slow', h.admin, opened);
+  assert.deepEqual(events.at(-1)!.data.state, 'failed');
+  assert.equal((await h.call('GET', '/v1/templates/slow')).status, 404);
+});
