@@ -21,11 +21,14 @@ import { noGateway, noVmDriver } from '../cluster/no-vm-host.js';
 import { enrolledHostSecrets, unsealRoutes, type SecretOpening } from '../cluster/secret-unsealing.js';
 import { vmHostRole } from '../cluster/vm-host-api.js';
 import { Core } from '../core/core.js';
-import type { EgressAuditKind, EgressAuditDetails } from '../core/types.js';
+import type { DeliveredAudit } from '../core/egress.js';
+import { isUuid } from '../core/names.js';
+import type { EgressAuditDetail, EgressAuditKind } from '../core/types.js';
 import { SecretBox } from '../core/secret-box.js';
 import type { HostFacts } from '../host/host-calls.js';
 import { RemoteHost } from '../host/remote-host.js';
 import { MAX_SLOT } from '../net/addressing.js';
+import { MAX_AUDIT_BATCH } from '../net/gateway-requests.js';
 import { CertificateAuthority } from '../net/certificate-authority.js';
 import type { PartLink } from '../platform/part-link.js';
 import { dropPrivileges, runPart } from '../platform/part-process.js';
@@ -176,12 +179,15 @@ function answerGateway(link: PartLink, core: Core): void {
     if (typeof port !== 'number') throw new Error('expected a port');
     return hooks.ingressTarget(str(argsOf(a).runtimeId), port);
   });
-  link.handle('audits', (batch) => {
-    if (!Array.isArray(batch)) throw new Error('expected an array of audits');
-    for (const a of batch) {
-      const { runtimeId, tenantId, kind, detail } = argsOf(a);
-      hooks.audit(str(runtimeId), str(tenantId), str(kind) as EgressAuditKind, detail as EgressAuditDetails[EgressAuditKind]);
-    }
+  // Answered once the store holds the batch: root keeps what is not answered for and sends it again.
+  link.handle('audits', async (batch) => {
+    if (!Array.isArray(batch) || batch.length > MAX_AUDIT_BATCH) throw new Error(`expected an array of at most ${MAX_AUDIT_BATCH} audits`);
+    const delivered = batch.map((a): DeliveredAudit => {
+      const { id, at, runtimeId, tenantId, kind, detail } = argsOf(a);
+      if (!isUuid(str(id)) || Number.isNaN(Date.parse(str(at)))) throw new Error('expected an audit with a UUID and an ISO 8601 time');
+      return { id: str(id), at: str(at), runtimeId: str(runtimeId), tenantId: str(tenantId), kind: str(kind) as EgressAuditKind, detail: detail as EgressAuditDetail };
+    });
+    await core.egress.storeAudits(delivered);
     return null;
   });
   link.handle('activity', (a) => {

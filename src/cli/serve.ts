@@ -3,7 +3,7 @@
  * API's own process (api-process.ts, the composition root of the store, the core and the HTTP
  * facade), wired over the host link (src/host).
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -12,13 +12,14 @@ import { serviceLogOptions } from '../api/log-options.js';
 import { MIN_SECRET_CHARS } from '../cluster/hop.js';
 import { checkNodeKey, hostKey } from '../cluster/fleet-keys.js';
 import { hostIdentity } from '../cluster/node-lease.js';
+import type { DeliveredAudit } from '../core/egress.js';
 import type { GatewayHooks } from '../core/ports.js';
 import { serveHost, type HostParts } from '../host/host-server.js';
 import { CertificateAuthority } from '../net/certificate-authority.js';
 import { Gateway } from '../net/gateway.js';
 import { MAX_AUDIT_BATCH } from '../net/gateway-requests.js';
 import { ChildPart } from '../platform/child-part.js';
-import { NoteBatch } from '../platform/note-batch.js';
+import { AcknowledgedNotes } from '../platform/acknowledged-notes.js';
 import type { PartLink } from '../platform/part-link.js';
 import { ensureSystemUser } from '../platform/system-users.js';
 import { chooseAccel } from '../vm/accel.js';
@@ -52,6 +53,12 @@ export const API_USER = 'vessel-api';
 const API_HEAP_MIB = 4096;
 /** The API's start reconciles every runtime with its VM and may make the system template first. */
 const API_START_TIMEOUT_MS = 15 * 60_000;
+/**
+ * Egress audits held while the API's process is away: a restart's worth of a busy host's
+ * (a few thousand a second for a few seconds). Each is at most a few KiB.
+ */
+const MAX_HELD_AUDITS = 20_000;
+const AUDIT_RETRY_MS = 500;
 
 /**
  * `vessel serve`: the service's root process, which holds what needs root and nothing that parses
@@ -159,14 +166,28 @@ async function startHost(config: Config, fleet: FleetKeySettings | null, prepare
   const fleetIngress = fleet?.nodeKey === undefined ? undefined : { secret: fleet.nodeKey, node };
   const gateway = new Gateway({ instance, ca, ...config.egress, ingress: { ...config.egress.ingress, fleet: fleetIngress }, logLevel: config.logLevel, log });
   await gateway.start();
-  gateway.connect(hooksOfApi(api));
+  gateway.connect(hooksOfApi(api, log));
   driver.onUnexpectedExit((runtimeId) => api.link?.notify('unexpectedExit', { runtimeId }));
   return { driver, gateway, facts: { imageId: driver.imageId(), hostLimits: driver.hostLimits(), unavailableReason: driver.unavailableReason() } };
 }
 
-/** The core's gateway hooks, in the API's process: while it is started again, nothing is revealed and audits wait for nothing. */
-function hooksOfApi(api: ChildPart): GatewayHooks {
-  const audits = new NoteBatch<object>((items) => api.link?.notify('audits', items), MAX_AUDIT_BATCH);
+/**
+ * The core's gateway hooks, in the API's process. While it is started again, secrets and ingress
+ * wait for it; audits are held here, each with the id and time it was recorded, until the new
+ * process has stored them.
+ */
+function hooksOfApi(api: ChildPart, log: pino.Logger): GatewayHooks {
+  const audits = new AcknowledgedNotes<DeliveredAudit>({
+    send: async (items) => {
+      const link = await api.ready();
+      if (link === null) throw new Error('the API process is not running');
+      await link.call('audits', items);
+    },
+    maxBatch: MAX_AUDIT_BATCH,
+    maxHeld: MAX_HELD_AUDITS,
+    retryMs: AUDIT_RETRY_MS,
+    onDropped: (dropped) => log.error({ dropped }, 'egress audits were dropped: more were held than the bound while the API process was away'),
+  });
   const live = async (): Promise<PartLink> => {
     const link = await api.ready();
     if (link === null) throw new Error('the API process is not running');
@@ -175,7 +196,7 @@ function hooksOfApi(api: ChildPart): GatewayHooks {
   return {
     revealSecret: async (tenantId, secretId) => (await live()).call('revealSecret', { tenantId, secretId }),
     ingressTarget: async (runtimeId, port) => (await live()).call('ingressTarget', { runtimeId, port }),
-    audit: (runtimeId, tenantId, kind, detail) => audits.push({ runtimeId, tenantId, kind, detail }),
+    audit: (runtimeId, tenantId, kind, detail) => audits.push({ id: randomUUID(), at: new Date().toISOString(), runtimeId, tenantId, kind, detail }),
     activity: (runtimeId) => api.link?.notify('activity', { runtimeId }),
   };
 }

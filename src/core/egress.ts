@@ -47,6 +47,22 @@ function storedDetail<D extends EgressAuditDetail>(detail: D): D {
   return out as D;
 }
 
+/** An egress audit as the process that saw it recorded it: its id and time are kept as given. */
+export interface DeliveredAudit {
+  id: string;
+  /** When it was recorded, as an ISO 8601 time. */
+  at: string;
+  runtimeId: string;
+  tenantId: string;
+  kind: EgressAuditKind;
+  detail: EgressAuditDetail;
+}
+
+function egressAudit(a: DeliveredAudit): Audit {
+  const payload = { egress: { kind: a.kind, [a.kind]: storedDetail(a.detail) } };
+  return { id: a.id, tenantId: a.tenantId, runtimeId: a.runtimeId, category: 'egress', payload, createdAt: a.at };
+}
+
 export class EgressService implements GatewayHooks {
   #pending: Audit[] = [];
   #flushTimer: NodeJS.Timeout | null = null;
@@ -93,9 +109,18 @@ export class EgressService implements GatewayHooks {
   }
 
   audit<K extends EgressAuditKind>(runtimeId: string, tenantId: string, kind: K, detail: EgressAuditDetails[K]): void {
-    const payload = { egress: { kind, [kind]: storedDetail(detail) } };
-    this.#pending.push({ id: randomUUID(), tenantId, runtimeId, category: 'egress', payload, createdAt: new Date().toISOString() });
+    this.#pending.push(egressAudit({ id: randomUUID(), at: new Date().toISOString(), runtimeId, tenantId, kind, detail }));
     this.#flushTimer ??= setTimeout(() => void this.flush(), AUDIT_FLUSH_MS);
+  }
+
+  /**
+   * Stores audits another process recorded (the service's root, for its gateway), each with the
+   * id and time it gave it. Resolves once they are stored and rejects when the store refuses
+   * them, so that the sender keeps them and sends them again; one sent twice is stored once.
+   */
+  async storeAudits(delivered: DeliveredAudit[]): Promise<void> {
+    await this.audits.record(delivered.map(egressAudit));
+    await this.audits.prune().catch((err: unknown) => this.log.error({ err }, 'audits could not be pruned'));
   }
 
   activity(runtimeId: string): void {

@@ -452,12 +452,14 @@ function checkpointRepo(db: pg.Pool): CheckpointRepo {
 
 function auditRepo(db: pg.Pool): AuditRepo {
   // One statement for the whole batch, so it is stored whole or not at all; WITH ORDINALITY keeps
-  // the batch's order in seq, which the newest-first listing follows.
+  // the batch's order in seq, which the newest-first listing follows. An audit sent again (its
+  // sender did not hear that it was stored) is stored once.
   const insert = new Sql(
     `INSERT INTO audits (${AUDIT_COLUMNS.join(', ')})
      SELECT ${AUDIT_COLUMNS.map((c) => `b.${c}`).join(', ')}
      FROM unnest(${AUDIT_COLUMNS.map((_, i) => `$${i + 1}::text[]`).join(', ')}) WITH ORDINALITY AS b (${AUDIT_COLUMNS.join(', ')}, n)
-     ORDER BY b.n`,
+     ORDER BY b.n
+     ON CONFLICT (id) DO NOTHING`,
   );
   const list = new Sql(
     `SELECT * FROM audits WHERE tenant_id = $1 AND ($2::text IS NULL OR category = $2)

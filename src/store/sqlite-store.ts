@@ -399,7 +399,8 @@ function checkpointRepo(db: Db): CheckpointRepo {
 }
 
 function auditRepo(db: Db): AuditRepo {
-  const insert = db.prepare('INSERT INTO audits (id, tenant_id, runtime_id, category, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)');
+  // An audit sent again (its sender did not hear that it was stored) is stored once.
+  const insert = db.prepare('INSERT INTO audits (id, tenant_id, runtime_id, category, payload, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING');
   const insertMany = db.transaction((audits: Audit[]) => {
     for (const a of audits) insert.run(a.id, a.tenantId, a.runtimeId, a.category, JSON.stringify(a.payload), a.createdAt);
   });

@@ -279,6 +279,10 @@ test('the API is a process of its own, as vessel-api with no capabilities and no
   await assert.rejects(runCommand('runuser', ['-u', 'vessel-api', '--', 'ls', join(svc.dataDir, 'runtimes')]), /./, "nor read the VMs' files");
   const [gateway, agent] = [svc.partPid('gateway'), svc.partPid('agent')];
 
+  // Egress runs on while the API is away; what is audited meanwhile must reach the next API's store.
+  const during = 40;
+  await sh('eg-api', `nohup sh -c 'for i in $(seq 1 ${during}); do curl -s -o /dev/null -m 8 http://api.test:${HTTP}/during-api-kill-$i; sleep 0.1; done; touch /root/loop.done' >/dev/null 2>&1 &`);
+  const killedAt = Date.now();
   process.kill(first, 'SIGKILL');
   const next = await svc.partStartedAgain('api', first);
   assert.ok(next !== null && next !== first, 'a new API process was started');
@@ -288,6 +292,26 @@ test('the API is a process of its own, as vessel-api with no capabilities and no
     back = await svc.call('GET', '/v1/runtimes/eg-api').catch(() => null);
   }
   assert.equal(back?.status, 200);
+  const backAt = Date.now();
+  let done = await sh('eg-api', 'test -e /root/loop.done && echo done');
+  for (let i = 0; i < 120 && done.stdout.trim() !== 'done'; i++) {
+    await new Promise((r) => setTimeout(r, 250));
+    done = await sh('eg-api', 'test -e /root/loop.done && echo done');
+  }
+  assert.equal(done.stdout.trim(), 'done', "the guest's requests ended");
+  const duringKill = await (async () => {
+    for (let i = 0; ; i++) {
+      const listed = await svc.call('GET', '/v1/audits?category=egress&runtime=eg-api&limit=1000');
+      assert.equal(listed.status, 200);
+      const found = listed.body.data.filter((a: any) => /^\/during-api-kill-\d+$/.test(a.payload.egress.http_request?.path ?? ''));
+      if (found.length >= during || i >= 80) return found;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  })();
+  const paths = duringKill.map((a: any) => a.payload.egress.http_request.path as string).sort();
+  assert.deepEqual(paths, Array.from({ length: during }, (_, i) => `/during-api-kill-${i + 1}`).sort(), 'every request made while the API was away is audited, once');
+  const whileAway = duringKill.filter((a: any) => Date.parse(a.created_at) > killedAt && Date.parse(a.created_at) < backAt).length;
+  assert.ok(whileAway > 0, `some of the audits were made while the API process was away (${whileAway})`);
   assert.equal(back.body.data.status, 'running', 'the VM was taken back, not marked crashed');
   // The same VM, its files and its processes; its network never went away.
   assert.equal((await sh('eg-api', 'kill -0 $(cat /root/server.pid) && cat /root/kept.txt')).stdout, 'kept across the API crash');
