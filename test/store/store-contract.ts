@@ -240,6 +240,15 @@ export function storeContract(subject: StoreUnderTest): void {
     assert.deepEqual((await store.audits.list('acme', { limit: 10 })).items.map((a) => a.category), ['lifecycle', 'egress']);
   });
 
+  withStore('an audit batch sent again (its sender never heard it was stored) is stored once, with what is new in it', async (store) => {
+    const rt = runtime('acme', 'resent');
+    await store.runtimes.insert(rt);
+    const [a, b, c] = [audit(rt, 'a.example'), audit(rt, 'b.example'), audit(rt, 'c.example')];
+    await store.audits.insert([a, b]);
+    await store.audits.insert([a, b, c]);
+    assert.deepEqual((await store.audits.list('acme', { limit: 10 })).items.map((x) => x.id), [c.id, b.id, a.id]);
+  });
+
   withStore('names are unique per tenant: a second insert or a rename onto a taken name is already_exists', async (store) => {
     await store.runtimes.insert(runtime('acme', 'web'));
     await rejectsWith(store.runtimes.insert(runtime('acme', 'web')), 'already_exists');
