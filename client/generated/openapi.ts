@@ -280,7 +280,7 @@ export interface paths {
             cookie?: never;
         };
         /** List a directory's entries (not . and ..), sorted by name; symbolic links are not followed */
-        get: operations["listDirectory"];
+        get: operations["listDir"];
         put?: never;
         post?: never;
         delete?: never;
@@ -316,7 +316,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Make a directory and its missing parents (mkdir -p); an existing directory is fine */
-        post: operations["makeDirectory"];
+        post: operations["makeDir"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2563,7 +2563,7 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
-    listDirectory: {
+    listDir: {
         parameters: {
             query: {
                 /** @description an absolute path inside the runtime */
@@ -2645,7 +2645,7 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
-    makeDirectory: {
+    makeDir: {
         parameters: {
             query: {
                 /** @description an absolute path inside the runtime */

@@ -62,7 +62,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
   app.get('/v1/runtimes/:runtime_id/files/list', {
     config: { scope: 'files:read', forward: 'runtime' },
     schema: {
-      operationId: 'listDirectory',
+      operationId: 'listDir',
       tags,
       summary: "List a directory's entries (not . and ..), sorted by name; symbolic links are not followed",
       params: RuntimeParams,
@@ -86,7 +86,7 @@ export const fileRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { c
   app.post('/v1/runtimes/:runtime_id/files/mkdir', {
     config: { scope: 'files:write', forward: 'runtime' },
     schema: {
-      operationId: 'makeDirectory',
+      operationId: 'makeDir',
       tags,
       summary: 'Make a directory and its missing parents (mkdir -p); an existing directory is fine',
       params: RuntimeParams,
