@@ -30,6 +30,7 @@ interface PodSpec {
   volumes?: { name: string; secret?: { secretName: string }; configMap?: { name: string } }[];
   hostNetwork?: boolean;
   dnsPolicy?: string;
+  priorityClassName?: string;
   securityContext?: Record<string, unknown>;
 }
 interface Workload { object: K8sObject; namespace: string; labels: Labels; pod: PodSpec; annotations: Labels }
@@ -76,8 +77,11 @@ export function referenceProblems(objects: K8sObject[]): string[] {
   const sources = configSources(objects);
   const namespaces = new Set(objects.filter((o) => o.kind === 'Namespace').map((o) => o.metadata.name));
 
+  // The classes every cluster has; any other a pod names must be rendered with it.
+  const priorityClasses = new Set(['system-cluster-critical', 'system-node-critical', ...objects.filter((o) => o.kind === 'PriorityClass').map((o) => o.metadata.name)]);
+
   for (const o of objects) {
-    if (o.kind !== 'Namespace' && !namespaces.has(ns(o))) problems.push(`${objectName(o)}: namespace '${ns(o)}' is not among the rendered Namespaces`);
+    if (o.kind !== 'Namespace' && o.kind !== 'PriorityClass' && !namespaces.has(ns(o))) problems.push(`${objectName(o)}: namespace '${ns(o)}' is not among the rendered Namespaces`);
   }
 
   for (const w of pods) {
@@ -122,6 +126,7 @@ export function referenceProblems(objects: K8sObject[]): string[] {
       const [kind, name] = v.secret ? ['Secret', v.secret.secretName] : v.configMap ? ['ConfigMap', v.configMap.name] : [undefined, undefined];
       if (kind && !sources.has(`${kind}:${w.namespace}/${name}`)) problems.push(`${where}: volume '${v.name}' reads ${kind} '${name}', which does not exist`);
     }
+    if (w.pod.priorityClassName !== undefined && !priorityClasses.has(w.pod.priorityClassName)) problems.push(`${where}: priorityClassName '${w.pod.priorityClassName}' is not a rendered PriorityClass`);
     if (w.pod.hostNetwork && w.pod.dnsPolicy !== 'ClusterFirstWithHostNet') problems.push(`${where}: hostNetwork without dnsPolicy ClusterFirstWithHostNet cannot resolve cluster Services`);
     if (w.annotations['prometheus.io/scrape'] === 'true') {
       const port = Number(w.annotations['prometheus.io/port']);

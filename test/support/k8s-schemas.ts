@@ -25,6 +25,7 @@ const MODELS: Record<string, string> = {
   'apps/v1/Deployment': 'kubernetes-models/apps/v1/Deployment',
   'apps/v1/DaemonSet': 'kubernetes-models/apps/v1/DaemonSet',
   'policy/v1/PodDisruptionBudget': 'kubernetes-models/policy/v1/PodDisruptionBudget',
+  'scheduling.k8s.io/v1/PriorityClass': 'kubernetes-models/scheduling.k8s.io/v1/PriorityClass',
   'networking.k8s.io/v1/Ingress': 'kubernetes-models/networking.k8s.io/v1/Ingress',
 };
 

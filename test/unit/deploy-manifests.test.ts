@@ -53,7 +53,7 @@ for (const overlay of OVERLAYS) {
   test(`overlay ${overlay}: every object passes its schema, has no unknown field, and the references hold`, async () => {
     const objects = objectsOf(overlay);
     const kinds = objects.map((o) => `${o.kind}/${o.metadata.name}`).sort();
-    assert.deepEqual(kinds, ['Cluster/vessel-db', 'ConfigMap/vessel-config', 'DaemonSet/vessel-vm-host', 'Deployment/vessel-api', 'Ingress/vessel', 'Namespace/vessel', 'PodDisruptionBudget/vessel-api', 'Secret/vessel-cluster', 'Service/vessel-api']);
+    assert.deepEqual(kinds, ['Cluster/vessel-db', 'ConfigMap/vessel-config', 'DaemonSet/vessel-vm-host', 'Deployment/vessel-api', 'Ingress/vessel', 'Namespace/vessel', 'PodDisruptionBudget/vessel-api', 'PriorityClass/vessel-vm-host', 'Secret/vessel-cluster', 'Service/vessel-api']);
     assert.deepEqual(await allProblems(objects), []);
   });
 }
@@ -161,6 +161,8 @@ const BREAKAGES: { what: string; breaks: (objects: K8sObject[]) => void; expect:
   { what: 'a mount with no volume', breaks: (o) => (podSpecOf(find(o, 'DaemonSet', 'vessel-vm-host'))!.volumes as any[]).splice(0, 1), expect: /mounts 'data', which is not a volume/ },
   { what: 'an Ingress to a port the Service lacks', breaks: (o) => ((find(o, 'Ingress', 'vessel').spec as any).rules[1].http.paths[0].backend.service.port.name = 'ingres'), expect: /routes to port ingres/ },
   { what: 'a budget selecting nothing', breaks: (o) => ((find(o, 'PodDisruptionBudget', 'vessel-api').spec as any).selector.matchLabels['app.kubernetes.io/name'] = 'other'), expect: /PodDisruptionBudget\/vessel-api: selector .* matches no pod/ },
+  { what: 'a priority class that does not exist', breaks: (o) => (podSpecOf(find(o, 'DaemonSet', 'vessel-vm-host'))!.priorityClassName = 'vessel-vm-hots'), expect: /priorityClassName 'vessel-vm-hots' is not a rendered PriorityClass/ },
+  { what: 'a priority class value past the system classes', breaks: (o) => ((find(o, 'PriorityClass', 'vessel-vm-host') as any).value = 'high'), expect: /PriorityClass\/vessel-vm-host: .*value must be integer/ },
   { what: 'host networking without cluster DNS', breaks: (o) => delete podSpecOf(find(o, 'DaemonSet', 'vessel-vm-host'))!.dnsPolicy, expect: /ClusterFirstWithHostNet/ },
   { what: 'a host port that differs under host networking', breaks: (o) => ((containersOf(find(o, 'DaemonSet', 'vessel-vm-host'))[0] as any).ports[1].hostPort = 9082), expect: /hostPort 9082 must equal containerPort 8082/ },
   { what: 'a scrape port that is not the container\'s', breaks: (o) => ((find(o, 'Deployment', 'vessel-api').spec as any).template.metadata.annotations['prometheus.io/port'] = '9090'), expect: /prometheus.io\/port 9090 is not a container port/ },
