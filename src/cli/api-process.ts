@@ -96,10 +96,14 @@ runPart(
   () => shutdown?.(),
 );
 
+/** How often a fleet member reads the hosts while nothing asks: often enough to see an outage of the store that could let a lease run out. */
+const watchNodesMs = (config: Config): number => (config.fleet.leaseSecs * 1000) / 5;
+
 /** An API node: the store, the core over it with no VMs, the forwarder and the ingress entry. */
 async function startApiNode(config: Config, secret: string, secretBox: SecretBox, log: pino.Logger): Promise<Started> {
   const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'a database connection failed; it is replaced') });
-  const core = new Core({ store, driver: noVmDriver(), gateway: noGateway(), secretBox, log, tenantLimits: config.tenantLimits });
+  const core = new Core({ store, driver: noVmDriver(), gateway: noGateway(), secretBox, log, tenantLimits: config.tenantLimits, nodeLeaseSecs: config.fleet.leaseSecs });
+  core.nodes.watch(watchNodesMs(config));
   const client = await apiHopClient(store.nodes, secret, secretBox);
   const entry = new IngressEntry(store, core.nodes, config.egress.ingress.domain, client.keys, log);
   return {
@@ -125,7 +129,8 @@ async function startVmHost({ config, role, fleet, hostId }: ApiPartSettings, sec
   const fleetCa = credential !== null ? await credential.egressCa : role === 'node' ? await CertificateAuthority.shared((proposed) => store.nodes.shared('egress-ca', proposed), secrets.box!) : null;
   const facts = await link.call<HostFacts>('startHost', { egressCa: fleetCa === null ? null : fleetCa.pems() });
   const host = new RemoteHost(link, facts);
-  const core = new Core({ store, driver: host, gateway: host, secretBox: secrets.box, unsealer: secrets.unsealer, log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize, node });
+  const core = new Core({ store, driver: host, gateway: host, secretBox: secrets.box, unsealer: secrets.unsealer, log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize, node, nodeLeaseSecs: config.fleet.leaseSecs });
+  if (fleet !== null) core.nodes.watch(watchNodesMs(config));
   answerGateway(link, core);
   const { advertiseHost, internalPort, leaseSecs } = config.fleet;
   const lease =

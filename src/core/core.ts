@@ -32,6 +32,8 @@ export interface CorePorts {
   tenantLimits: TenantLimits;
   /** Spare VMs kept ready for creates without a checkpoint (0 or absent: none). */
   warmPoolSize?: number;
+  /** A fleet's VM hosts' lease: no host is taken for lost until the store answered again for this long after an outage. */
+  nodeLeaseSecs?: number;
   /** The VM host this process is in a fleet (`--role node`); absent on a single host. */
   node?: string | null;
   /** What builds templates' root disks; absent where this process builds none (an API node of a fleet). */
@@ -95,7 +97,7 @@ export class Core {
     this.runtimes.observe({ policyChanged: (rt) => void this.egress.refresh(rt.id) });
     this.rules.onChange((runtimeId) => void this.egress.refresh(runtimeId));
     this.runtimes.useCheckpoints(this.checkpoints);
-    this.nodes = new NodeDirectory(store.nodes);
+    this.nodes = new NodeDirectory(store.nodes, { leaseMs: (ports.nodeLeaseSecs ?? 0) * 1000 });
     this.shown = new ShownRuntimes(this.nodes);
   }
 
