@@ -124,6 +124,20 @@ function trustedProxies(env: NodeJS.ProcessEnv): string[] {
   return list;
 }
 
+/**
+ * The per-token rate limit this process enforces. Buckets live in each API node's memory, so N
+ * nodes behind a balancer would allow N times the rate; VESSEL_RATE_LIMIT_SHARES=N (the API
+ * Deployment's replicas) gives each node its share, so that a token's requests, spread over the
+ * nodes, meet the configured rate fleet-wide (docs/scaling.md, "Rate limits"). Rounded up: a
+ * share is never zero unless the limit is off.
+ */
+function tokenRateLimit(env: NodeJS.ProcessEnv): { ratePerSec: number; burst: number } {
+  const shares = wholeNumber(env, 'VESSEL_RATE_LIMIT_SHARES', 1);
+  if (shares < 1) throw new Error(`VESSEL_RATE_LIMIT_SHARES must be at least 1 (the API nodes that share the rate), got '${env.VESSEL_RATE_LIMIT_SHARES}'`);
+  const share = (n: number): number => Math.ceil(n / shares);
+  return { ratePerSec: share(int(env, 'VESSEL_RATE_LIMIT_RPS', 200)), burst: share(int(env, 'VESSEL_RATE_LIMIT_BURST', 1000)) };
+}
+
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
@@ -164,7 +178,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     adminToken: env.VESSEL_ADMIN_TOKEN || undefined,
     masterKey: env.VESSEL_MASTER_KEY || undefined,
     accel,
-    rateLimit: { ratePerSec: int(env, 'VESSEL_RATE_LIMIT_RPS', 200), burst: int(env, 'VESSEL_RATE_LIMIT_BURST', 1000) },
+    rateLimit: tokenRateLimit(env),
     // A client with no valid token has nothing to do but mistype one a few times: 20 attempts
     // at once, then 2 a second, keeps failed logins from becoming load (each is a hash and a
     // store read) without getting in the way of a client fixing its configuration.

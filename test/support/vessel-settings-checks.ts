@@ -45,6 +45,11 @@ export function vesselSettingProblems(objects: K8sObject[]): string[] {
       }
       const dataDir = settings.get('VESSEL_DATA_DIR');
       if (dataDir === undefined || !c.volumeMounts?.some((m) => m.mountPath === dataDir)) problems.push(`${where}: VESSEL_DATA_DIR ${dataDir ?? '(unset)'} is not a mounted volume`);
+      const shares = settings.get('VESSEL_RATE_LIMIT_SHARES');
+      const replicas = o.kind === 'Deployment' ? ((o.spec as { replicas?: number }).replicas ?? 1) : undefined;
+      if (role === 'api' && replicas !== undefined && Number(shares ?? 1) !== replicas) {
+        problems.push(`${where}: VESSEL_RATE_LIMIT_SHARES=${shares ?? '(unset)'} but the Deployment runs ${replicas} replicas: the per-token rate would be ${replicas}/${shares ?? 1} of what is configured`);
+      }
       const domain = settings.get('VESSEL_INGRESS_DOMAIN');
       if (domain !== undefined) domains.add(domain);
     }

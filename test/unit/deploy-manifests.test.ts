@@ -161,6 +161,7 @@ const BREAKAGES: { what: string; breaks: (objects: K8sObject[]) => void; expect:
   { what: 'a mount with no volume', breaks: (o) => (podSpecOf(find(o, 'DaemonSet', 'vessel-vm-host'))!.volumes as any[]).splice(0, 1), expect: /mounts 'data', which is not a volume/ },
   { what: 'an Ingress to a port the Service lacks', breaks: (o) => ((find(o, 'Ingress', 'vessel').spec as any).rules[1].http.paths[0].backend.service.port.name = 'ingres'), expect: /routes to port ingres/ },
   { what: 'a budget selecting nothing', breaks: (o) => ((find(o, 'PodDisruptionBudget', 'vessel-api').spec as any).selector.matchLabels['app.kubernetes.io/name'] = 'other'), expect: /PodDisruptionBudget\/vessel-api: selector .* matches no pod/ },
+  { what: 'replicas that do not share the rate limit', breaks: (o) => ((find(o, 'Deployment', 'vessel-api').spec as any).replicas = 5), expect: /VESSEL_RATE_LIMIT_SHARES=\d but the Deployment runs 5 replicas/ },
   { what: 'a priority class that does not exist', breaks: (o) => (podSpecOf(find(o, 'DaemonSet', 'vessel-vm-host'))!.priorityClassName = 'vessel-vm-hots'), expect: /priorityClassName 'vessel-vm-hots' is not a rendered PriorityClass/ },
   { what: 'a priority class value past the system classes', breaks: (o) => ((find(o, 'PriorityClass', 'vessel-vm-host') as any).value = 'high'), expect: /PriorityClass\/vessel-vm-host: .*value must be integer/ },
   { what: 'host networking without cluster DNS', breaks: (o) => delete podSpecOf(find(o, 'DaemonSet', 'vessel-vm-host'))!.dnsPolicy, expect: /ClusterFirstWithHostNet/ },
