@@ -181,6 +181,12 @@ export interface QuotaRepo {
   overrides(tenantId: string): Promise<Partial<TenantLimits>>;
   /** Changes only the limits given. */
   setOverrides(tenantId: string, overrides: TenantLimitOverrides): Promise<void>;
+  /**
+   * Runs `work` while no other process using this store does so for the same tenant: a quota's
+   * check and the write that consumes it, as one for every API node. The store's own writes
+   * inside `work` commit before the next one starts.
+   */
+  exclusive<T>(tenantId: string, work: () => Promise<T>): Promise<T>;
 }
 
 export interface AuditFilter extends PageRequest {

@@ -50,10 +50,11 @@ const atLimit = (tenantId: string, n: number, noun: string, limit: number): stri
 export class TenantQuotas {
   /**
    * A tenant's admissions run one at a time, each check together with the write that consumes
-   * what it admitted, so that two concurrent requests never both take the last slot. That holds
-   * within this process, which is enough for the embedded store (one service per data
-   * directory); a networked store serving several API nodes would check and insert in one
-   * serializable transaction instead.
+   * what it admitted, so that two concurrent requests never both take the last slot. Within this
+   * process that is this lock; across the API nodes of a fleet, a create's check is made again
+   * with its record's insert under the store's lock on the tenant (QuotaRepo.exclusive). A start
+   * or resume of a stopped runtime is checked by this process alone: two nodes starting two of a
+   * tenant's runtimes at the same instant can take it past its vCPU or memory limit by one.
    */
   readonly #lock = new KeyedMutex();
   /** Per tenant, the VMs admitted whose consuming write has not happened yet. */
@@ -92,24 +93,29 @@ export class TenantQuotas {
    */
   claimVm(tenantId: string, request: VmRequest): Promise<VmClaim> {
     return this.#lock.run(tenantId, async () => {
-      const [limits, held] = await Promise.all([this.limits(tenantId), this.#held(tenantId)]);
       const more: Held = {
         runtimes: request.newRuntime ? 1 : 0,
         vcpus: Math.max(0, request.resources.vcpus - (request.replacing?.vcpus ?? 0)),
         memoryMib: Math.max(0, request.resources.limits.memory_mib - (request.replacing?.limits.memory_mib ?? 0)),
       };
-      const inVms = `in runtimes with a VM; runtime '${request.runtimeName}' needs`;
-      if (held.runtimes + more.runtimes > limits.runtimes) throw failedPrecondition(atLimit(tenantId, held.runtimes, 'runtime', limits.runtimes));
-      if (held.memoryMib + more.memoryMib > limits.memoryMib) {
-        throw failedPrecondition(
-          `tenant '${tenantId}' holds ${held.memoryMib} MiB of memory limits ${inVms} ${more.memoryMib} MiB more, past its limit of ${limits.memoryMib} MiB`,
-        );
-      }
-      if (held.vcpus + more.vcpus > limits.vcpus) {
-        throw failedPrecondition(`tenant '${tenantId}' holds ${plural(held.vcpus, 'vCPU')} ${inVms} ${more.vcpus} more, past its limit of ${limits.vcpus}`);
-      }
-      return this.#hold(tenantId, more);
+      await this.#admit(tenantId, request, more, null);
+      return this.#hold(tenantId, request, more);
     });
+  }
+
+  /** Throws failed_precondition when `more` does not fit beside what the tenant holds (but `own`, a claim of the caller's). */
+  async #admit(tenantId: string, request: VmRequest, more: Held, own: Held | null): Promise<void> {
+    const [limits, held] = await Promise.all([this.limits(tenantId), this.#held(tenantId, own)]);
+    const inVms = `in runtimes with a VM; runtime '${request.runtimeName}' needs`;
+    if (held.runtimes + more.runtimes > limits.runtimes) throw failedPrecondition(atLimit(tenantId, held.runtimes, 'runtime', limits.runtimes));
+    if (held.memoryMib + more.memoryMib > limits.memoryMib) {
+      throw failedPrecondition(
+        `tenant '${tenantId}' holds ${held.memoryMib} MiB of memory limits ${inVms} ${more.memoryMib} MiB more, past its limit of ${limits.memoryMib} MiB`,
+      );
+    }
+    if (held.vcpus + more.vcpus > limits.vcpus) {
+      throw failedPrecondition(`tenant '${tenantId}' holds ${plural(held.vcpus, 'vCPU')} ${inVms} ${more.vcpus} more, past its limit of ${limits.vcpus}`);
+    }
   }
 
   /**
@@ -147,10 +153,11 @@ export class TenantQuotas {
     });
   }
 
-  /** What the store counts for the tenant plus the claims not written yet. */
-  async #held(tenantId: string): Promise<Held> {
+  /** What the store counts for the tenant plus the claims not written yet, but `own`. */
+  async #held(tenantId: string, own: Held | null): Promise<Held> {
     const held: Held = { ...(await this.usage(tenantId)) };
     for (const claim of this.#claims.get(tenantId) ?? []) {
+      if (claim === own) continue;
       held.runtimes += claim.runtimes;
       held.vcpus += claim.vcpus;
       held.memoryMib += claim.memoryMib;
@@ -158,7 +165,7 @@ export class TenantQuotas {
     return held;
   }
 
-  #hold(tenantId: string, claimed: Held): VmClaim {
+  #hold(tenantId: string, request: VmRequest, claimed: Held): VmClaim {
     const claims = this.#claims.get(tenantId) ?? new Set<Held>();
     this.#claims.set(tenantId, claims.add(claimed));
     const release = (): void => {
@@ -169,7 +176,14 @@ export class TenantQuotas {
       commit: (write) =>
         this.#lock.run(tenantId, async () => {
           try {
-            return await write();
+            if (!request.newRuntime) return await write();
+            // Other API nodes admit against the same store, with claims this process cannot see:
+            // a create's record is checked again and inserted under the tenant's lock in the
+            // store, which every node takes, so that none admits past a limit.
+            return await this.store.quotas.exclusive(tenantId, async () => {
+              await this.#admit(tenantId, request, claimed, claimed);
+              return write();
+            });
           } finally {
             release();
           }

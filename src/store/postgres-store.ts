@@ -313,7 +313,7 @@ export class PostgresStore implements Store {
   readonly quotas: QuotaRepo;
   readonly nodes: NodeRepo;
 
-  private constructor(pool: pg.Pool) {
+  private constructor(pool: pg.Pool, poolSize: number) {
     this.#pool = pool;
     this.runtimes = new PgRuntimeTable(pool);
     this.secrets = new PgSecretTable(pool);
@@ -322,13 +322,14 @@ export class PostgresStore implements Store {
     this.rules = ruleRepo(pool);
     this.checkpoints = checkpointRepo(pool);
     this.audits = auditRepo(pool);
-    this.quotas = quotaRepo(pool);
+    this.quotas = quotaRepo(pool, poolSize);
     this.nodes = nodeRepo(pool);
   }
 
   /** Connects and migrates; throws, having closed its connections, when either fails. */
   static async open(connectionString: string, options: PostgresStoreOptions = {}): Promise<PostgresStore> {
-    const pool = new pg.Pool({ connectionString, max: options.poolSize ?? 10 });
+    const poolSize = options.poolSize ?? 10;
+    const pool = new pg.Pool({ connectionString, max: poolSize });
     // Without a listener, an idle connection's error would end the process.
     pool.on('error', options.onIdleError ?? (() => undefined));
     try {
@@ -337,7 +338,7 @@ export class PostgresStore implements Store {
       await pool.end();
       throw err;
     }
-    return new PostgresStore(pool);
+    return new PostgresStore(pool, poolSize);
   }
 
   async close(): Promise<void> {
@@ -507,7 +508,8 @@ const runtimeHoldings = (where: string, live: string, groupBy?: string): string 
    FROM runtimes WHERE ${where}
    ${groupBy === undefined ? '' : `GROUP BY ${groupBy}`}`;
 
-function quotaRepo(db: pg.Pool): QuotaRepo {
+function quotaRepo(db: pg.Pool, poolSize: number): QuotaRepo {
+  const admissions = new AdmissionLocks(db, poolSize);
   const runtimeUsage = new Sql(runtimeHoldings('tenant_id = $1', '$2'));
   const checkpointUsage = new Sql(
     `SELECT count(*) AS checkpoints, coalesce(sum(disk_bytes) FILTER (WHERE state = 'ready'), 0) AS bytes
@@ -558,7 +560,57 @@ function quotaRepo(db: pg.Pool): QuotaRepo {
         if (merged.every((v) => v === null)) await remove.rows(client, [tenantId]);
         else await put.rows(client, [tenantId, ...merged, at]);
       }),
+    exclusive: (tenantId, work) => admissions.run(tenantId, work),
   };
+}
+
+/** The class of the advisory locks on tenants' admissions (the key's first half; the tenant's hash is the second). */
+const ADMISSION_LOCK_CLASS = 0x7673_6c71; // "vslq"
+
+/**
+ * Quota admissions, one at a time per tenant across every process on the database: a session
+ * advisory lock on the tenant, held on a connection of its own while the work runs on others.
+ * At most half the pool holds such locks at once, so that the work always finds a connection.
+ * The lock goes with its connection if that breaks; a hash collision between two tenants only
+ * makes their admissions wait for each other.
+ */
+class AdmissionLocks {
+  #held = 0;
+  readonly #waiting: (() => void)[] = [];
+  readonly #max: number;
+
+  constructor(
+    private readonly db: pg.Pool,
+    poolSize: number,
+  ) {
+    this.#max = Math.max(1, Math.floor(poolSize / 2));
+  }
+
+  async run<T>(tenantId: string, work: () => Promise<T>): Promise<T> {
+    if (this.#held >= this.#max) await new Promise<void>((resolve) => this.#waiting.push(resolve));
+    this.#held++;
+    try {
+      const client = await this.db.connect();
+      let unlocked = false;
+      try {
+        await client.query('SELECT pg_advisory_lock($1, hashtext($2))', [ADMISSION_LOCK_CLASS, tenantId]);
+        try {
+          return await work();
+        } finally {
+          unlocked = await client.query('SELECT pg_advisory_unlock($1, hashtext($2))', [ADMISSION_LOCK_CLASS, tenantId]).then(
+            () => true,
+            () => false,
+          );
+        }
+      } finally {
+        // A connection that may still hold the lock is closed, which releases it.
+        client.release(!unlocked);
+      }
+    } finally {
+      this.#held--;
+      this.#waiting.shift()?.();
+    }
+  }
 }
 
 /**
