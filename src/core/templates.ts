@@ -123,7 +123,11 @@ export class TemplateService {
 
   list = (tenantId: string, page: PageRequest): Promise<Page<Template>> => this.store.templates.list(tenantId, page);
 
-  /** A build still running is stopped first; its files and log go with it. */
+  /**
+   * A build still running is stopped first; its files and log go with it. The disk goes before
+   * the record: while runtimes or checkpoints stand on it, the VM host refuses, and the template
+   * stays (failed_precondition).
+   */
   async delete(tenantId: string, ref: string): Promise<void> {
     const t = await this.get(tenantId, ref);
     const build = this.#running.get(t.id);
@@ -131,8 +135,8 @@ export class TemplateService {
       build.abort.abort();
       await build.done;
     }
-    await this.store.templates.delete(tenantId, t.id);
     await this.builder?.discard(t.id);
+    await this.store.templates.delete(tenantId, t.id);
     this.#finished.delete(t.id);
   }
 
