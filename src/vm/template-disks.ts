@@ -92,7 +92,7 @@ export class TemplateDiskFiles {
   deleteDisk(templateId: string): void {
     const file = this.diskFile(templateId);
     const standing = this.standingOn(templateId);
-    if (standing !== null) throw failedPrecondition(`the template's disk is still in use: ${standing} stand on it; delete them first`);
+    if (standing !== null) throw failedPrecondition(`the template's disk is still in use by ${standing}; delete those first`);
     if (existsSync(file) || existsSync(join(this.dir, templateId))) rmSync(join(this.dir, templateId), { recursive: true, force: true });
   }
 }

@@ -289,7 +289,7 @@ test("a template's disk that runtimes or checkpoints stand on is not deleted", a
   try {
     const id = randomUUID();
     await r.remote.importTemplateDisk(id, 4096, chunksOf({ offset: 0, data: KiB4(7) }));
-    await assert.rejects(r.remote.deleteTemplateDisk(id), (err: unknown) => err instanceof VesselError && err.code === 'failed_precondition' && /1 runtime stand on it/.test(err.message));
+    await assert.rejects(r.remote.deleteTemplateDisk(id), (err: unknown) => err instanceof VesselError && err.code === 'failed_precondition' && /in use by 1 runtime;/.test(err.message));
     assert.ok(existsSync(r.files.diskFile(id)));
   } finally {
     r.close();
