@@ -227,7 +227,7 @@ export class QemuDriver implements VmDriver, TemplateDisks {
         };
         // `-F raw`: the backing is raw whatever it holds (a template's disk is an image's bytes).
         const backing = template === null ? this.opts.image.rootfs : this.#templateDisks.diskFile(template);
-        await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-u', '-b', backing, '-F', 'raw', join(dir, diskFileOf(state)), String(state.diskSizeBytes)]);
+        await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', backing, '-F', 'raw', join(dir, diskFileOf(state))]);
         writeVmState(dir, state);
         await this.#boot(spec, state, undo);
       } else {
