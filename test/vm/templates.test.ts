@@ -97,7 +97,7 @@ test('the same image from a registry on loopback, which the operator opened', TI
   assert.equal((await svc.call('DELETE', '/v1/templates/closed')).status, 200);
 });
 
-test('a runtime from the template reads what only the image has, with its ENV and WORKDIR; the template goes once the runtime has', TIMEOUT, async () => {
+test('a runtime from the template reads what only the image has, with its ENV and WORKDIR; its checkpoint and fork stand on the template; the template goes once they have', TIMEOUT, async () => {
   const made = await svc.call('POST', '/v1/runtimes', { display_name: 'on-template', template: 'from-archive', resources: { limits: { memory_mib: 256 } } });
   assert.equal(made.status, 201, JSON.stringify(made.body));
   const templateId = made.body.data.template_id;
@@ -118,10 +118,28 @@ test('a runtime from the template reads what only the image has, with its ENV an
   assert.match((await exec(['env'], { env: { GREETING: 'mine' } })).stdout, /^GREETING=mine$/m, "the request's env wins");
   assert.equal((await exec(['cat', '/etc/os-release'])).stdout, 'ID=vessel-template-test\n');
 
+  // A checkpoint of it stands on the template too, and its fork keeps the template's defaults.
+  assert.equal((await exec(['sh', '-c', 'echo written in the runtime > /app/mine.txt; sync'])).exit_code, 0);
+  const cp = await svc.call('POST', '/v1/runtimes/on-template/checkpoints', { name: 'on-template-snap' });
+  assert.equal(cp.status, 201, JSON.stringify(cp.body));
+  let state = cp.body.data.state;
+  while (state === 'creating') {
+    await new Promise((r) => setTimeout(r, 100));
+    state = (await svc.call('GET', `/v1/checkpoints/${cp.body.data.id}`)).body.data.state;
+  }
+  assert.equal(state, 'ready');
+  const fork = await svc.call('POST', '/v1/runtimes', { display_name: 'fork-of-template', checkpoint: 'on-template-snap' });
+  assert.equal(fork.status, 201, JSON.stringify(fork.body));
+  assert.equal(fork.body.data.template_id, templateId);
+  const inFork = await svc.call('POST', '/v1/runtimes/fork-of-template/exec', { command: '/.vessel/bin/busybox', args: ['sh', '-c', 'cat mine.txt hello.txt; echo "$GREETING"'] });
+  assert.equal(inFork.body.data.stdout, 'written in the runtime\nonly the image has this\nfrom the image\n', JSON.stringify(inFork.body));
+
   const refused = await svc.call('DELETE', '/v1/templates/from-archive');
   assert.deepEqual([refused.status, refused.body.error?.code], [409, 'failed_precondition'], JSON.stringify(refused.body));
-  assert.match(refused.body.error.message, /in use by 1 runtime;/);
-  assert.equal((await svc.call('DELETE', '/v1/runtimes/on-template')).status, 200);
+  assert.match(refused.body.error.message, /in use by 2 runtimes and 1 checkpoint;/);
+  for (const rt of ['on-template', 'fork-of-template']) assert.equal((await svc.call('DELETE', `/v1/runtimes/${rt}`)).status, 200);
+  assert.match((await svc.call('DELETE', '/v1/templates/from-archive')).body.error?.message ?? '', /in use by 1 checkpoint;/);
+  assert.equal((await svc.call('DELETE', '/v1/checkpoints/on-template-snap')).status, 200);
   assert.equal((await svc.call('DELETE', '/v1/templates/from-archive')).status, 200);
   assert.equal(existsSync(join(svc.dataDir, 'templates', templateId)), false, "the template's disk is gone");
 });
