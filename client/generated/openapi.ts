@@ -731,6 +731,11 @@ export interface components {
             lifecycle: components["schemas"]["Lifecycle"];
             /** @description one per ingress spec, in their order; empty when the service runs no ingress */
             ingress_urls: components["schemas"]["IngressUrl"][];
+            /**
+             * Format: uuid
+             * @description the template it was created from; absent for the built-in image
+             */
+            template_id?: string;
             /** Format: date-time */
             created_at: string;
         };
@@ -1637,6 +1642,8 @@ export interface operations {
                     ingress_specs?: components["schemas"]["IngressSpec"][];
                     /** @description ID or name of a ready checkpoint to fork from */
                     checkpoint?: string;
+                    /** @description ID or name of a ready template to boot from (not with checkpoint); its ENV and WORKDIR are the defaults of every exec */
+                    template?: string;
                     labels?: components["schemas"]["Labels"];
                     /** @description fields given replace those in force; a create starts from idle_timeout_secs null, on_idle suspend, auto_delete_secs null */
                     lifecycle?: {

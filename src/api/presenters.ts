@@ -25,6 +25,7 @@ export const runtimeView = (r: ShownRuntime, ingress: IngressAddress | null): St
   labels: r.labels,
   lifecycle: { idle_timeout_secs: r.lifecycle.idleTimeoutSecs, on_idle: r.lifecycle.onIdle, auto_delete_secs: r.lifecycle.autoDeleteSecs },
   ingress_urls: ingressUrls(r, ingress),
+  ...(r.templateId === null ? {} : { template_id: r.templateId }),
   created_at: r.createdAt,
 });
 

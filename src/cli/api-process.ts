@@ -6,6 +6,8 @@
  * nftables, the VMs' files. A bug in anything that parses a client's request is this user's, and
  * a crash of this process is started again while the VMs and their network run on.
  */
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import pino from 'pino';
 import { buildApi, JSON_BODY_LIMIT } from '../api/app.js';
 import type { FleetRole } from '../api/fleet.js';
@@ -32,7 +34,10 @@ import { MAX_AUDIT_BATCH } from '../net/gateway-requests.js';
 import { CertificateAuthority } from '../net/certificate-authority.js';
 import type { PartLink } from '../platform/part-link.js';
 import { dropPrivileges, runPart } from '../platform/part-process.js';
-import { openStore } from '../store/open-store.js';
+import { openStore, sqliteDir } from '../store/open-store.js';
+import { RegistryPolicy } from '../templates/registry-policy.js';
+import { ImageTemplateBuilder } from '../templates/template-builder.js';
+import { GUEST_RECIPE_DIR } from '../vm/guest-image.js';
 import { hostMemoryLimitMib } from '../vm/qemu-driver.js';
 import type { ApiPartSettings } from './api-settings.js';
 import type { Config } from './config.js';
@@ -118,7 +123,7 @@ async function startApiNode(config: Config, secret: string, secretBox: SecretBox
 }
 
 /** A single host (`all`) or a fleet's VM host (`node`): its VMs through the host process, and for a node its lease. */
-async function startVmHost({ config, role, fleet, hostId }: ApiPartSettings, secrets: SecretOpening, log: pino.Logger, link: PartLink): Promise<Started> {
+async function startVmHost({ config, role, fleet, hostId, guestAgent }: ApiPartSettings, secrets: SecretOpening, log: pino.Logger, link: PartLink): Promise<Started> {
   const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'a database connection failed; it is replaced') });
   const node = role === 'node' ? config.fleet.nodeName : null;
   const secret = fleet?.nodeKey;
@@ -129,7 +134,9 @@ async function startVmHost({ config, role, fleet, hostId }: ApiPartSettings, sec
   const fleetCa = credential !== null ? await credential.egressCa : role === 'node' ? await CertificateAuthority.shared((proposed) => store.nodes.shared('egress-ca', proposed), secrets.box!) : null;
   const facts = await link.call<HostFacts>('startHost', { egressCa: fleetCa === null ? null : fleetCa.pems() });
   const host = new RemoteHost(link, facts);
-  const core = new Core({ store, driver: host, gateway: host, secretBox: secrets.box, unsealer: secrets.unsealer, log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize, node, nodeLeaseSecs: config.fleet.leaseSecs });
+  // Templates are built here, as this process's user, and kept by the host (docs/templates.md); single-host for now.
+  const templateBuilder = role === 'all' && guestAgent !== null ? imageTemplateBuilder(config, guestAgent, host) : null;
+  const core = new Core({ store, driver: host, gateway: host, secretBox: secrets.box, unsealer: secrets.unsealer, log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize, node, templateBuilder, nodeLeaseSecs: config.fleet.leaseSecs });
   if (fleet !== null) core.nodes.watch(watchNodesMs(config));
   answerGateway(link, core);
   const { advertiseHost, internalPort, leaseSecs } = config.fleet;
@@ -165,6 +172,22 @@ async function startVmHost({ config, role, fleet, hostId }: ApiPartSettings, sec
       hop?.tls?.close();
     },
   };
+}
+
+/** Builds in the API's own directory (DATA_DIR/store, this user's), with a guest kit of this host's binaries. */
+function imageTemplateBuilder(config: Config, guestAgent: string, host: RemoteHost): ImageTemplateBuilder {
+  return new ImageTemplateBuilder({
+    dir: join(sqliteDir(config.dataDir), 'template-builds'),
+    kit: {
+      busybox: existsSync('/usr/bin/busybox') ? '/usr/bin/busybox' : '/bin/busybox',
+      tini: '/usr/bin/tini-static',
+      agent: guestAgent,
+      vesselInit: readFileSync(join(GUEST_RECIPE_DIR, 'vessel-init'), 'utf8'),
+      caPem: host.egressCaPem(),
+    },
+    registries: new RegistryPolicy(config.templateRegistriesAllowed),
+    disks: host,
+  });
 }
 
 /**

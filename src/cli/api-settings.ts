@@ -29,4 +29,6 @@ export interface ApiPartSettings {
   /** A fleet host's identity (its file is in the data directory, root's): which process holds its name's lease. */
   hostId: string | null;
   user: PartUser;
+  /** The guest image's static vessel-agent, for templates' guest kit; null where no VMs run (an API node). */
+  guestAgent: string | null;
 }

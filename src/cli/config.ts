@@ -4,6 +4,7 @@ import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 import type { TenantLimits } from '../core/types.js';
 import { parseCidrList } from '../net/blocked-ranges.js';
+import { parseRegistryList } from '../templates/registry-policy.js';
 import { DEFAULT_MAX_CONNECTIONS_PER_RUNTIME, DEFAULT_MAX_CONNECTIONS_PER_TENANT } from '../net/connection-limits.js';
 
 export interface Config {
@@ -29,6 +30,8 @@ export interface Config {
   warmPoolSize: number;
   /** What each tenant may hold unless `vessel tenant limits set` gave it limits of its own. */
   tenantLimits: TenantLimits;
+  /** Registries (`host[:port]`) builds may pull from whatever their address; those on loopback over plain HTTP (docs/templates.md). */
+  templateRegistriesAllowed: string[];
   egress: {
     allowCidrs: string[];
     extraCaFile: string | undefined;
@@ -199,6 +202,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       templates: wholeNumber(env, 'VESSEL_TENANT_MAX_TEMPLATES', DEFAULT_TENANT_LIMITS.templates),
       templateGib: wholeNumber(env, 'VESSEL_TENANT_MAX_TEMPLATE_GIB', DEFAULT_TENANT_LIMITS.templateGib),
     },
+    templateRegistriesAllowed: parseRegistryList(env.VESSEL_TEMPLATE_REGISTRIES_ALLOWED),
     egress: {
       allowCidrs: parseCidrList(env.VESSEL_EGRESS_ALLOW_CIDRS),
       extraCaFile: env.VESSEL_EGRESS_EXTRA_CA || undefined,

@@ -24,7 +24,7 @@ import type { PartLink } from '../platform/part-link.js';
 import { ensureSystemUser } from '../platform/system-users.js';
 import { chooseAccel } from '../vm/accel.js';
 import { VmCgroups } from '../vm/cgroups.js';
-import { buildImage } from '../vm/guest-image.js';
+import { buildImage, guestKitAgent } from '../vm/guest-image.js';
 import { ensureHostPackages, qemuVersion as qemuVersionOf } from '../vm/host-packages.js';
 import { QemuDriver } from '../vm/qemu-driver.js';
 import type { ApiPartSettings, FleetKeySettings, Role } from './api-settings.js';
@@ -81,6 +81,8 @@ export async function serve(config: Config, role: Role = 'all'): Promise<void> {
   const admin = loadAdminToken(config.dataDir, config.adminToken);
   const hostId = role === 'node' ? hostIdentity(config.dataDir) : null;
   const prepared = role === 'api' ? null : await prepareHost(config, log);
+  // Templates' guest kit takes the image's own agent; the API's process builds them (docs/templates.md).
+  const guestAgent = prepared === null ? null : await guestKitAgent(prepared.image, config.dataDir);
   const user = ensureSystemUser(API_USER);
   shareDataDir(config.dataDir, user);
 
@@ -93,7 +95,7 @@ export async function serve(config: Config, role: Role = 'all'): Promise<void> {
     entry: fileURLToPath(new URL('./api-process.js', import.meta.url)),
     maxHeapMib: API_HEAP_MIB,
     startTimeoutMs: API_START_TIMEOUT_MS,
-    settings: (): ApiPartSettings => ({ config, role, fleet, masterKey: masterKey?.toString('base64') ?? null, adminToken: admin.token, hostId, user }),
+    settings: (): ApiPartSettings => ({ config, role, fleet, masterKey: masterKey?.toString('base64') ?? null, adminToken: admin.token, hostId, user, guestAgent }),
     handlers: (link) =>
       serveHost(link, (egressCa) => {
         if (prepared === null) return Promise.reject(new Error('an API node runs no VMs'));
@@ -168,7 +170,7 @@ async function startHost(config: Config, fleet: FleetKeySettings | null, prepare
   await gateway.start();
   gateway.connect(hooksOfApi(api, log));
   driver.onUnexpectedExit((runtimeId) => api.link?.notify('unexpectedExit', { runtimeId }));
-  return { driver, gateway, facts: { imageId: driver.imageId(), hostLimits: driver.hostLimits(), unavailableReason: driver.unavailableReason() } };
+  return { driver, gateway, facts: { imageId: driver.imageId(), egressCaPem: ca.certPem, hostLimits: driver.hostLimits(), unavailableReason: driver.unavailableReason() } };
 }
 
 /**

@@ -86,7 +86,7 @@ export class Core {
       );
     });
     this.runtimes = new RuntimeService(store, driver, this.egress, quotas, this.audits, log, this.#pool, node);
-    this.processes = new ProcessService(this.runtimes, driver);
+    this.processes = new ProcessService(this.runtimes, driver, (rt) => (rt.templateId === null ? Promise.resolve({ env: {}, cwd: null }) : this.templates.commandDefaults(rt.tenantId, rt.templateId)));
     this.files = new FileService(this.runtimes, driver);
     this.consoleLogs = new ConsoleLogService(this.runtimes, driver);
     this.rules = new RuleService(store, this.runtimes, this.secrets);

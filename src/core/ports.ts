@@ -229,6 +229,11 @@ export interface VmSpec {
   resources: Resources;
   /** Boot from this checkpoint's memory and disk instead of the system template. */
   fromCheckpointId: string | null;
+  /**
+   * Without a checkpoint: boot afresh on this template's root disk (TemplateDisks) instead of the
+   * guest image's. Absent or null: the guest image.
+   */
+  templateId?: string | null;
   hostname: string;
   /** The host TAP device of the VM's NIC; null gives a NIC that is connected to nothing. */
   tap: string | null;
@@ -480,6 +485,26 @@ export interface TemplateBuilder {
   build(templateId: string, source: BuildSource, report: BuildReporter, signal: AbortSignal): Promise<BuiltTemplate>;
   /** Removes the build's files. Idempotent. */
   discard(templateId: string): Promise<void>;
+}
+
+/** A run of a template disk's bytes, at its offset in the disk (what is not sent is zeros). */
+export interface DiskChunk {
+  offset: number;
+  data: Buffer;
+}
+
+/**
+ * Templates' root disks as the VM host keeps them (docs/templates.md, "Where the image build
+ * runs"): a builder hands each finished disk over, and a template's delete takes it away.
+ */
+export interface TemplateDisks {
+  /**
+   * Writes the template's disk, `sizeBytes` long, from its non-zero chunks in order of offset.
+   * Throws when the template already has one, or the chunks are out of order or out of bounds.
+   */
+  importTemplateDisk(templateId: string, sizeBytes: number, chunks: AsyncIterable<DiskChunk>): Promise<void>;
+  /** Removes the template's disk; failed_precondition while runtimes or checkpoints stand on it. Idempotent. */
+  deleteTemplateDisk(templateId: string): Promise<void>;
 }
 
 /** A whole VM host: what cli/serve.ts wires in and tests fake. */

@@ -12,7 +12,7 @@ import { VesselError, failedPrecondition, invalidArgument, notFound } from './er
 import { requireState } from './lifecycle.js';
 import type { GuestAgents } from './ports.js';
 import type { RuntimeService } from './runtimes.js';
-import type { AttachRequest, ExecRequest, ExecResult, ProcessSpec, ProcessState, ProcessStream } from './types.js';
+import type { AttachRequest, ExecRequest, ExecResult, ProcessSpec, ProcessState, ProcessStream, Runtime } from './types.js';
 
 export { DEFAULT_RING_BYTES, exitCodeOf, type ExecSession } from './commands.js';
 
@@ -40,11 +40,27 @@ export interface Attachment {
   close(): void;
 }
 
+/** What a runtime's commands get unless the request says otherwise: its template's ENV and WORKDIR. */
+export interface CommandDefaults {
+  env: Record<string, string>;
+  cwd: string | null;
+}
+const NO_DEFAULTS: CommandDefaults = { env: {}, cwd: null };
+
 export class ProcessService {
   constructor(
     private readonly runtimes: RuntimeService,
     private readonly guests: GuestAgents,
+    /** A runtime's defaults, from the template it was created from. */
+    private readonly defaultsOf: (rt: Runtime) => Promise<CommandDefaults> = async () => NO_DEFAULTS,
   ) {}
+
+  /** The request's env laid over the template's, as `docker exec` does; its cwd, or the template's WORKDIR. */
+  async #withDefaults<R extends { env: Record<string, string>; cwd: string | null }>(rt: Runtime, req: R): Promise<R> {
+    if (rt.templateId === null) return req;
+    const d = await this.defaultsOf(rt);
+    return { ...req, env: { ...d.env, ...req.env }, cwd: req.cwd ?? d.cwd };
+  }
 
   /**
    * Starts a command whose output the caller reads as it comes. The command waits for its reader
@@ -52,8 +68,8 @@ export class ProcessService {
    * goes, unless `background`: then it runs on as a background process, output going to its ring.
    */
   async execStream(tenantId: string, ref: string, req: ExecRequest & { background: boolean }): Promise<ExecSession> {
-    const runtimeId = await this.#running(tenantId, ref);
-    return startCommand(this.guests.guest(runtimeId), req, this.runtimes.hold(runtimeId));
+    const rt = await this.#runningRuntime(tenantId, ref);
+    return startCommand(this.guests.guest(rt.id), await this.#withDefaults(rt, req), this.runtimes.hold(rt.id));
   }
 
   /** A buffered exec: the streamed exec, collected up to the request's cap per channel. */
@@ -63,10 +79,12 @@ export class ProcessService {
 
   /** Starts a background process and answers once it runs; its output goes to its rings. */
   async start(tenantId: string, ref: string, input: ProcessStartInput): Promise<ProcessState> {
-    const runtimeId = await this.#running(tenantId, ref);
+    const rt = await this.#runningRuntime(tenantId, ref);
+    const runtimeId = rt.id;
     checkRing(input.ringBytes);
+    const spec = await this.#withDefaults(rt, input);
     return this.runtimes.busy(runtimeId, async () => {
-      const stream = await this.guests.guest(runtimeId).spawnProcess({ ...input, hold: false, forgetOnExit: false });
+      const stream = await this.guests.guest(runtimeId).spawnProcess({ ...spec, hold: false, forgetOnExit: false });
       stream.detach();
       return stream.state;
     });
@@ -141,7 +159,8 @@ export class ProcessService {
    * holds, which runs on when the attachment closes.
    */
   async terminal(tenantId: string, ref: string, opts: { processId: number | null; size: { rows: number; cols: number }; command: { command: string; args: string[] } | null }): Promise<Attachment> {
-    const runtimeId = await this.#running(tenantId, ref);
+    const rt = await this.#runningRuntime(tenantId, ref);
+    const runtimeId = rt.id;
     if (opts.processId !== null) {
       const known = await this.#find(runtimeId, opts.processId);
       if (!known.pty) throw failedPrecondition(`process ${opts.processId} has no terminal; start it with "pty"`);
@@ -149,13 +168,14 @@ export class ProcessService {
       if (known.status === 'running') await this.guests.guest(runtimeId).resizeTerminal(opts.processId, opts.size.rows, opts.size.cols).catch(() => undefined);
       return attachment;
     }
+    const { env, cwd } = await this.#withDefaults(rt, { env: { TERM: 'xterm-256color', COLORTERM: 'truecolor' }, cwd: null });
     const release = this.runtimes.hold(runtimeId);
     let stream: ProcessStream;
     try {
       stream = await this.guests.guest(runtimeId).spawnProcess({
         ...(opts.command ?? TERMINAL_SHELL),
-        cwd: null,
-        env: { TERM: 'xterm-256color', COLORTERM: 'truecolor' },
+        cwd,
+        env,
         pty: opts.size,
         stdin: true,
         ringBytes: TERMINAL_RING_BYTES,
@@ -212,9 +232,13 @@ export class ProcessService {
 
   /** Processes live in the guest: only a running runtime has them to show. */
   async #running(tenantId: string, ref: string): Promise<string> {
+    return (await this.#runningRuntime(tenantId, ref)).id;
+  }
+
+  async #runningRuntime(tenantId: string, ref: string): Promise<Runtime> {
     const rt = await this.runtimes.get(tenantId, ref);
     requireState('exec', rt.status, rt.displayName);
-    return rt.id;
+    return rt;
   }
 }
 

@@ -10,7 +10,7 @@ import type { HostLimits, Machines, Store, VmSpec } from './ports.js';
 import type { AuditService } from './audits.js';
 import type { TenantQuotas } from './quotas.js';
 import { checkLabels, initialLifecycle, mergeLifecycle, type LifecycleInput } from './runtime-settings.js';
-import type { Checkpoint, EgressPolicy, IngressSpec, Page, PageRequest, Resources, Runtime, RuntimeFilter } from './types.js';
+import type { Checkpoint, EgressPolicy, IngressSpec, Page, PageRequest, Resources, Runtime, RuntimeFilter, Template } from './types.js';
 import type { WarmPool } from './warm-pool.js';
 
 export const DEFAULT_MEMORY_MIB = 512;
@@ -31,6 +31,8 @@ export interface RuntimeCreateInput {
   egress_policy?: EgressPolicy;
   ingress_specs?: IngressSpec[];
   checkpoint?: string;
+  /** A ready template of the tenant's (id or name) to boot from, instead of the built-in image. */
+  template?: string;
   labels?: Record<string, string>;
   lifecycle?: LifecycleInput;
 }
@@ -170,13 +172,17 @@ export class RuntimeService {
     const ingressSpecs = checkIngress(input.ingress_specs ?? []);
     const labels = checkLabels(input.labels ?? {});
     const lifecycle = initialLifecycle(input.lifecycle);
+    if (input.checkpoint !== undefined && input.template !== undefined) throw invalidArgument('give checkpoint or template, not both: a fork keeps the template of its checkpoint');
     const fork = input.checkpoint === undefined ? null : await this.#forkOf(tenantId, input.checkpoint, input.resources);
+    const template = input.template === undefined ? null : await this.#templateOf(tenantId, input.template);
     const resources = fork?.resources ?? this.#resourcesFromInput(input.resources);
     const claim = await this.quotas.claimVm(tenantId, { runtimeName: name, resources, newRuntime: true, replacing: null });
     let runtime: Runtime;
     try {
       if (fork !== null) await this.#checkpoints?.ensureIntact(fork.checkpoint);
-      const { baseCheckpointId, spareId } = fork === null ? await this.#template(resources) : { baseCheckpointId: fork.checkpoint.id, spareId: null };
+      // A template's runtime boots afresh on its disk: no system checkpoint or warm pool of its own yet (docs/templates.md).
+      const { baseCheckpointId, spareId } =
+        fork !== null ? { baseCheckpointId: fork.checkpoint.id, spareId: null } : template !== null ? { baseCheckpointId: null, spareId: null } : await this.#template(resources);
       const now = new Date().toISOString();
       runtime = {
         // A spare from the warm pool already runs under the id it was made for.
@@ -190,6 +196,7 @@ export class RuntimeService {
         resources,
         pendingResources: null,
         baseCheckpointId,
+        templateId: fork?.checkpoint.templateId ?? template?.id ?? null,
         node: this.node,
         labels,
         lifecycle,
@@ -580,7 +587,17 @@ export class RuntimeService {
   }
 
   #spec(rt: Runtime, tap: string): VmSpec {
-    return { runtimeId: rt.id, resources: rt.resources, fromCheckpointId: rt.baseCheckpointId, hostname: rt.displayName, tap };
+    return { runtimeId: rt.id, resources: rt.resources, fromCheckpointId: rt.baseCheckpointId, templateId: rt.templateId, hostname: rt.displayName, tap };
+  }
+
+  /** A template a runtime may boot from: the tenant's, ready, and on this host. */
+  async #templateOf(tenantId: string, ref: string): Promise<Template> {
+    const t = await this.store.templates.find(tenantId, ref);
+    if (t === undefined) throw notFound('template', ref);
+    if (t.node !== this.node) throw failedPrecondition(`template '${t.displayName}' has its disk on VM host '${t.node ?? 'the single host'}', not here`);
+    if (t.state === 'building') throw failedPrecondition(`template '${t.displayName}' is still building; its build log says how far it is (GET /v1/templates/${t.displayName}/build)`);
+    if (t.state === 'failed') throw failedPrecondition(`template '${t.displayName}' failed to build${t.failure === null ? '' : ` at '${t.failure.step}'`}; build it again`);
+    return t;
   }
 
   #requireDriver(): void {

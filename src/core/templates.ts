@@ -13,7 +13,8 @@ import type { BuildSource, Store, TemplateBuilder } from './ports.js';
 import type { TenantQuotas } from './quotas.js';
 import type { Logger } from './runtimes.js';
 import type { SecretService } from './secrets.js';
-import type { Page, PageRequest, Template, TemplateFailure } from './types.js';
+import type { CommandDefaults } from './processes.js';
+import type { Page, PageRequest, Template, TemplateConfig, TemplateFailure } from './types.js';
 
 export interface TemplateCreateInput {
   name: string;
@@ -53,6 +54,8 @@ interface RunningBuild {
 
 export class TemplateService {
   readonly #running = new Map<string, RunningBuild>();
+  /** Ready templates' configs, read once each (they never change). */
+  readonly #configs = new Map<string, TemplateConfig>();
   /** Logs of finished builds, oldest first. */
   readonly #finished = new Map<string, BuildLog>();
   #slotsFree: number;
@@ -123,7 +126,25 @@ export class TemplateService {
 
   list = (tenantId: string, page: PageRequest): Promise<Page<Template>> => this.store.templates.list(tenantId, page);
 
-  /** A build still running is stopped first; its files and log go with it. */
+  /**
+   * What commands in a runtime from the template default to: its ENV and WORKDIR. A ready
+   * template's config never changes, so it is read once. (USER is not applied: the guest agent
+   * runs every command as root for now; docs/templates.md.)
+   */
+  async commandDefaults(tenantId: string, templateId: string): Promise<CommandDefaults> {
+    let config: TemplateConfig | null = this.#configs.get(templateId) ?? null;
+    if (config === null) {
+      config = (await this.store.templates.find(tenantId, templateId))?.config ?? null;
+      if (config !== null) this.#configs.set(templateId, config);
+    }
+    return config === null ? { env: {}, cwd: null } : { env: config.env, cwd: config.workdir };
+  }
+
+  /**
+   * A build still running is stopped first; its files and log go with it. The disk goes before
+   * the record: while runtimes or checkpoints stand on it, the VM host refuses, and the template
+   * stays (failed_precondition).
+   */
   async delete(tenantId: string, ref: string): Promise<void> {
     const t = await this.get(tenantId, ref);
     const build = this.#running.get(t.id);
@@ -131,9 +152,10 @@ export class TemplateService {
       build.abort.abort();
       await build.done;
     }
-    await this.store.templates.delete(tenantId, t.id);
     await this.builder?.discard(t.id);
+    await this.store.templates.delete(tenantId, t.id);
     this.#finished.delete(t.id);
+    this.#configs.delete(t.id);
   }
 
   /**

@@ -52,6 +52,8 @@ export interface Runtime {
   pendingResources: Resources | null;
   /** The checkpoint whose disk layer this runtime's overlay sits on, if any. */
   baseCheckpointId: string | null;
+  /** The template it was created from (its disk's bottom, its execs' defaults); null: the built-in image. */
+  templateId: string | null;
   /** The VM host that runs it (docs/scaling.md); null on a single host (`--role all`). */
   node: string | null;
   /** The user's own key/value tags (runtime-settings.ts bounds them). */
@@ -120,6 +122,8 @@ export interface Checkpoint {
   stateMessage: string | null;
   resources: Resources;
   sourceRuntimeId: string | null;
+  /** The template its source runtime was created from; its forks are from it too. */
+  templateId: string | null;
   /** The checkpoint whose disk layer this one's layer sits on. */
   parentCheckpointId: string | null;
   /** Hidden from users (deleted) but kept while forks still need its files. */

@@ -10,6 +10,7 @@ import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { VesselError, ERROR_STATUS, type ErrorCode } from '../core/errors.js';
 import { LinkError } from '../platform/part-link.js';
+import { MAX_TEMPLATE_DISK_BYTES, TEMPLATE_DISK_BLOCK } from '../vm/template-disks.js';
 
 const Uuid = Type.String({ pattern: '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' });
 const Count = (max: number) => Type.Integer({ minimum: 0, maximum: max });
@@ -29,6 +30,7 @@ const VmSpec = Type.Object(
     runtimeId: Uuid,
     resources: Resources,
     fromCheckpointId: Type.Union([Uuid, Type.Null()]),
+    templateId: Type.Optional(Type.Union([Uuid, Type.Null()])),
     hostname: Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$' }),
     tap: Type.Union([Type.String({ pattern: '^vsl[0-9]{1,5}$' }), Type.Null()]),
     paused: Type.Optional(Type.Boolean()),
@@ -116,6 +118,12 @@ export const HOST_CALLS = {
   readCheckpointFile: Type.Object({ checkpointId: Uuid, file: Type.String({ pattern: '^[A-Za-z0-9_-]{1,80}$' }), stream: Stream }, { additionalProperties: false }),
   /** The files come from the API on demand: the host calls `openImportFile` with the import's id. */
   importCheckpoint: Type.Object({ checkpointId: Uuid, importId: Count(2 ** 31), description: Type.Object({ manifest: Type.Unknown(), image: Type.String({ maxLength: 256 }) }, { additionalProperties: false }), expected: Shape }, { additionalProperties: false }),
+  // TemplateDisks: the disk's chunks come on the API's stream, each with its offset in its meta.
+  importTemplateDisk: Type.Object(
+    { templateId: Uuid, sizeBytes: Type.Integer({ minimum: TEMPLATE_DISK_BLOCK, maximum: MAX_TEMPLATE_DISK_BYTES, multipleOf: TEMPLATE_DISK_BLOCK }), stream: Stream },
+    { additionalProperties: false },
+  ),
+  deleteTemplateDisk: Type.Object({ templateId: Uuid }, { additionalProperties: false }),
   // NetworkGateway
   attach: Subject,
   update: Subject,
@@ -137,9 +145,14 @@ export function checkedArgs<M extends HostCall>(method: M, args: unknown): HostA
   throw new VesselError('invalid_argument', `the host refused ${method}: ${first === undefined ? 'bad arguments' : `${first.path || '/'} ${first.message}`}`);
 }
 
+/** A template disk's chunk's meta on the link: its offset in the disk. */
+export const chunkOffset = (meta: unknown): unknown => (typeof meta === 'object' && meta !== null && !Array.isArray(meta) ? (meta as { offset?: unknown }).offset : undefined);
+
 /** What the host process sends the API's: the facts that do not change while it runs. */
 export interface HostFacts {
   imageId: string;
+  /** The gateway's CA certificate (PEM), which templates' guests trust. */
+  egressCaPem: string;
   hostLimits: { vcpus: number; memoryMib: number };
   unavailableReason: string | null;
 }

@@ -4,17 +4,17 @@
  * holds. The host keeps no state of the API's: a new API process (after a crash) asks for the
  * same things again and gets the same answers.
  */
-import type { NetworkGateway, RemoteCheckpoint, VmDriver } from '../core/ports.js';
+import type { DiskChunk, NetworkGateway, RemoteCheckpoint, TemplateDisks, VmDriver } from '../core/ports.js';
 import { invalidArgument } from '../core/errors.js';
 import type { PartLink } from '../platform/part-link.js';
 import { forward, sendAll } from '../platform/link-pipes.js';
 import type { AgentChannel } from '../vm/agent-part.js';
 import { partFailure } from '../vm/agent-replies.js';
-import { GUEST_CALLS, checkedArgs, toLinkError, type GuestCall, type HostArgs, type HostCall, type HostFacts } from './host-calls.js';
+import { GUEST_CALLS, checkedArgs, chunkOffset, toLinkError, type GuestCall, type HostArgs, type HostCall, type HostFacts } from './host-calls.js';
 
 /** What the host process runs for the API's: its VMs and their network. */
 export interface HostParts {
-  driver: VmDriver & { agentOf(runtimeId: string): AgentChannel };
+  driver: VmDriver & TemplateDisks & { agentOf(runtimeId: string): AgentChannel };
   gateway: NetworkGateway & { tapOf(runtimeId: string): string | undefined };
   facts: HostFacts;
 }
@@ -93,6 +93,16 @@ export function serveHost(link: PartLink, startHost: StartHost): void {
     };
     return p.driver.importCheckpoint(a.checkpointId, source, a.expected);
   });
+
+  on('importTemplateDisk', (a, p) => {
+    const stream = link.acceptStream(a.stream, { receives: true, sends: false });
+    // The offsets are checked where the file is written (template-disks.ts); a chunk without one is out of order there.
+    const chunks = (async function* (): AsyncGenerator<DiskChunk> {
+      for await (const chunk of stream) yield { offset: chunkOffset(chunk.meta) as number, data: chunk.data };
+    })();
+    return p.driver.importTemplateDisk(a.templateId, a.sizeBytes, chunks).finally(() => stream.cancel());
+  });
+  on('deleteTemplateDisk', (a, p) => p.driver.deleteTemplateDisk(a.templateId));
 
   on('attach', (a, p) => p.gateway.attach(a as never));
   on('update', (a, p) => p.gateway.update(a as never));

@@ -6,7 +6,7 @@
  * did when the service held the agent part itself.
  */
 import type { Readable } from 'node:stream';
-import type { ConsoleLog, EgressSubject, GuestAgent, LiveState, NetworkGateway, RemoteCheckpoint, VmDriver, VmSpec } from '../core/ports.js';
+import type { ConsoleLog, DiskChunk, EgressSubject, GuestAgent, LiveState, NetworkGateway, RemoteCheckpoint, TemplateDisks, VmDriver, VmSpec } from '../core/ports.js';
 import type { Resources } from '../core/types.js';
 import { readableOf, sendAll } from '../platform/link-pipes.js';
 import type { LinkStream, PartLink } from '../platform/part-link.js';
@@ -45,7 +45,7 @@ export class RelayedAgent implements AgentChannel {
   }
 }
 
-export class RemoteHost implements VmDriver, NetworkGateway {
+export class RemoteHost implements VmDriver, NetworkGateway, TemplateDisks {
   readonly #exitListeners: Array<(runtimeId: string) => void> = [];
   readonly #imports = new Map<number, RemoteCheckpoint>();
   #nextImport = 1;
@@ -185,6 +185,30 @@ export class RemoteHost implements VmDriver, NetworkGateway {
     const body = await source.open(file);
     sendAll(body, this.link.acceptStream(stream, { receives: false, sends: true }), toLinkError);
     return null;
+  }
+
+  // ---- TemplateDisks ----
+  /** The gateway's CA certificate, which the guest kit adds to a template's bundle. */
+  egressCaPem(): string {
+    return this.facts.egressCaPem;
+  }
+  async importTemplateDisk(templateId: string, sizeBytes: number, chunks: AsyncIterable<DiskChunk>): Promise<void> {
+    const stream = this.link.openStream({ receives: false, sends: true });
+    const reply = this.#call<void>('importTemplateDisk', { templateId, sizeBytes, stream: stream.id });
+    // A refusal ends the writes too (they may be waiting for credit the host never grants).
+    reply.catch(() => stream.close());
+    try {
+      for await (const chunk of chunks) await stream.write(chunk.data, { offset: chunk.offset });
+      stream.end();
+    } catch (err) {
+      // The host's answer says why it stopped taking chunks; the write's own failure says less.
+      await reply;
+      throw err;
+    }
+    await reply;
+  }
+  deleteTemplateDisk(templateId: string): Promise<void> {
+    return this.#call('deleteTemplateDisk', { templateId });
   }
 
   // ---- NetworkGateway ----

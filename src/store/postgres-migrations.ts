@@ -193,4 +193,13 @@ export const PG_MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
       ALTER TABLE tenant_limits ADD COLUMN template_gib INTEGER;
     `,
   },
+  {
+    // A runtime created from a template (docs/templates.md) names it, and so do its checkpoints
+    // and their forks: their disks stand on the template's, their execs default to its ENV and WORKDIR.
+    version: 9,
+    sql: `
+      ALTER TABLE runtimes ADD COLUMN template_id TEXT;
+      ALTER TABLE checkpoints ADD COLUMN template_id TEXT;
+    `,
+  },
 ];

@@ -39,7 +39,7 @@ export function page<T>(rows: Row[], limit: number, map: (r: Row) => T): Page<T>
 
 export const RUNTIME_COLUMNS = [
   'id', 'tenant_id', 'display_name', 'status', 'status_message', 'egress_policy', 'ingress_specs', 'resources', 'pending_resources', 'base_checkpoint_id',
-  'labels', 'idle_timeout_secs', 'on_idle', 'auto_delete_secs', 'stopped_at', 'created_at', 'updated_at', 'node',
+  'labels', 'idle_timeout_secs', 'on_idle', 'auto_delete_secs', 'stopped_at', 'created_at', 'updated_at', 'node', 'template_id',
 ];
 export const runtimeToRow = (r: Runtime): Row => ({
   id: r.id,
@@ -52,6 +52,7 @@ export const runtimeToRow = (r: Runtime): Row => ({
   resources: JSON.stringify(r.resources),
   pending_resources: r.pendingResources === null ? null : JSON.stringify(r.pendingResources),
   base_checkpoint_id: r.baseCheckpointId,
+  template_id: r.templateId,
   labels: JSON.stringify(r.labels),
   idle_timeout_secs: r.lifecycle.idleTimeoutSecs,
   on_idle: r.lifecycle.onIdle,
@@ -72,6 +73,7 @@ export const runtimeFromRow = (r: Row): Runtime => ({
   resources: json(r.resources),
   pendingResources: jsonOrNull(r.pending_resources),
   baseCheckpointId: strOrNull(r.base_checkpoint_id),
+  templateId: strOrNull(r.template_id),
   labels: json(r.labels),
   lifecycle: { idleTimeoutSecs: numOrNull(r.idle_timeout_secs), onIdle: str(r.on_idle) as Runtime['lifecycle']['onIdle'], autoDeleteSecs: numOrNull(r.auto_delete_secs) },
   stoppedAt: strOrNull(r.stopped_at),
@@ -158,6 +160,7 @@ export const checkpointToRow = (c: Checkpoint): Row => ({
   resources: JSON.stringify(c.resources),
   source_runtime_id: c.sourceRuntimeId,
   parent_checkpoint_id: c.parentCheckpointId,
+  template_id: c.templateId,
   deleted: c.deleted ? 1 : 0,
   disk_bytes: c.diskBytes,
   created_at: c.createdAt,
@@ -172,6 +175,7 @@ export const checkpointFromRow = (r: Row): Checkpoint => ({
   resources: json(r.resources),
   sourceRuntimeId: strOrNull(r.source_runtime_id),
   parentCheckpointId: strOrNull(r.parent_checkpoint_id),
+  templateId: strOrNull(r.template_id),
   deleted: r.deleted === 1,
   diskBytes: numOrNull(r.disk_bytes),
   createdAt: str(r.created_at),
@@ -212,7 +216,7 @@ export const ruleToRow = (r: InjectionRule): Row => ({
   created_at: r.createdAt,
 });
 
-export const CHECKPOINT_COLUMNS = ['id', 'tenant_id', 'display_name', 'state', 'state_message', 'resources', 'source_runtime_id', 'parent_checkpoint_id', 'deleted', 'disk_bytes', 'created_at', 'node'];
+export const CHECKPOINT_COLUMNS = ['id', 'tenant_id', 'display_name', 'state', 'state_message', 'resources', 'source_runtime_id', 'parent_checkpoint_id', 'deleted', 'disk_bytes', 'created_at', 'node', 'template_id'];
 
 export const AUDIT_COLUMNS = ['id', 'tenant_id', 'runtime_id', 'category', 'payload', 'created_at'];
 export const auditToRow = (a: Audit): Row => ({

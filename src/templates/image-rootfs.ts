@@ -23,6 +23,17 @@ export interface ImageRootfsOptions {
   diskBytes: number;
   limits?: LayerLimits;
   runAs?: FetchOptions['runAs'];
+  /** Called as each step begins, for the build's log. */
+  step?: (name: string) => void;
+  /** Checked between steps: once aborted, the next step does not begin. */
+  signal?: AbortSignal;
+}
+
+/** What an aborted build throws at its next step. */
+export class BuildCancelled extends Error {
+  constructor() {
+    super('the build was cancelled');
+  }
 }
 
 export interface ImageRootfs {
@@ -50,10 +61,17 @@ export async function imageTree(layoutDir: string, image: OciImage, blobs: BlobS
 }
 
 export async function imageRootfs(source: ImageSource, ext4File: string, opts: ImageRootfsOptions): Promise<ImageRootfs> {
+  const step = (name: string): void => {
+    if (opts.signal?.aborted === true) throw new BuildCancelled();
+    opts.step?.(name);
+  };
   const layoutDir = join(opts.workDir, 'layout');
+  step(source.kind === 'registry' ? `pull ${source.reference}` : 'read the image archive');
   await fetchImage(source, layoutDir, { workDir: opts.workDir, runAs: opts.runAs });
   const image = readLayout(layoutDir);
+  step(`apply ${image.layers.length} layer${image.layers.length === 1 ? '' : 's'}`);
   const { tree, warnings } = await imageTree(layoutDir, image, opts.blobs, opts.limits);
+  step('add the Vessel guest');
   try {
     await addGuestKit(tree, opts.blobs, opts.kit);
   } catch (err) {
@@ -61,6 +79,7 @@ export async function imageRootfs(source: ImageSource, ext4File: string, opts: I
     throw err;
   }
   opts.blobs.retain(tree.digests());
+  step('write the root disk');
   const ext4 = await writeExt4(tree, opts.blobs, ext4File, { sizeBytes: opts.diskBytes });
   return { image, tree, ext4, warnings };
 }

@@ -75,6 +75,7 @@ export async function captureCheckpoint(c: CaptureRequest): Promise<PausedCaptur
       const manifest: CheckpointManifest = {
         version: MANIFEST_VERSION,
         chain: next.chain,
+        ...(state.base === undefined ? {} : { base: state.base }),
         hasRam: state.ram === 'shared',
         memoryMib: state.memoryMib,
         vcpus: state.vcpus,
@@ -172,6 +173,7 @@ export async function captureStoppedDisk(c: Omit<CaptureRequest, 'vm' | 'recordS
     const manifest: CheckpointManifest = {
       version: MANIFEST_VERSION,
       chain: [checkpointId, ...state.chain],
+      ...(state.base === undefined ? {} : { base: state.base }),
       hasRam: false,
       memoryMib: c.shape.memoryMib,
       vcpus: c.shape.vcpus,

@@ -19,6 +19,8 @@ const Digest = Type.String({ pattern: '^sha256-chunks-1m:[0-9a-f]{64}$' });
 const ManifestSchema = Type.Object({
   version: Type.Literal(MANIFEST_VERSION),
   chain: Type.Array(Type.String({ pattern: '^[0-9a-f-]{36}$' }), { minItems: 1 }),
+  /** The template whose root disk is the chain's bottom; absent: the guest image's rootfs. */
+  base: Type.Optional(Type.String({ pattern: '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' })),
   hasRam: Type.Boolean(),
   memoryMib: Type.Integer({ minimum: 1 }),
   vcpus: Type.Integer({ minimum: 1 }),

@@ -186,3 +186,24 @@ async function buildInitramfs(recipe: Recipe, recipeDir: string, kernelDir: stri
   writeFileSync(join(dir, 'modules.order'), recipe.initramfsModules.join('\n') + '\n');
   await runCommand('sh', ['-c', `cd "${dir}" && find . | cpio -o -H newc --quiet | gzip -1 > "${target}"`]);
 }
+
+/**
+ * The image's own static vessel-agent, copied out of its rootfs for templates' guest kit
+ * (docs/templates.md): the API's process builds templates and reads it, so it goes where that
+ * user can (DATA_DIR/guest-kit, 0755, root's), named by the image's hash. debugfs reads the
+ * image, which this host built, never a template's disk.
+ */
+export async function guestKitAgent(image: GuestImage, dataDir: string): Promise<string> {
+  const dir = join(dataDir, 'guest-kit');
+  mkdirSync(dir, { recursive: true, mode: 0o755 });
+  chmodSync(dir, 0o755);
+  const file = join(dir, `vessel-agent-${image.hash}`);
+  if (existsSync(file)) return file;
+  const tmp = `${file}.tmp-${process.pid}`;
+  rmSync(tmp, { force: true });
+  await runCommand('debugfs', ['-R', `dump -p /sbin/vessel-agent ${tmp}`, image.rootfs]);
+  if (!existsSync(tmp) || statSync(tmp).size === 0) throw new Error(`the guest image ${image.hash} has no /sbin/vessel-agent`);
+  chmodSync(tmp, 0o755);
+  renameSync(tmp, file);
+  return file;
+}

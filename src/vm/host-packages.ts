@@ -26,6 +26,9 @@ export const HOST_REQUIREMENTS: Record<string, string> = {
   gcc: 'gcc',
   // The gateway flushes a deleted runtime's connection tracking entries (src/net/conntrack.ts).
   conntrack: 'conntrack',
+  // Templates (docs/templates.md): skopeo fetches images; the guest kit carries tini's static build.
+  skopeo: 'skopeo',
+  'tini-static': 'tini',
 };
 
 export const MIN_QEMU = { major: 10, minor: 0 };

@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { runBuffered } from '../core/commands.js';
 import { failedPrecondition, invalidArgument, unavailable } from '../core/errors.js';
-import type { CheckpointDescription, ConsoleLog, GuestAgent, LiveState, RemoteCheckpoint, VmDriver, VmSpec } from '../core/ports.js';
+import type { CheckpointDescription, ConsoleLog, DiskChunk, GuestAgent, LiveState, RemoteCheckpoint, TemplateDisks, VmDriver, VmSpec } from '../core/ports.js';
 import type { Resources } from '../core/types.js';
 import { flushFiles, fsyncDir, fsyncFile } from '../platform/durable-files.js';
 import { runCommand } from '../platform/run-command.js';
@@ -36,6 +36,7 @@ import { BOOT_PROFILE } from './qemu-args.js';
 import { RemoteGuestAgent } from './remote-guest-agent.js';
 import { QemuVm, vmPaths } from './qemu-vm.js';
 import { sparseFrames } from './sparse-stream.js';
+import { TemplateDiskFiles } from './template-disks.js';
 import { Teardown } from './teardown.js';
 import { prepareJail, VmLauncher } from './vm-launcher.js';
 import { diskFileOf, readVmState, SUSPENDED_STATE_FILE, VmStateError, writeVmState, type VmState } from './vm-state.js';
@@ -105,13 +106,15 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const mapsCheckpoint = (state: VmState): boolean => state.ram !== null && state.ram !== 'shared';
 const balloonOf = (state: VmState): number => state.balloonMib ?? state.memoryMib;
 
-export class QemuDriver implements VmDriver {
+export class QemuDriver implements VmDriver, TemplateDisks {
   readonly #live = new Map<string, LiveVm>();
   /** Warm-pool spares not claimed yet. */
   readonly #spares = new Set<string>();
   /** VMs restored and left paused (VmSpec.paused) whose guest has not run here yet. */
   readonly #restoredPaused = new Set<string>();
   readonly #layers: DiskLayers;
+  /** Templates' root disks, which the API's process builds and hands over. */
+  readonly #templateDisks: TemplateDiskFiles;
   readonly #launcher: VmLauncher;
   /** The process that holds every VM's agent connection and parses what the guests send on it. */
   readonly #agents: AgentPart;
@@ -130,6 +133,7 @@ export class QemuDriver implements VmDriver {
   constructor(private readonly opts: QemuDriverOptions) {
     this.#layers = new DiskLayers(opts.dataDir);
     this.#baseSize = statSync(opts.image.rootfs).size;
+    this.#templateDisks = new TemplateDiskFiles(opts.dataDir, (id) => this.#standingOn(id));
     const jail = join(opts.dataDir, 'qemu-root');
     prepareJail(jail);
     this.#agents = new AgentPart({ logLevel: opts.logLevel, log: opts.log });
@@ -144,6 +148,7 @@ export class QemuDriver implements VmDriver {
       log: opts.log,
       checkpointRamFile: (id) => join(this.#layers.checkpointDir(id), 'ram'),
       layerFile: (id) => this.#layers.layerFile(id),
+      templateDiskFile: (id) => this.#templateDisks.diskFile(id),
     });
     this.#logTimer = setInterval(() => this.#rotateLogs(), LOG_CHECK_MS);
     this.#logTimer.unref();
@@ -207,6 +212,8 @@ export class QemuDriver implements VmDriver {
       if (spare) writeFileSync(join(dir, SPARE_MARKER), '');
       const uid = this.#allocateUid(spec.runtimeId);
       if (spec.fromCheckpointId === null) {
+        const template = spec.templateId ?? null;
+        if (template !== null && !this.#templateDisks.has(template)) throw failedPrecondition(`template ${template} has no disk on this host`);
         const state: VmState = {
           uid,
           memoryMib: spec.resources.limits.memory_mib,
@@ -214,10 +221,13 @@ export class QemuDriver implements VmDriver {
           tap: spec.tap,
           disk: 0,
           chain: [],
+          ...(template === null ? {} : { base: template }),
           ram: 'shared',
-          diskSizeBytes: this.#baseSize,
+          diskSizeBytes: template === null ? this.#baseSize : this.#templateDisks.sizeOf(template),
         };
-        await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', this.opts.image.rootfs, '-F', 'raw', join(dir, diskFileOf(state))]);
+        // `-F raw`: the backing is raw whatever it holds (a template's disk is an image's bytes).
+        const backing = template === null ? this.opts.image.rootfs : this.#templateDisks.diskFile(template);
+        await runCommand('qemu-img', ['create', '-q', '-f', 'qcow2', '-b', backing, '-F', 'raw', join(dir, diskFileOf(state))]);
         writeVmState(dir, state);
         await this.#boot(spec, state, undo);
       } else {
@@ -635,6 +645,35 @@ export class QemuDriver implements VmDriver {
     return vm.status();
   }
 
+  // ---- TemplateDisks ----
+  importTemplateDisk(templateId: string, sizeBytes: number, chunks: AsyncIterable<DiskChunk>): Promise<void> {
+    return this.#templateDisks.importDisk(templateId, sizeBytes, chunks);
+  }
+
+  async deleteTemplateDisk(templateId: string): Promise<void> {
+    this.#templateDisks.deleteDisk(templateId);
+  }
+
+  /** The runtimes and checkpoints whose chain bottoms on the template's disk, counted; null when none does. */
+  #standingOn(templateId: string): string | null {
+    let runtimes = 0;
+    for (const id of readdirSync(this.#layers.runtimesDir)) {
+      try {
+        if (readVmState(this.runtimeDir(id)).base === templateId) runtimes++;
+      } catch {
+        // A directory without a readable state boots nothing.
+      }
+    }
+    let checkpoints = 0;
+    for (const id of readdirSync(this.#layers.checkpointsDir)) {
+      if (!UUID.test(id)) continue;
+      const read = this.#layers.readManifest(id);
+      if ('manifest' in read && read.manifest.base === templateId) checkpoints++;
+    }
+    if (runtimes === 0 && checkpoints === 0) return null;
+    return [runtimes > 0 ? `${runtimes} runtime${runtimes === 1 ? '' : 's'}` : '', checkpoints > 0 ? `${checkpoints} checkpoint${checkpoints === 1 ? '' : 's'}` : ''].filter((s) => s !== '').join(' and ');
+  }
+
   async runtimeIds(): Promise<string[]> {
     return readdirSync(this.#layers.runtimesDir).filter((id) => !id.startsWith(TEMPLATE_PREFIX) && !existsSync(join(this.runtimeDir(id), SPARE_MARKER)));
   }
@@ -689,6 +728,7 @@ export class QemuDriver implements VmDriver {
       tap: spec.tap,
       disk: 0,
       chain: manifest.chain,
+      ...(manifest.base === undefined ? {} : { base: manifest.base }),
       ram: manifest.hasRam ? { checkpoint: checkpointId } : null,
       diskSizeBytes: manifest.diskSizeBytes,
       ...(manifest.balloonMib < manifest.memoryMib ? { balloonMib: manifest.balloonMib } : {}),

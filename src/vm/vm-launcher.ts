@@ -39,6 +39,8 @@ export interface VmLauncherOptions {
   tscKhz: number | null;
   /** An empty directory of root's, QEMU's root once it has started. */
   jail: string;
+  /** A template's root disk (template-disks.ts), the bottom of its runtimes' chains. */
+  templateDiskFile: (templateId: string) => string;
   cgroups: VmCgroups | null;
   bootTimeoutMs: number;
   /** Where a checkpoint's RAM file is, for forks that map it. */
@@ -97,8 +99,9 @@ export class VmLauncher {
       const disk = join(dir, diskFileOf(state));
       for (const writable of [true, false]) fdsets.push({ fd: pass(openQcow2ForQemu(disk, writable)), set: diskFdset(state) });
       // The chain, bottom first: the raw root filesystem, then the layers (`chain` is newest first).
+      // A template's root disk is raw too, whatever its bytes: nothing in it can name a file.
       const backing: BackingNode[] = [{ node: 'rootfs', fdset: BACKING_FDSET_BASE, format: 'raw' }];
-      fdsets.push({ fd: pass(openForQemu(this.opts.image.rootfs, false)), set: BACKING_FDSET_BASE });
+      fdsets.push({ fd: pass(openForQemu(state.base === undefined ? this.opts.image.rootfs : this.opts.templateDiskFile(state.base), false)), set: BACKING_FDSET_BASE });
       [...state.chain].reverse().forEach((layerId, i) => {
         const set = BACKING_FDSET_BASE + 1 + i;
         backing.push({ node: `layer-${i}`, fdset: set, format: 'qcow2' });

@@ -29,6 +29,8 @@ const VmStateSchema = Type.Object(
     disk: Type.Integer({ minimum: 0 }),
     /** Layers below the overlay, nearest first. */
     chain: Type.Array(Uuid, { maxItems: 4096 }),
+    /** The template whose root disk is the chain's bottom (template-disks.ts); absent: the guest image's rootfs. */
+    base: Type.Optional(Uuid),
     /** Where guest RAM lives: the VM's own shared file, a checkpoint's file mapped privately, or anonymous. */
     ram: Type.Union([Type.Literal('shared'), Type.Object({ checkpoint: Uuid }, { additionalProperties: false }), Type.Null()]),
     diskSizeBytes: Type.Integer({ minimum: 1 }),

@@ -4,6 +4,8 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import type { VmSpec } from '../../src/core/ports.js';
+import type { ProcessSpec } from '../../src/core/types.js';
 import { apiHarness, type ApiHarness } from '../support/api-harness.js';
 import { FAKE_DISK_BYTES, FakeTemplateBuilder } from '../support/fake-template-builder.js';
 import { sseEvents, type Sse } from '../support/sse.js';
@@ -136,4 +138,56 @@ test('delete during a build stops it; a reader of its log sees it end failed', a
   const { events } = await buildLog('slow', h.admin, opened);
   assert.deepEqual(events.at(-1)!.data.state, 'failed');
   assert.equal((await h.call('GET', '/v1/templates/slow')).status, 404);
+});
+
+test('a runtime from a ready template boots on it, shows it, and its execs default to its ENV and WORKDIR; building, failed, unknown and other tenants\' templates are refused', async () => {
+  const driver = h.driver as unknown as { create(spec: VmSpec): Promise<void>; spawnProcess(runtimeId: string, spec: ProcessSpec): Promise<unknown> };
+  const specs: VmSpec[] = [];
+  const spawned: ProcessSpec[] = [];
+  const create = driver.create.bind(driver);
+  const spawn = driver.spawnProcess.bind(driver);
+  driver.create = (spec) => (specs.push(spec), create(spec));
+  driver.spawnProcess = (id, spec) => (spawned.push(spec), spawn(id, spec));
+
+  builder.hold()(); // an earlier test may have left builds held
+  const ready = (await h.call('POST', '/v1/templates', { name: 'rt-base', image: 'debian:12' })).body.data;
+  await h.core.templates.settled();
+  const made = await h.call('POST', '/v1/runtimes', { display_name: 'from-template', template: 'rt-base' });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  assert.equal(made.body.data.template_id, ready.id);
+  assert.equal(specs.at(-1)!.templateId, ready.id);
+  assert.equal(specs.at(-1)!.fromCheckpointId, null, 'a cold boot on the template: no system checkpoint of its own yet');
+  const plain = await h.call('POST', '/v1/runtimes', { display_name: 'from-default' });
+  assert.equal(plain.status, 201);
+  assert.equal(plain.body.data.template_id, undefined);
+
+  assert.equal((await h.call('POST', '/v1/runtimes/from-template/exec', { command: 'env' })).status, 200);
+  assert.deepEqual([spawned.at(-1)!.env, spawned.at(-1)!.cwd], [{ PATH: '/usr/bin:/bin' }, '/']);
+  assert.equal((await h.call('POST', '/v1/runtimes/from-template/exec', { command: 'env', env: { PATH: '/mine', X: '1' }, cwd: '/' })).status, 200);
+  assert.deepEqual(spawned.at(-1)!.env, { PATH: '/mine', X: '1' }, "the request's env wins");
+  assert.equal((await h.call('POST', '/v1/runtimes/from-default/exec', { command: 'env' })).status, 200);
+  assert.deepEqual([spawned.at(-1)!.env, spawned.at(-1)!.cwd], [{}, null], 'a runtime of the built-in image gets no defaults');
+
+  const release = builder.hold();
+  await h.call('POST', '/v1/templates', { name: 'rt-building', image: 'debian:12' });
+  await h.call('POST', '/v1/templates', { name: 'rt-failed', image: 'example.com/fail-3' });
+  const refusals: Array<[unknown, number, string, RegExp]> = [
+    [{ display_name: 'r1', template: 'rt-building' }, 409, 'failed_precondition', /still building/],
+    [{ display_name: 'r2', template: 'nope' }, 404, 'not_found', /nope/],
+    [{ display_name: 'r3', template: 'rt-base', checkpoint: 'x' }, 400, 'invalid_argument', /not both/],
+  ];
+  for (const [body, status, code, message] of refusals) {
+    const res = await h.call('POST', '/v1/runtimes', body);
+    assert.deepEqual([res.status, res.body.error?.code], [status, code], JSON.stringify(res.body));
+    assert.match(res.body.error.message, message);
+  }
+  release();
+  await h.core.templates.settled();
+  const failed = await h.call('POST', '/v1/runtimes', { display_name: 'r4', template: 'rt-failed' });
+  assert.deepEqual([failed.status, failed.body.error?.code], [409, 'failed_precondition']);
+  assert.match(failed.body.error.message, /failed to build/);
+  const other = await h.token('someone-else', ['admin']);
+  const theirs = await h.call('POST', '/v1/runtimes', { display_name: 'r5', template: ready.id }, other);
+  assert.deepEqual([theirs.status, theirs.body.error?.code], [404, 'not_found'], "another tenant's template is not found");
+  for (const name of ['from-template', 'from-default']) assert.equal((await h.call('DELETE', `/v1/runtimes/${name}`)).status, 200);
 });

@@ -29,6 +29,7 @@ export const runtime = (tenantId: string, displayName: string, status: RuntimeSt
   resources: resources(vcpus, memoryMib),
   pendingResources: null,
   baseCheckpointId: null,
+  templateId: null,
   node: null,
   labels: {},
   lifecycle: { idleTimeoutSecs: null, onIdle: 'suspend', autoDeleteSecs: null },
@@ -65,6 +66,7 @@ const checkpoint = (tenantId: string | null, displayName: string, extra: Partial
   stateMessage: null,
   resources: resources(1, 512),
   sourceRuntimeId: null,
+  templateId: null,
   parentCheckpointId: null,
   deleted: false,
   diskBytes: 1000,
@@ -173,7 +175,7 @@ export function storeContract(subject: StoreUnderTest): void {
     assert.equal(await store.runtimes.find('other', rts[1]!.id), undefined, 'another tenant does not see it');
     assert.deepEqual(await store.runtimes.findById(rts[3]!.id), rts[3]);
 
-    const changed: Runtime = { ...rts[0]!, status: 'suspended', statusMessage: 'idle', pendingResources: resources(2, 1024), baseCheckpointId: randomUUID() };
+    const changed: Runtime = { ...rts[0]!, status: 'suspended', statusMessage: 'idle', pendingResources: resources(2, 1024), baseCheckpointId: randomUUID(), templateId: randomUUID() };
     await store.runtimes.update(changed);
     assert.deepEqual(await store.runtimes.find('acme', 'rt-0'), changed);
 

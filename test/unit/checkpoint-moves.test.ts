@@ -28,6 +28,7 @@ const checkpoint = (extra: Partial<Checkpoint>): Checkpoint => ({
   stateMessage: null,
   resources,
   sourceRuntimeId: null,
+  templateId: null,
   parentCheckpointId: null,
   deleted: false,
   diskBytes: 1000,

@@ -6,15 +6,19 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { VesselError, failedPrecondition } from '../../src/core/errors.js';
-import type { NetworkGateway, VmDriver } from '../../src/core/ports.js';
+import type { DiskChunk, NetworkGateway, TemplateDisks, VmDriver } from '../../src/core/ports.js';
 import { serveHost, type HostParts } from '../../src/host/host-server.js';
 import { RelayedAgent, RemoteHost } from '../../src/host/remote-host.js';
 import { PartLink, type LinkStream } from '../../src/platform/part-link.js';
 import type { AgentChannel } from '../../src/vm/agent-part.js';
+import { TemplateDiskFiles } from '../../src/vm/template-disks.js';
 import { duplexPair } from '../support/link-pair.js';
 
-const FACTS = { imageId: 'img-1', hostLimits: { vcpus: 2, memoryMib: 4096 }, unavailableReason: null };
+const FACTS = { imageId: 'img-1', egressCaPem: 'CA', hostLimits: { vcpus: 2, memoryMib: 4096 }, unavailableReason: null };
 const RESOURCES = { limits: { memory_mib: 512 }, requests: { memory_mib: 512 }, vcpus: 1 };
 
 interface Rig {
@@ -56,7 +60,7 @@ async function rig(answers: Record<string, (...args: unknown[]) => unknown> = {}
   });
   const taps = new Map<string, string>();
   const parts: HostParts = {
-    driver: recording<VmDriver & { agentOf(id: string): AgentChannel }>({ agentOf }),
+    driver: recording<VmDriver & TemplateDisks & { agentOf(id: string): AgentChannel }>({ agentOf }),
     gateway: recording<NetworkGateway & { tapOf(id: string): string | undefined }>({ tapOf: (id: string) => taps.get(id) }),
     facts: FACTS,
   };
@@ -205,6 +209,88 @@ test('a guest stream relayed through the host keeps its chunks with their meta, 
     stream.cancel();
     for (let i = 0; i < 100 && !seen.cancelled; i++) await new Promise((res) => setTimeout(res, 10));
     assert.ok(seen.cancelled, "the API's cancel reaches the agent (a detach)");
+  } finally {
+    r.close();
+  }
+});
+
+/** The host's side writes template disks into a real directory: what the API streams is checked where the file is written. */
+async function diskRig(standing: string | null = null) {
+  const dataDir = mkdtempSync(join(tmpdir(), 'vessel-template-disks-'));
+  const files = new TemplateDiskFiles(dataDir, () => standing);
+  const r = await rig({
+    importTemplateDisk: (id, size, chunks) => files.importDisk(id as string, size as number, chunks as AsyncIterable<DiskChunk>),
+    deleteTemplateDisk: (id) => files.deleteDisk(id as string),
+  });
+  return { ...r, files, close: () => (r.close(), rmSync(dataDir, { recursive: true, force: true })) };
+}
+
+async function* chunksOf(...chunks: Array<{ offset: unknown; data: Buffer }>): AsyncGenerator<DiskChunk> {
+  for (const c of chunks) yield c as DiskChunk;
+}
+const KiB4 = (byte: number) => Buffer.alloc(4096, byte);
+
+test("a template's disk streamed to the host is written where the host says, 0600, its holes left as zeros; a delete removes it", async () => {
+  const r = await diskRig();
+  try {
+    const id = randomUUID();
+    await r.remote.importTemplateDisk(id, 4 * 4096, chunksOf({ offset: 0, data: KiB4(1) }, { offset: 2 * 4096, data: Buffer.concat([KiB4(2), KiB4(3)]) }));
+    const file = r.files.diskFile(id);
+    assert.equal(file, join(r.files.dir, id, 'root.img'));
+    assert.equal(statSync(file).mode & 0o777, 0o600);
+    assert.deepEqual(readFileSync(file), Buffer.concat([KiB4(1), KiB4(0), KiB4(2), KiB4(3)]));
+    await assert.rejects(r.remote.importTemplateDisk(id, 4096, chunksOf()), (err: unknown) => err instanceof VesselError && err.code === 'failed_precondition' && /has a disk/.test(err.message));
+    assert.deepEqual(readFileSync(file).length, 4 * 4096, 'a second import leaves the first disk as it was');
+    await r.remote.deleteTemplateDisk(id);
+    assert.equal(existsSync(join(r.files.dir, id)), false);
+    await r.remote.deleteTemplateDisk(id); // idempotent
+  } finally {
+    r.close();
+  }
+});
+
+test('a hostile template disk stream is refused, and leaves nothing on the host', async () => {
+  const r = await diskRig();
+  try {
+    const refusedArgs: unknown[] = [
+      { templateId: '../../etc', sizeBytes: 4096, stream: 1 },
+      { templateId: randomUUID(), sizeBytes: 4097, stream: 1 },
+      { templateId: randomUUID(), sizeBytes: 0, stream: 1 },
+      { templateId: randomUUID(), sizeBytes: 2 ** 50, stream: 1 },
+      { templateId: randomUUID(), sizeBytes: 4096, stream: 1, path: '/etc/passwd' },
+    ];
+    for (const args of refusedArgs) {
+      const err = await r.api.call('importTemplateDisk', args).then(() => null, (e: unknown) => e);
+      assert.equal((err as { detail?: { code?: string } } | null)?.detail?.code, 'invalid_argument', JSON.stringify(args));
+    }
+    await assert.rejects(r.api.call('deleteTemplateDisk', { templateId: '..' }), /the host refused/);
+    const hostile: Array<[string, Array<{ offset: unknown; data: Buffer }>]> = [
+      ['out of order', [{ offset: 4096, data: KiB4(1) }, { offset: 0, data: KiB4(2) }]],
+      ['overlapping', [{ offset: 0, data: Buffer.concat([KiB4(1), KiB4(1)]) }, { offset: 4096, data: KiB4(2) }]],
+      ['past the end', [{ offset: 3 * 4096, data: Buffer.concat([KiB4(1), KiB4(1)]) }]],
+      ['far past the end', [{ offset: 2 ** 52, data: KiB4(1) }]],
+      ['negative', [{ offset: -4096, data: KiB4(1) }]],
+      ['not a number', [{ offset: '0', data: KiB4(1) }]],
+      ['fractional', [{ offset: 0.5, data: KiB4(1) }]],
+      ['no offset', [{ offset: undefined, data: KiB4(1) }]],
+      ['empty', [{ offset: 0, data: Buffer.alloc(0) }]],
+    ];
+    for (const [what, chunks] of hostile) {
+      await assert.rejects(r.remote.importTemplateDisk(randomUUID(), 4 * 4096, chunksOf(...chunks)), (err: unknown) => err instanceof VesselError && err.code === 'invalid_argument', what);
+      assert.deepEqual(readdirSync(r.files.dir), [], `${what}: nothing is left`);
+    }
+  } finally {
+    r.close();
+  }
+});
+
+test("a template's disk that runtimes or checkpoints stand on is not deleted", async () => {
+  const r = await diskRig('1 runtime');
+  try {
+    const id = randomUUID();
+    await r.remote.importTemplateDisk(id, 4096, chunksOf({ offset: 0, data: KiB4(7) }));
+    await assert.rejects(r.remote.deleteTemplateDisk(id), (err: unknown) => err instanceof VesselError && err.code === 'failed_precondition' && /in use by 1 runtime;/.test(err.message));
+    assert.ok(existsSync(r.files.diskFile(id)));
   } finally {
     r.close();
   }

@@ -19,6 +19,7 @@ function runtime(status: RuntimeStatus, lifecycle: Partial<LifecycleSettings>, s
     resources,
     pendingResources: null,
     baseCheckpointId: null,
+    templateId: null,
     node: null,
     labels: {},
     lifecycle: { ...DEFAULT_LIFECYCLE, ...lifecycle },

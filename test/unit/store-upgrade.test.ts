@@ -176,7 +176,44 @@ test('a version 6 store gains templates, none yet, and template limits; a tenant
     const versions = new Database(file);
     try {
       const { v } = versions.prepare('SELECT max(version) AS v FROM schema_migrations').get() as { v: number };
-      assert.equal(v, 8);
+      assert.equal(v, MIGRATIONS.at(-1)!.version);
+    } finally {
+      versions.close();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("a version 8 store's runtimes and checkpoints gain template_id, null: they are of the built-in image", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'vessel-upgrade-'));
+  try {
+    const file = join(dir, 'vessel.db');
+    const old = databaseAt(file, 8);
+    old
+      .prepare(
+        `INSERT INTO runtimes (id, tenant_id, display_name, status, egress_policy, ingress_specs, resources, created_at, updated_at)
+         VALUES ('6f1c3f36-8a0e-4bde-9d8e-0d3f5c2b1a09', 'acme', 'old-rt', 'running', '{"enabled":true,"allowed_hosts":[]}', '[]', '{"limits":{"memory_mib":512},"requests":{"memory_mib":512},"vcpus":1}', '2025-01-01T00:00:00Z', '2025-02-01T00:00:00Z')`,
+      )
+      .run();
+    old
+      .prepare(
+        `INSERT INTO checkpoints (id, tenant_id, display_name, state, resources, deleted, created_at)
+         VALUES ('6f1c3f36-8a0e-4bde-9d8e-0d3f5c2b1a0a', 'acme', 'old-cp', 'ready', '{"limits":{"memory_mib":512},"requests":{"memory_mib":512},"vcpus":1}', 0, '2025-01-01T00:00:00Z')`,
+      )
+      .run();
+    old.close();
+    const store = new SqliteStore(file);
+    try {
+      assert.equal((await store.runtimes.find('acme', 'old-rt'))?.templateId, null);
+      assert.equal((await store.checkpoints.find('acme', 'old-cp'))?.templateId, null);
+    } finally {
+      await store.close();
+    }
+    const versions = new Database(file);
+    try {
+      const { v } = versions.prepare('SELECT max(version) AS v FROM schema_migrations').get() as { v: number };
+      assert.equal(v, 9);
       assert.equal(v, MIGRATIONS.at(-1)!.version, 'this test covers the latest migration');
     } finally {
       versions.close();
