@@ -113,9 +113,9 @@ export const e2bControlPlane: RoutePlugin = async (app, { core }) => {
     const tenantId = req.principal.tenantId;
     let rt = await runtimeOf(tenantId, req.params.runtime_id);
     const resumed = rt.status !== 'running';
-    // A paused runtime resumes; a suspended or stopped one starts again (from its memory, if suspended).
-    if (rt.status === 'paused') rt = await runtimes.lifecycle(tenantId, rt.id, 'resume');
-    else if (rt.status === 'suspended' || rt.status === 'shutdown') rt = await runtimes.lifecycle(tenantId, rt.id, 'start');
+    // A paused or suspended runtime resumes (from its memory); a stopped one boots again.
+    if (rt.status === 'paused' || rt.status === 'suspended') rt = await runtimes.lifecycle(tenantId, rt.id, 'resume');
+    else if (rt.status === 'shutdown') rt = await runtimes.lifecycle(tenantId, rt.id, 'start');
     else if (rt.status !== 'running') throw sandboxNotFound(req.params.runtime_id);
     if (req.body.timeout !== undefined) rt = await runtimes.patch(tenantId, rt.id, { lifecycle: lifecycleOf(req.body.timeout, rt.lifecycle.onIdle === 'suspend') });
     return reply.code(resumed ? 201 : 200).send(sandboxOf(rt, callerToken(req)));

@@ -144,6 +144,25 @@ test('a sandbox is a runtime: metadata are its labels, the timeout its idle time
   const v1 = await api.call('GET', '/e2b/sandboxes?metadata=owner%3Dvessel', undefined, key);
   assert.deepEqual(v1.body.map((s: { sandboxID: string }) => s.sandboxID), [native.body.data.id]);
 
+  // Paused on Vessel's API, it is a paused sandbox; connect resumes it (201, as E2B answers a resume).
+  assert.equal((await api.call('POST', `/v1/runtimes/${id}/pause`, undefined, key)).status, 200);
+  const paused = await api.call('GET', '/e2b/v2/sandboxes?state=paused', undefined, key);
+  assert.deepEqual(paused.body.map((s: { sandboxID: string; state: string }) => [s.sandboxID, s.state]), [[id, 'paused']]);
+  assert.deepEqual((await api.call('GET', '/e2b/sandboxes', undefined, key)).body.map((s: { sandboxID: string }) => s.sandboxID), [native.body.data.id], 'v1 lists running sandboxes');
+  const resumed = await api.call('POST', `/e2b/v2/sandboxes/${id}/connect`, { timeout: 60 }, key);
+  assert.equal(resumed.status, 201);
+  assert.equal((await api.call('GET', `/e2b/sandboxes/${id}`, undefined, key)).body.state, 'running');
+  assert.equal((await api.call('POST', `/e2b/v2/sandboxes/${id}/connect`, {}, key)).status, 200);
+  assert.equal((await api.call('GET', `/v1/runtimes/${id}`, undefined, key)).body.data.lifecycle.idle_timeout_secs, 60);
+
+  // Pages of E2B's list: a limit, and the next page's token in x-next-token.
+  const first = await api.call('GET', '/e2b/v2/sandboxes?limit=1', undefined, key);
+  assert.equal(first.body.length, 1);
+  const token = first.headers['x-next-token'] as string;
+  const second = await api.call('GET', `/e2b/v2/sandboxes?limit=1&nextToken=${encodeURIComponent(token)}`, undefined, key);
+  assert.equal(second.body.length, 1);
+  assert.notEqual(second.body[0].sandboxID, first.body[0].sandboxID);
+
   assert.equal((await api.call('DELETE', `/e2b/sandboxes/${id}`, undefined, key)).status, 204);
   assert.equal((await api.call('GET', `/v1/runtimes/${id}`, undefined, key)).status, 404);
   await api.call('DELETE', `/v1/runtimes/${native.body.data.id}`, undefined, key);
