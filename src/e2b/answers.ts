@@ -13,12 +13,16 @@ import { Code, ConnectError } from '@connectrpc/connect';
 import type { FastifyInstance } from 'fastify';
 import { VesselError, type ErrorCode } from '../core/errors.js';
 
-/** The header that carries the caller's Vessel token on this part of the facade. */
+/**
+ * The header that carries the caller's Vessel token on this part of the facade. It wins over an
+ * Authorization header: envd's SDK sends `Authorization: Basic <user>:` to name the user a
+ * command runs as, which is no credential.
+ */
 export function acceptTokenHeader(app: FastifyInstance, header: 'x-api-key' | 'x-access-token'): void {
   // An instance hook: it runs before the route's own hooks, the guard among them.
   app.addHook('onRequest', (request, _reply, done) => {
     const value = request.headers[header];
-    if (typeof value === 'string' && request.headers.authorization === undefined) request.headers.authorization = `Bearer ${value}`;
+    if (typeof value === 'string') request.headers.authorization = `Bearer ${value}`;
     done();
   });
 }

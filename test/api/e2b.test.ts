@@ -33,11 +33,14 @@ const listAll = async (o: Parameters<typeof Sandbox.list>[0]) => {
 };
 
 test('the SDK creates a sandbox, runs a command in it, writes and reads a file, lists and kills it', async () => {
-  const sbx = await Sandbox.create({ ...opts(), metadata: { team: 'blue' }, timeoutMs: 120_000 });
+  const sbx = await Sandbox.create({ ...opts(), metadata: { team: 'blue', note: 'a&b=c d%' }, timeoutMs: 120_000 });
   // The fake guest answers a command with its command line: the SDK runs each through bash -l -c.
   const run = await sbx.commands.run('echo hi');
   assert.equal(run.exitCode, 0);
   assert.equal(run.stdout, '/bin/bash -l -c echo hi');
+  // Naming a user puts it in an Authorization header of its own (Basic): the access token still counts.
+  assert.equal((await sbx.commands.run('whoami', { user: 'root' })).exitCode, 0);
+  await sbx.files.write('/tmp/as-root.txt', 'x', { user: 'root' });
 
   const info = await sbx.files.write('/tmp/note.txt', 'hello vessel');
   assert.deepEqual({ path: info.path, name: info.name }, { path: '/tmp/note.txt', name: 'note.txt' });
@@ -48,7 +51,9 @@ test('the SDK creates a sandbox, runs a command in it, writes and reads a file, 
   await assert.rejects(sbx.files.read('/tmp/absent'), FileNotFoundError);
 
   const listed = await listAll({ ...opts(), query: { metadata: { team: 'blue' } } });
-  assert.deepEqual(listed.map((s) => [s.sandboxId, s.state, s.metadata]), [[sbx.sandboxId, 'running', { team: 'blue' }]]);
+  assert.deepEqual(listed.map((s) => [s.sandboxId, s.state, s.metadata]), [[sbx.sandboxId, 'running', { team: 'blue', note: 'a&b=c d%' }]]);
+  // The SDK encodes each key and value, then the query: a value with & = and % comes through.
+  assert.equal((await listAll({ ...opts(), query: { metadata: { note: 'a&b=c d%', team: 'blue' } } })).length, 1);
   assert.deepEqual(await listAll({ ...opts(), query: { metadata: { team: 'red' } } }), []);
 
   assert.equal((await sbx.getInfo()).sandboxId, sbx.sandboxId);

@@ -52,6 +52,13 @@ test('Sandbox.list finds it by its metadata, and a wrong key or an unknown sandb
   await assert.rejects(Sandbox.connect('no-such-sandbox'), SandboxNotFoundError);
 });
 
+test('Sandbox.connect gives another handle on the same VM', TIMEOUT, async () => {
+  const again = await Sandbox.connect(sbx.sandboxId);
+  assert.equal(again.sandboxId, sbx.sandboxId);
+  assert.equal((await again.commands.run('cat /tmp/e2b/note.txt')).stdout, 'written by the E2B SDK');
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'running');
+});
+
 test('kill: the sandbox is gone from both APIs', TIMEOUT, async () => {
   await sbx.kill();
   assert.deepEqual(await Sandbox.list({ query: { metadata: { suite: 'e2b-vm' } } }).nextItems(), []);
