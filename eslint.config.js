@@ -6,7 +6,7 @@
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/', 'node_modules/', 'build/', 'data/', 'client/generated/', 'client/dist/'] },
+  { ignores: ['dist/', 'node_modules/', 'build/', 'data/', 'client/generated/', 'client/dist/', 'src/e2b/gen/'] },
   {
     files: ['{src,client,console,test,bench,scripts}/**/*.ts'],
     extends: [tseslint.configs.recommendedTypeChecked],

@@ -33,6 +33,7 @@ import { auditRoutes, ruleRoutes, secretRoutes } from './routes/secrets.js';
 import { TERMINAL_MAX_MESSAGE, terminalRoutes } from './routes/terminal.js';
 import { templateRoutes } from './routes/templates.js';
 import { tokenRoutes } from './routes/tokens.js';
+import { e2bRoutes } from '../e2b/plugin.js';
 
 export interface ApiOptions extends BearerLimits {
   core: Core;
@@ -112,6 +113,7 @@ export async function buildApi(options: ApiOptions): Promise<FastifyInstance> {
   await app.register(tokenRoutes, { core });
   await app.register(consoleLogRoutes, { core });
   await app.register(consoleRoutes, options.console ?? {});
+  await app.register(e2bRoutes, { core, maxFileBytes: options.maxFileBytes });
   if (fleet.routes !== undefined) await app.register(fleet.routes);
   return app;
 }

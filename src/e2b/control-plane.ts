@@ -1,0 +1,123 @@
+/**
+ * E2B's control plane (its REST API, `spec/openapi.yml` in e2b-dev/E2B) over Vessel's runtimes:
+ * sandboxes created, listed, read, killed, connected to and given a new timeout. Served under
+ * /e2b on the API port; the SDK reaches it with E2B_API_URL=http://HOST:PORT/e2b. Left out of
+ * Vessel's OpenAPI document: it is E2B's API, documented by E2B and by docs/e2b.md.
+ */
+import { Type } from '@sinclair/typebox';
+import type { FastifyRequest } from 'fastify';
+import { VesselError } from '../core/errors.js';
+import type { RoutePlugin } from '../api/routes/common.js';
+import { acceptTokenHeader, answerE2bErrors } from './answers.js';
+import {
+  DEFAULT_TEMPLATE,
+  MAX_TIMEOUT_SECS,
+  createInputOf,
+  filterOf,
+  lifecycleOf,
+  listedSandboxOf,
+  sandboxDetailOf,
+  sandboxOf,
+  type SandboxState,
+} from './sandboxes.js';
+
+const Metadata = Type.Record(Type.String(), Type.String());
+const Timeout = Type.Integer({ minimum: 1, maximum: MAX_TIMEOUT_SECS });
+
+const NewSandbox = Type.Object({
+  templateID: Type.String({ default: DEFAULT_TEMPLATE, maxLength: 256 }),
+  timeout: Type.Optional(Timeout),
+  metadata: Type.Optional(Metadata),
+  envVars: Type.Optional(Metadata),
+  autoPause: Type.Optional(Type.Boolean()),
+  // Every sandbox is secured (envd checks the caller's token), so `secure` changes nothing.
+  secure: Type.Optional(Type.Boolean()),
+  autoPauseMemory: Type.Optional(Type.Boolean()),
+  // Refused unless they ask for what a runtime has anyway (sandboxes.ts).
+  allow_internet_access: Type.Optional(Type.Boolean()),
+  network: Type.Optional(Type.Unknown()),
+  mcp: Type.Optional(Type.Unknown()),
+});
+
+const SandboxParams = Type.Object({ runtime_id: Type.String({ maxLength: 256 }) });
+const ListQuery = Type.Object({
+  metadata: Type.Optional(Type.String({ maxLength: 8192 })),
+  state: Type.Optional(Type.String({ maxLength: 64 })),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 100 })),
+  nextToken: Type.Optional(Type.String({ maxLength: 1024 })),
+});
+const TimeoutBody = Type.Object({ timeout: Timeout });
+const ConnectBody = Type.Object({ timeout: Type.Optional(Timeout), memory: Type.Optional(Type.Boolean()) });
+
+/** The caller's own token, which E2B's SDK then sends to envd as the sandbox's access token. */
+const callerToken = (req: FastifyRequest): string => (req.headers.authorization ?? '').replace(/^Bearer /i, '');
+
+const sandboxNotFound = (id: string) => new VesselError('not_found', `sandbox '${id.slice(0, 80)}' not found`);
+
+export const e2bControlPlane: RoutePlugin = async (app, { core }) => {
+  acceptTokenHeader(app, 'x-api-key');
+  answerE2bErrors(app);
+  const runtimes = core.runtimes;
+
+  /** The runtime of an E2B sandbox id, or E2B's 404. */
+  const runtimeOf = async (tenantId: string, id: string) => {
+    try {
+      return await runtimes.get(tenantId, id);
+    } catch (err) {
+      throw err instanceof VesselError && err.code === 'not_found' ? sandboxNotFound(id) : err;
+    }
+  };
+
+  for (const path of ['/sandboxes', '/v2/sandboxes']) {
+    app.post(path, { config: { scope: 'runtimes:write' }, schema: { hide: true, body: NewSandbox } }, async (req, reply) => {
+      const rt = await runtimes.create(req.principal.tenantId, createInputOf(req.body));
+      return reply.code(201).send(sandboxOf(rt, callerToken(req)));
+    });
+  }
+
+  /** A page of the caller's sandboxes in `states`; E2B pages with `nextToken` and the x-next-token header. */
+  const list = async (tenantId: string, query: typeof ListQuery.static, defaultStates: readonly SandboxState[]) => {
+    const { filter } = filterOf(query.metadata, query.state, defaultStates);
+    const page = await runtimes.list(tenantId, { limit: query.limit ?? 100, pageToken: query.nextToken }, filter);
+    return { items: page.items.flatMap((rt) => listedSandboxOf(rt) ?? []), next: page.nextPageToken };
+  };
+
+  app.get('/sandboxes', { config: { scope: 'runtimes:read' }, schema: { hide: true, querystring: ListQuery } }, async (req) => {
+    // v1 lists running sandboxes only, on one page.
+    return (await list(req.principal.tenantId, req.query, ['running'])).items;
+  });
+
+  app.get('/v2/sandboxes', { config: { scope: 'runtimes:read' }, schema: { hide: true, querystring: ListQuery } }, async (req, reply) => {
+    const { items, next } = await list(req.principal.tenantId, req.query, ['running', 'paused']);
+    if (next !== undefined) void reply.header('x-next-token', next);
+    return items;
+  });
+
+  app.get('/sandboxes/:runtime_id', { config: { scope: 'runtimes:read' }, schema: { hide: true, params: SandboxParams } }, async (req) => {
+    return sandboxDetailOf(await runtimeOf(req.principal.tenantId, req.params.runtime_id));
+  });
+
+  app.delete('/sandboxes/:runtime_id', { config: { scope: 'runtimes:write' }, schema: { hide: true, params: SandboxParams } }, async (req, reply) => {
+    const rt = await runtimeOf(req.principal.tenantId, req.params.runtime_id);
+    await runtimes.delete(req.principal.tenantId, rt.id);
+    return reply.code(204).send();
+  });
+
+  app.post('/sandboxes/:runtime_id/timeout', { config: { scope: 'runtimes:write' }, schema: { hide: true, params: SandboxParams, body: TimeoutBody } }, async (req, reply) => {
+    const rt = await runtimeOf(req.principal.tenantId, req.params.runtime_id);
+    await runtimes.patch(req.principal.tenantId, rt.id, { lifecycle: lifecycleOf(req.body.timeout, rt.lifecycle.onIdle === 'suspend') });
+    return reply.code(204).send();
+  });
+
+  app.post('/v2/sandboxes/:runtime_id/connect', { config: { scope: 'runtimes:write' }, schema: { hide: true, params: SandboxParams, body: ConnectBody } }, async (req, reply) => {
+    const tenantId = req.principal.tenantId;
+    let rt = await runtimeOf(tenantId, req.params.runtime_id);
+    const resumed = rt.status !== 'running';
+    // A paused or suspended runtime resumes (from its memory); a stopped one boots again.
+    if (rt.status === 'paused' || rt.status === 'suspended') rt = await runtimes.lifecycle(tenantId, rt.id, 'resume');
+    else if (rt.status === 'shutdown') rt = await runtimes.lifecycle(tenantId, rt.id, 'start');
+    else if (rt.status !== 'running') throw sandboxNotFound(req.params.runtime_id);
+    if (req.body.timeout !== undefined) rt = await runtimes.patch(tenantId, rt.id, { lifecycle: lifecycleOf(req.body.timeout, rt.lifecycle.onIdle === 'suspend') });
+    return reply.code(resumed ? 201 : 200).send(sandboxOf(rt, callerToken(req)));
+  });
+};
