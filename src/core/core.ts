@@ -113,6 +113,7 @@ export class Core {
 
   async close(): Promise<void> {
     this.runtimes.stopLifecycleTimers();
+    this.nodes.close();
     await this.#pool.close();
     this.checkpoints.close();
     this.templates.close();

@@ -183,10 +183,11 @@ export interface QuotaRepo {
   setOverrides(tenantId: string, overrides: TenantLimitOverrides): Promise<void>;
   /**
    * Runs `work` while no other process using this store does so for the same tenant: a quota's
-   * check and the write that consumes it, as one for every API node. The store's own writes
-   * inside `work` commit before the next one starts.
+   * check and the write that consumes it, as one for every process. The store's own writes
+   * inside `work` commit before the next one starts. Absent from a store one process serves
+   * alone (SQLite), where the caller's own lock is enough.
    */
-  exclusive<T>(tenantId: string, work: () => Promise<T>): Promise<T>;
+  exclusive?<T>(tenantId: string, work: () => Promise<T>): Promise<T>;
 }
 
 export interface AuditFilter extends PageRequest {

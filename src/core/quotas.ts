@@ -51,10 +51,11 @@ export class TenantQuotas {
   /**
    * A tenant's admissions run one at a time, each check together with the write that consumes
    * what it admitted, so that two concurrent requests never both take the last slot. Within this
-   * process that is this lock; across the API nodes of a fleet, a create's check is made again
-   * with its record's insert under the store's lock on the tenant (QuotaRepo.exclusive). A start
-   * or resume of a stopped runtime is checked by this process alone: two nodes starting two of a
-   * tenant's runtimes at the same instant can take it past its vCPU or memory limit by one.
+   * process that is this lock; where several processes share the store (a fleet on PostgreSQL), a
+   * create's check is made again with its record's insert under the store's lock on the tenant
+   * (QuotaRepo.exclusive). A start or resume of a stopped runtime is checked by this process
+   * alone: two hosts starting two of a tenant's runtimes at the same instant can take it past its
+   * vCPU or memory limit by one.
    */
   readonly #lock = new KeyedMutex();
   /** Per tenant, the VMs admitted whose consuming write has not happened yet. */
@@ -176,11 +177,12 @@ export class TenantQuotas {
       commit: (write) =>
         this.#lock.run(tenantId, async () => {
           try {
-            if (!request.newRuntime) return await write();
-            // Other API nodes admit against the same store, with claims this process cannot see:
-            // a create's record is checked again and inserted under the tenant's lock in the
-            // store, which every node takes, so that none admits past a limit.
-            return await this.store.quotas.exclusive(tenantId, async () => {
+            const quotas = this.store.quotas;
+            if (!request.newRuntime || quotas.exclusive === undefined) return await write();
+            // Other processes admit against the same store, with claims this one cannot see: a
+            // create's record is checked again and inserted under the tenant's lock in the store,
+            // which every process takes, so that none admits past a limit.
+            return await quotas.exclusive(tenantId, async () => {
               await this.#admit(tenantId, request, claimed, claimed);
               return write();
             });

@@ -497,9 +497,6 @@ function quotaRepo(db: Db): QuotaRepo {
     },
     overrides: async (tenantId) => overrides(tenantId),
     setOverrides: async (tenantId, changes) => setOverrides(tenantId, changes),
-    // One process serves a SQLite store (the data directory's lock): the caller's own lock
-    // orders its admissions already.
-    exclusive: (_tenantId, work) => work(),
   };
 }
 
