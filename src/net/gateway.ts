@@ -26,6 +26,9 @@ import { OverridesFile } from './resolver.js';
 import { SlotAllocator } from './slots.js';
 import { createTap, deleteTap, ensureGatewayDevice, listTaps } from './taps.js';
 
+/** Slots tried for one TAP when other instances on the host take them first. */
+const TAP_ATTEMPTS = 8;
+
 export { DEFAULT_MAX_CONNECTIONS_PER_RUNTIME, DEFAULT_MAX_CONNECTIONS_PER_TENANT } from './connection-limits.js';
 
 export interface GatewayOptions {
@@ -137,8 +140,7 @@ export class Gateway implements NetworkGateway {
     }
     let tap = this.#taps.get(subject.runtimeId);
     if (tap === undefined) {
-      tap = await this.#freeTap();
-      await createTap(tap, { instance: this.opts.instance, runtimeId: subject.runtimeId }, identityAddress(slotOfTap(tap)!));
+      tap = await this.#createFreeTap(subject.runtimeId);
       this.#taps.set(subject.runtimeId, tap);
     }
     const attachment: Attachment = { subject, tap, identity: identityAddress(slotOfTap(tap)!) };
@@ -245,6 +247,24 @@ export class Gateway implements NetworkGateway {
   /** The lowest slot whose TAP exists nowhere on the host (other instances' included) and that is not resting. */
   async #freeTap(): Promise<string> {
     return this.#slots.lowestFree(new Set([...this.#taps.values(), ...(await listTaps()).map((t) => t.tap)]));
+  }
+
+  /**
+   * Makes the runtime's TAP on the lowest free slot. Another service instance on this host may
+   * take the same slot between our look and our add (the kernel refuses the second add): the
+   * slot is then no longer free, and the next look passes it over.
+   */
+  async #createFreeTap(runtimeId: string): Promise<string> {
+    for (let attempt = 1; ; attempt++) {
+      const tap = await this.#freeTap();
+      try {
+        await createTap(tap, { instance: this.opts.instance, runtimeId }, identityAddress(slotOfTap(tap)!));
+        return tap;
+      } catch (err) {
+        const takenMeanwhile = (await listTaps()).some((t) => t.tap === tap && t.owner?.instance !== this.opts.instance);
+        if (!takenMeanwhile || attempt >= TAP_ATTEMPTS) throw err;
+      }
+    }
   }
 
   get #table(): string {
