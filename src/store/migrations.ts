@@ -198,4 +198,39 @@ export const MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
       ALTER TABLE checkpoints ADD COLUMN template_id TEXT;
     `,
   },
+  {
+    // What each VM host holds (docs/scaling.md, "Placement"), kept by the database with every
+    // write of a runtime, so that a create's placement reads one row per host instead of summing
+    // every runtime of the fleet. The statuses that hold a VM are LIVE_STATUSES
+    // (src/core/lifecycle.ts), written out here: a change to that list is a migration. The store
+    // contract tests compare these counts with a sum over the runtimes after every kind of write.
+    version: 10,
+    sql: `
+      CREATE TABLE node_holdings (
+        node TEXT PRIMARY KEY,
+        runtimes INTEGER NOT NULL,
+        vcpus INTEGER NOT NULL,
+        memory_mib INTEGER NOT NULL
+      );
+      INSERT INTO node_holdings (node, runtimes, vcpus, memory_mib)
+        SELECT node, count(*), coalesce(sum(CASE WHEN r.status IN ('running', 'paused', 'creating') THEN json_extract(r.resources, '$.vcpus') ELSE 0 END), 0), coalesce(sum(CASE WHEN r.status IN ('running', 'paused', 'creating') THEN json_extract(r.resources, '$.limits.memory_mib') ELSE 0 END), 0)
+        FROM runtimes r WHERE node IS NOT NULL GROUP BY node;
+      CREATE TRIGGER runtimes_held_insert AFTER INSERT ON runtimes WHEN NEW.node IS NOT NULL BEGIN
+        INSERT INTO node_holdings (node, runtimes, vcpus, memory_mib)
+          VALUES (NEW.node, 1, CASE WHEN NEW.status IN ('running', 'paused', 'creating') THEN json_extract(NEW.resources, '$.vcpus') ELSE 0 END, CASE WHEN NEW.status IN ('running', 'paused', 'creating') THEN json_extract(NEW.resources, '$.limits.memory_mib') ELSE 0 END)
+          ON CONFLICT (node) DO UPDATE SET runtimes = runtimes + 1, vcpus = vcpus + excluded.vcpus, memory_mib = memory_mib + excluded.memory_mib;
+      END;
+      CREATE TRIGGER runtimes_held_delete AFTER DELETE ON runtimes WHEN OLD.node IS NOT NULL BEGIN
+        UPDATE node_holdings SET runtimes = runtimes - 1, vcpus = vcpus - (CASE WHEN OLD.status IN ('running', 'paused', 'creating') THEN json_extract(OLD.resources, '$.vcpus') ELSE 0 END), memory_mib = memory_mib - (CASE WHEN OLD.status IN ('running', 'paused', 'creating') THEN json_extract(OLD.resources, '$.limits.memory_mib') ELSE 0 END)
+          WHERE node = OLD.node;
+      END;
+      CREATE TRIGGER runtimes_held_update AFTER UPDATE OF node, status, resources ON runtimes BEGIN
+        UPDATE node_holdings SET runtimes = runtimes - 1, vcpus = vcpus - (CASE WHEN OLD.status IN ('running', 'paused', 'creating') THEN json_extract(OLD.resources, '$.vcpus') ELSE 0 END), memory_mib = memory_mib - (CASE WHEN OLD.status IN ('running', 'paused', 'creating') THEN json_extract(OLD.resources, '$.limits.memory_mib') ELSE 0 END)
+          WHERE node = OLD.node;
+        INSERT INTO node_holdings (node, runtimes, vcpus, memory_mib)
+          SELECT NEW.node, 1, CASE WHEN NEW.status IN ('running', 'paused', 'creating') THEN json_extract(NEW.resources, '$.vcpus') ELSE 0 END, CASE WHEN NEW.status IN ('running', 'paused', 'creating') THEN json_extract(NEW.resources, '$.limits.memory_mib') ELSE 0 END WHERE NEW.node IS NOT NULL
+          ON CONFLICT (node) DO UPDATE SET runtimes = runtimes + 1, vcpus = vcpus + excluded.vcpus, memory_mib = memory_mib + excluded.memory_mib;
+      END;
+    `,
+  },
 ];

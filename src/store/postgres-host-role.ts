@@ -32,6 +32,8 @@ export const HOST_PRIVILEGES: Readonly<Record<string, readonly Privilege[] | { s
   // fleet only reads them, to refuse what it cannot serve.
   templates: ['SELECT'],
   audits: ['SELECT', 'INSERT', 'DELETE'],
+  // Kept by the runtimes trigger, which runs as the owner: a host only reads it.
+  node_holdings: ['SELECT'],
   // Its lease; a host never removes a host.
   nodes: ['SELECT', 'INSERT', 'UPDATE'],
 };

@@ -202,4 +202,46 @@ export const PG_MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
       ALTER TABLE checkpoints ADD COLUMN template_id TEXT;
     `,
   },
+  {
+    // What each VM host holds (docs/scaling.md, "Placement"), kept by the database with every
+    // write of a runtime, so that a create's placement reads one row per host instead of summing
+    // every runtime of the fleet. The statuses that hold a VM are LIVE_STATUSES
+    // (src/core/lifecycle.ts), written out here: a change to that list is a migration. The store
+    // contract tests compare these counts with a sum over the runtimes after every kind of write.
+    version: 10,
+    sql: `
+      CREATE TABLE node_holdings (
+        node TEXT PRIMARY KEY,
+        runtimes BIGINT NOT NULL,
+        vcpus NUMERIC NOT NULL,
+        memory_mib NUMERIC NOT NULL
+      );
+      INSERT INTO node_holdings (node, runtimes, vcpus, memory_mib)
+        SELECT node, count(*), coalesce(sum(CASE WHEN r.status IN ('running', 'paused', 'creating') THEN (r.resources::jsonb ->> 'vcpus')::numeric ELSE 0 END), 0), coalesce(sum(CASE WHEN r.status IN ('running', 'paused', 'creating') THEN (r.resources::jsonb -> 'limits' ->> 'memory_mib')::numeric ELSE 0 END), 0)
+        FROM runtimes r WHERE node IS NOT NULL GROUP BY node;
+      -- Runs as the tables' owner: a VM host's role writes runtimes, never these counts directly.
+      -- The two hosts of a move are changed in name order, so that two opposite moves at once
+      -- cannot deadlock on each other's rows.
+      CREATE FUNCTION runtimes_held_change() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+      DECLARE
+        old_first boolean := TG_OP = 'DELETE' OR (TG_OP = 'UPDATE' AND coalesce(NEW.node IS NULL OR OLD.node <= NEW.node, true));
+        pass integer;
+      BEGIN
+        FOR pass IN 1..2 LOOP
+          IF (pass = 1) = old_first AND TG_OP <> 'INSERT' AND OLD.node IS NOT NULL THEN
+            UPDATE node_holdings SET runtimes = runtimes - 1, vcpus = vcpus - (CASE WHEN OLD.status IN ('running', 'paused', 'creating') THEN (OLD.resources::jsonb ->> 'vcpus')::numeric ELSE 0 END), memory_mib = memory_mib - (CASE WHEN OLD.status IN ('running', 'paused', 'creating') THEN (OLD.resources::jsonb -> 'limits' ->> 'memory_mib')::numeric ELSE 0 END)
+              WHERE node = OLD.node;
+          ELSIF (pass = 1) <> old_first AND TG_OP <> 'DELETE' AND NEW.node IS NOT NULL THEN
+            INSERT INTO node_holdings AS h (node, runtimes, vcpus, memory_mib)
+              VALUES (NEW.node, 1, CASE WHEN NEW.status IN ('running', 'paused', 'creating') THEN (NEW.resources::jsonb ->> 'vcpus')::numeric ELSE 0 END, CASE WHEN NEW.status IN ('running', 'paused', 'creating') THEN (NEW.resources::jsonb -> 'limits' ->> 'memory_mib')::numeric ELSE 0 END)
+              ON CONFLICT (node) DO UPDATE SET runtimes = h.runtimes + 1, vcpus = h.vcpus + EXCLUDED.vcpus, memory_mib = h.memory_mib + EXCLUDED.memory_mib;
+          END IF;
+        END LOOP;
+        RETURN NULL;
+      END
+      $$;
+      CREATE TRIGGER runtimes_held AFTER INSERT OR DELETE OR UPDATE OF node, status, resources ON runtimes
+        FOR EACH ROW EXECUTE FUNCTION runtimes_held_change();
+    `,
+  },
 ];

@@ -497,20 +497,18 @@ function auditRepo(db: pg.Pool): AuditRepo {
 }
 
 /**
- * What the runtimes that `where` picks hold, per `groupBy` column (or all together): how many,
- * and the vCPUs and memory limits of those with a VM (LIVE_STATUSES, bound as `live`, a
- * text[] parameter). Tenant quotas and node placement both count this way.
+ * What a tenant's runtimes hold: how many, and the vCPUs and memory limits of those with a VM
+ * (LIVE_STATUSES, bound as $2, a text[] parameter). A host's holdings follow the same rule, kept
+ * by a trigger (migration 10).
  */
-const runtimeHoldings = (where: string, live: string, groupBy?: string): string =>
-  `SELECT ${groupBy === undefined ? '' : `${groupBy}, `}count(*) AS runtimes,
-     coalesce(sum((resources::jsonb ->> 'vcpus')::numeric) FILTER (WHERE status = ANY(${live}::text[])), 0) AS vcpus,
-     coalesce(sum((resources::jsonb -> 'limits' ->> 'memory_mib')::numeric) FILTER (WHERE status = ANY(${live}::text[])), 0) AS memory_mib
-   FROM runtimes WHERE ${where}
-   ${groupBy === undefined ? '' : `GROUP BY ${groupBy}`}`;
+const TENANT_HOLDINGS = `SELECT count(*) AS runtimes,
+     coalesce(sum((resources::jsonb ->> 'vcpus')::numeric) FILTER (WHERE status = ANY($2::text[])), 0) AS vcpus,
+     coalesce(sum((resources::jsonb -> 'limits' ->> 'memory_mib')::numeric) FILTER (WHERE status = ANY($2::text[])), 0) AS memory_mib
+   FROM runtimes WHERE tenant_id = $1`;
 
 function quotaRepo(db: pg.Pool, poolSize: number): QuotaRepo {
   const admissions = new AdmissionLocks(db, poolSize);
-  const runtimeUsage = new Sql(runtimeHoldings('tenant_id = $1', '$2'));
+  const runtimeUsage = new Sql(TENANT_HOLDINGS);
   const checkpointUsage = new Sql(
     `SELECT count(*) AS checkpoints, coalesce(sum(disk_bytes) FILTER (WHERE state = 'ready'), 0) AS bytes
      FROM checkpoints WHERE tenant_id = $1 AND deleted = 0`,
@@ -636,10 +634,10 @@ function nodeRepo(db: pg.Pool): NodeRepo {
     `WITH proposed AS (INSERT INTO fleet_settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING RETURNING value)
      SELECT value FROM proposed UNION ALL SELECT value FROM fleet_settings WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM proposed)`,
   );
-  const load = new Sql(runtimeHoldings('node IS NOT NULL', '$1', 'node'));
+  // Kept by a trigger on runtimes (migration 10): one row per host, whatever the fleet's size.
+  const load = new Sql('SELECT node, runtimes, vcpus, memory_mib FROM node_holdings WHERE runtimes > 0');
   const enroll = new Sql('INSERT INTO fleet_settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value');
   const setting = new Sql('SELECT value FROM fleet_settings WHERE name = $1');
-  const live = [...LIVE_STATUSES];
   const toNode = (row: Row) => nodeFromRow(row, row.alive === true);
   return {
     renew: async (reg, leaseSecs) => {
@@ -656,7 +654,7 @@ function nodeRepo(db: pg.Pool): NodeRepo {
     setDraining: async (name, draining) => (await setDraining.count(db, [name, draining])) > 0,
     load: async () =>
       new Map(
-        (await load.rows(db, [live])).map((r): [string, NodeLoad] => [
+        (await load.rows(db)).map((r): [string, NodeLoad] => [
           String(r.node),
           { runtimes: Number(r.runtimes), vcpus: Number(r.vcpus), memoryMib: Number(r.memory_mib) },
         ]),

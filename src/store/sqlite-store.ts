@@ -445,19 +445,17 @@ function auditRepo(db: Db): AuditRepo {
 
 
 /**
- * What the runtimes that `where` picks hold, per `groupBy` column (or all together): how many,
- * and the vCPUs and memory limits of those with a VM (LIVE_STATUSES, bound as @live JSON).
- * Tenant quotas and node placement both count this way.
+ * What a tenant's runtimes hold: how many, and the vCPUs and memory limits of those with a VM
+ * (LIVE_STATUSES, bound as @live JSON). A host's holdings follow the same rule, kept by triggers
+ * (migration 10).
  */
-const runtimeHoldings = (where: string, groupBy?: string): string =>
-  `SELECT ${groupBy === undefined ? '' : `${groupBy}, `}count(*) AS runtimes,
+const TENANT_HOLDINGS = `SELECT count(*) AS runtimes,
      coalesce(sum(json_extract(resources, '$.vcpus')) FILTER (WHERE holds_vm), 0) AS vcpus,
      coalesce(sum(json_extract(resources, '$.limits.memory_mib')) FILTER (WHERE holds_vm), 0) AS memory_mib
-   FROM (SELECT node, resources, status IN (SELECT value FROM json_each(@live)) AS holds_vm FROM runtimes WHERE ${where})
-   ${groupBy === undefined ? '' : `GROUP BY ${groupBy}`}`;
+   FROM (SELECT resources, status IN (SELECT value FROM json_each(@live)) AS holds_vm FROM runtimes WHERE tenant_id = @tenant)`;
 
 function quotaRepo(db: Db): QuotaRepo {
-  const runtimeUsage = db.prepare(runtimeHoldings('tenant_id = @tenant'));
+  const runtimeUsage = db.prepare(TENANT_HOLDINGS);
   const checkpointUsage = db.prepare(
     `SELECT count(*) AS checkpoints, coalesce(sum(disk_bytes) FILTER (WHERE state = 'ready'), 0) AS bytes
      FROM checkpoints WHERE tenant_id = ? AND deleted = 0`,
@@ -515,11 +513,11 @@ function nodeRepo(db: Db): NodeRepo {
   const list = db.prepare('SELECT * FROM nodes ORDER BY name');
   const find = db.prepare('SELECT * FROM nodes WHERE name = ?');
   const setDraining = db.prepare('UPDATE nodes SET draining = ? WHERE name = ?');
-  const load = db.prepare(runtimeHoldings('node IS NOT NULL', 'node'));
+  // Kept by triggers on runtimes (migration 10): one row per host, whatever the fleet's size.
+  const load = db.prepare('SELECT node, runtimes, vcpus, memory_mib FROM node_holdings WHERE runtimes > 0');
   const propose = db.prepare('INSERT INTO fleet_settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING');
   const setting = db.prepare('SELECT value FROM fleet_settings WHERE name = ?');
   const putSetting = db.prepare('INSERT INTO fleet_settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value');
-  const live = JSON.stringify(LIVE_STATUSES);
   const toNode = (row: Row) => nodeFromRow(row, Date.parse(row.lease_expires_at as string) > Date.now());
   return {
     renew: async (reg, leaseSecs) => {
@@ -537,7 +535,7 @@ function nodeRepo(db: Db): NodeRepo {
     setDraining: async (name, draining) => setDraining.run(draining ? 1 : 0, name).changes > 0,
     load: async () =>
       new Map(
-        (load.all({ live }) as Array<{ node: string; runtimes: number; vcpus: number; memory_mib: number }>).map((r): [string, NodeLoad] => [
+        (load.all() as Array<{ node: string; runtimes: number; vcpus: number; memory_mib: number }>).map((r): [string, NodeLoad] => [
           r.node,
           { runtimes: r.runtimes, vcpus: r.vcpus, memoryMib: r.memory_mib },
         ]),

@@ -6,6 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { VesselError } from '../../src/core/errors.js';
+import { LIVE_STATUSES } from '../../src/core/lifecycle.js';
 import type { Store } from '../../src/core/ports.js';
 import type { Audit, Checkpoint, InjectionRule, NodeRegistration, Runtime, RuntimeFilter, RuntimeStatus, SealedSecret, Secret, Template, Token } from '../../src/core/types.js';
 
@@ -611,6 +612,52 @@ export function storeContract(subject: StoreUnderTest): void {
     // host-a: running, creating and paused hold a VM (2 + 1 + 1 vCPUs, 1024 + 512 + 256 MiB); shutdown and suspended do not.
     const load = await store.nodes.load();
     assert.deepEqual(load, new Map([['host-a', { runtimes: 5, vcpus: 4, memoryMib: 1792 }], ['host-b', { runtimes: 1, vcpus: 0, memoryMib: 0 }]]));
+  });
+
+  withStore("nodes' load follows every kind of write: a status in and out of a VM, a move between hosts, onto one and off it, new resources, a delete", async (store) => {
+    /** The load as a sum over what is stored: what the kept counts must always equal. */
+    const summed = async (): Promise<Map<string, { runtimes: number; vcpus: number; memoryMib: number }>> => {
+      const all = [...(await store.runtimes.list('acme', { limit: 1000 })).items, ...(await store.runtimes.list('other', { limit: 1000 })).items];
+      const sums = new Map<string, { runtimes: number; vcpus: number; memoryMib: number }>();
+      for (const rt of all) {
+        if (rt.node === null) continue;
+        const was = sums.get(rt.node) ?? { runtimes: 0, vcpus: 0, memoryMib: 0 };
+        const live = LIVE_STATUSES.includes(rt.status);
+        sums.set(rt.node, { runtimes: was.runtimes + 1, vcpus: was.vcpus + (live ? rt.resources.vcpus : 0), memoryMib: was.memoryMib + (live ? rt.resources.limits.memory_mib : 0) });
+      }
+      return sums;
+    };
+    const agrees = async (step: string) => assert.deepEqual(await store.nodes.load(), await summed(), step);
+    const a = { ...runtime('acme', 'a', 'creating', 2, 1024), node: 'host-a' };
+    const b = { ...runtime('other', 'b', 'running', 1, 512), node: 'host-b' };
+    const c = { ...runtime('acme', 'c', 'running', 4, 2048), node: null };
+    for (const rt of [a, b, c]) await store.runtimes.insert(rt);
+    await agrees('inserted');
+    let next: Runtime = { ...a, status: 'running' };
+    await store.runtimes.update(next);
+    await agrees('creating to running');
+    next = { ...next, status: 'shutdown' };
+    await store.runtimes.update(next);
+    await agrees('out of a VM');
+    next = { ...next, status: 'paused' };
+    await store.runtimes.update(next);
+    await agrees('back in one');
+    next = { ...next, resources: resources(3, 768) };
+    await store.runtimes.update(next);
+    await agrees('new resources');
+    next = { ...next, node: 'host-b' };
+    await store.runtimes.update(next);
+    await agrees('moved to another host');
+    await store.runtimes.update({ ...c, node: 'host-a' });
+    await agrees('placed on a host');
+    await store.runtimes.update({ ...b, node: null, statusMessage: 'kept' });
+    await agrees('taken off its host');
+    await store.runtimes.update({ ...next, statusMessage: 'a change that moves no count' });
+    await agrees('another column changed');
+    assert.equal(await store.runtimes.delete('acme', a.id), true);
+    assert.equal(await store.runtimes.delete('acme', c.id), true);
+    await agrees('deleted');
+    assert.deepEqual(await store.nodes.load(), new Map(), 'a host that holds nothing is not listed');
   });
 
   withStore('nodes: several stores renewing their own node and a shared one at once, each node stored once', async (store, reopen) => {
