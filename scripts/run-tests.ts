@@ -13,7 +13,8 @@
  *                                                    without the files whose verdict is the same on
  *                                                    every Node (NODE_INDEPENDENT): a second Node's pass
  *
- * VESSEL_TEST_CONCURRENCY sets how many host files run at once (default: the machine's cores).
+ * VESSEL_TEST_CONCURRENCY sets how many host files run at once (default: the machine's cores);
+ * the slowest of the last run start first (DURATIONS_CACHE).
  *
  * Before the VM files, the run makes one system template (test/support/template-seed.ts), and
  * each VM file's service starts from a copy of it instead of booting its own
@@ -21,8 +22,8 @@
  */
 import { spawn } from 'node:child_process';
 import { availableParallelism, tmpdir } from 'node:os';
-import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
-import { join, relative } from 'node:path';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
 import { parseArgs } from 'node:util';
 import { REPO_ROOT, SHARED_IMAGE_DIR, TEMPLATE_SEED_ENV } from '../test/support/service.js';
 import { makeTemplateSeed } from '../test/support/template-seed.js';
@@ -42,6 +43,46 @@ const testFiles = (dir: string): string[] =>
     .filter((f) => f.endsWith('.test.js'))
     .sort()
     .map((f) => join(TEST_ROOT, dir, f));
+
+/**
+ * Each file's duration in the last run that ran it, so the next run starts the slowest first: a
+ * group of N at a time then ends when its total allows, not when a long file taken up last ends
+ * alone (the host group's wall time was 1.5x its total / N in alphabetical order). A cache, in
+ * node_modules/.cache like other tools' (a fresh clone runs alphabetically once); the order it
+ * gives changes nothing but when a file starts.
+ */
+const DURATIONS_CACHE = join(REPO_ROOT, 'node_modules/.cache/vessel/test-durations.json');
+
+function lastDurations(): Map<string, number> {
+  try {
+    const parsed: unknown = JSON.parse(readFileSync(DURATIONS_CACHE, 'utf8'));
+    if (typeof parsed !== 'object' || parsed === null) return new Map();
+    return new Map(Object.entries(parsed).filter((e): e is [string, number] => typeof e[1] === 'number'));
+  } catch {
+    return new Map();
+  }
+}
+
+/** Records the files' durations as the reporter printed them (`  dist/test/… 12.3 s`), kept with the other files' last ones. */
+function recordDurations(output: string): void {
+  const durations = lastDurations();
+  for (const m of output.matchAll(/^ {2}(dist\/test\/\S+\.test\.js) +([0-9.]+) s/gm)) durations.set(m[1]!, Number(m[2]));
+  try {
+    mkdirSync(dirname(DURATIONS_CACHE), { recursive: true });
+    // Written whole and renamed, so a run beside this one never reads half a file.
+    const temp = `${DURATIONS_CACHE}.${process.pid}`;
+    writeFileSync(temp, JSON.stringify(Object.fromEntries([...durations].sort()), null, 1));
+    renameSync(temp, DURATIONS_CACHE);
+  } catch {
+    // No cache (a read-only checkout): the next run starts in name order.
+  }
+}
+
+/** Slowest first by the last run; files it did not run (new ones) first of all, by name. */
+function slowestFirst(files: string[]): string[] {
+  const last = lastDurations();
+  return [...files].sort((a, b) => (last.get(b) ?? Infinity) - (last.get(a) ?? Infinity) || a.localeCompare(b));
+}
 
 const isVmFile = (file: string): boolean => relative(TEST_ROOT, file).startsWith(`vm/`);
 
@@ -95,7 +136,7 @@ function groups(args: string[], only: string | undefined, skipNodeIndependent: b
   const chosen = skipNodeIndependent ? named.filter((f) => !NODE_INDEPENDENT.includes(f)) : named;
   const hostConcurrency = Number(process.env.VESSEL_TEST_CONCURRENCY ?? availableParallelism());
   const all: Group[] = [
-    { name: 'host', files: chosen.filter((f) => !isVmFile(f)), concurrency: Math.max(1, hostConcurrency) },
+    { name: 'host', files: slowestFirst(chosen.filter((f) => !isVmFile(f))), concurrency: Math.max(1, hostConcurrency) },
     { name: 'vm', files: chosen.filter(isVmFile), concurrency: 1 },
   ];
   return all.filter((g) => g.files.length > 0 && (only === undefined || g.name === only));
@@ -118,10 +159,12 @@ function runGroup(group: Group): Promise<{ passed: number; failed: number; exitC
     let tail = '';
     child.stdout.on('data', (chunk: Buffer) => {
       process.stdout.write(chunk);
-      tail = (tail + chunk.toString('utf8')).slice(-4096);
+      // The durations table and the counts close the output: a tail of it holds both.
+      tail = (tail + chunk.toString('utf8')).slice(-64 * 1024);
     });
     child.on('error', reject);
     child.on('close', (code) => {
+      recordDurations(tail);
       const counts = /^(\d+) passed, (\d+) failed$/m.exec(tail.split('\n').filter((l) => l !== '').slice(-1)[0] ?? '');
       resolve({ passed: Number(counts?.[1] ?? 0), failed: counts === null ? 1 : Number(counts[2]), exitCode: code ?? 1 });
     });

@@ -99,7 +99,7 @@ test('package.json: npm start runs the launcher; npm ci (prepare), npm run build
   assert.match(scripts.start!, /node dist\/scripts\/start\.js$/);
   assert.doesNotMatch(scripts.start!, /(^|&& )tsc /, 'start compiles only through the launcher, when stale');
   // The stamp is written last, by the part of the build that a stale start runs again.
-  assert.match(scripts['build:service']!, /^tsc -p \. && .*&& node dist\/scripts\/build-stamp\.js$/);
+  assert.match(scripts['build:service']!, /^tsc -p \. --incremental --tsBuildInfoFile dist\/\.tsbuildinfo && .*&& node dist\/scripts\/build-stamp\.js$/);
   assert.match(scripts.build!, /&& npm run build:service$/);
   assert.equal(scripts.prepare, 'npm run build');
   // Every input is one the build reads: the service, the SDK, the console and their scripts and configs.
