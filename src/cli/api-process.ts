@@ -82,7 +82,7 @@ runPart(
       trustedProxies: config.trustedProxies,
       maxFileBytes: config.maxFileBytes,
       listenHost: config.host,
-      ingress: { domain: config.egress.ingress.domain, port: config.egress.ingress.port },
+      ingress: config.egress.ingress.publicAddress,
       fleet: started.hop !== undefined ? vmHostRole(core, started.hop) : started.apiRole,
     });
     // A VM host serves the hop (with /healthz and /metrics) on its internal port alone; over TLS
