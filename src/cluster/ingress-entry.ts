@@ -129,7 +129,7 @@ export class IngressEntry {
     const first = await sniffSocket(socket, SILENT_MS);
     if (socket.destroyed) return;
     if (first.kind === 'tls') {
-      const to = first.sni === null ? null : await this.#hostFor(first.sni);
+      const to = first.sni === null ? null : await this.#hostFor(first.sni, 'https');
       // A TLS client gets no answer it could read without a certificate: the connection just ends.
       if (to === null || 'status' in to) return void socket.destroy();
       this.#deadlines.release(socket);
@@ -143,13 +143,18 @@ export class IngressEntry {
     socket.resume();
   }
 
-  /** The VM host's ingress address for a name, or why the request is answered here. */
-  async #hostFor(name: string): Promise<Routed> {
-    const notFound = { status: 404, message: `no runtime is exposed at '${name.slice(0, 300)}'` } as const;
+  /**
+   * The VM host's ingress address for a name reached over `protocol`, or why the request is
+   * answered here: a port the runtime does not expose over that protocol is not found, as on a
+   * single host (the host checks again; this spares it the connection).
+   */
+  async #hostFor(name: string, protocol: 'http' | 'https'): Promise<Routed> {
+    const notFound = { status: 404, message: `no runtime exposes ${protocol} at '${name.slice(0, 300)}'` } as const;
     const target = parseIngressHost(name, this.opts.domain);
     if (target === null) return notFound;
     const rt = await this.opts.store.runtimes.findById(target.runtimeId);
     if (rt === undefined || rt.node === null) return notFound;
+    if (!rt.ingressSpecs.some((spec) => spec.runtime_port === target.port && spec.protocol === protocol)) return notFound;
     const node = await this.opts.nodes.find(rt.node);
     if (node === undefined || node.ingressAddress === null) return notFound;
     if (!node.alive) return { status: 503, message: `the VM host of runtime ${rt.id} holds no lease` };
@@ -165,15 +170,16 @@ export class IngressEntry {
     if (!(req.url ?? '').startsWith('/')) return { status: 400, message: 'the request target must be a path' };
     if (requestFraming(req.headers) === null) return { status: 400, message: 'the request body cannot be forwarded with its transfer coding' };
     const host = hosts[0]!;
-    const to = await this.#hostFor(host);
-    if ('status' in to) return to;
     const socket = req.socket;
     const trusted = this.#trust(socket.remoteAddress ?? '', 0);
+    const https = trusted && forwardedHttps(req);
+    const to = await this.#hostFor(host, https ? 'https' : 'http');
+    if ('status' in to) return to;
     // The client a trusted proxy names; a name that is no address is not one to sign for.
     const named = trusted ? proxyAddr(req, this.#trust) : '';
     const visitor: Endpoint = isIP(named) !== 0 && named !== socket.remoteAddress ? { address: named, port: 0 } : { address: socket.remoteAddress ?? '', port: socket.remotePort ?? 0 };
     const entered: Endpoint = { address: socket.localAddress ?? '', port: socket.localPort ?? 0 };
-    const servername = trusted && forwardedHttps(req) ? host.replace(/:\d{1,5}$/, '').replace(/\.$/, '').toLowerCase() : null;
+    const servername = https ? host.replace(/:\d{1,5}$/, '').replace(/\.$/, '').toLowerCase() : null;
     return { key: { to, visitor, entered, servername }, host };
   }
 

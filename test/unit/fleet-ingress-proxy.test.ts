@@ -75,7 +75,7 @@ before(async () => {
   HOST_PORT = await freePort();
   await ingress.listen('127.0.0.1', HOST_PORT);
   // Two API nodes' entries, as a fleet has: the store and the leases say RUNTIME runs on NODE.
-  const store = { runtimes: { findById: async (id: string) => (id === RUNTIME ? { id, node: NODE } : undefined) } } as unknown as Store;
+  const store = { runtimes: { findById: async (id: string) => (id === RUNTIME ? { id, node: NODE, ingressSpecs: [{ runtime_port: ECHO_PORT, protocol: 'http' }, { runtime_port: ECHO_TLS_PORT, protocol: 'https' }, { runtime_port: MUTED_PORT, protocol: 'http' }] } : undefined) } } as unknown as Store;
   const nodes = { find: async (name: string) => (name === NODE ? { name, alive: true, ingressAddress: `127.0.0.1:${HOST_PORT}` } : undefined) } as unknown as NodeDirectory;
   for (let i = 0; i < 2; i++) {
     const entry = new IngressEntry({ store, nodes, domain: 'localhost', keys: new FleetKeys(SECRET), fleetCa: () => Promise.reject(new Error('no https here')), trustedProxies: [], log: quietLog as never });
