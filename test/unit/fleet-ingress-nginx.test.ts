@@ -14,6 +14,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { Agent, createServer as createHttpServer, request, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import { connect as tlsConnect } from 'node:tls';
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -277,11 +278,11 @@ test('a runtime that does not exist is answered 404 on the kept connection, and 
   }
 });
 
-test('a WebSocket-style upgrade through nginx reaches its runtime and is spliced both ways after the 101', async () => {
-  const [, b] = runtimes as [Runtime, Runtime];
-  const socket = connect({ host: '127.0.0.1', port: NGINX_PORT, localAddress: '127.0.0.4' });
+/** An upgrade request for `host` on `socket`, then two messages each way after the 101: what the guest named itself as. */
+async function upgradeExchange(socket: Socket, host: string): Promise<string[]> {
   socket.on('error', () => undefined);
   let got = '';
+  socket.on('data', (d: Buffer) => (got += d.toString('latin1')));
   const arrived = (text: string) =>
     new Promise<void>((resolve) => {
       const check = () => {
@@ -292,15 +293,25 @@ test('a WebSocket-style upgrade through nginx reaches its runtime and is spliced
       socket.on('data', check);
       check();
     });
-  socket.on('data', (d: Buffer) => (got += d.toString('latin1')));
-  socket.write(`GET /ws HTTP/1.1\r\nHost: ${nameOf(b, b.httpPort)}\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n`);
-  await arrived('\r\n\r\n');
-  assert.match(got, /^HTTP\/1\.1 101 /);
-  socket.write('ping');
-  await arrived('runtime-2:ping');
-  socket.write('again');
-  await arrived('runtime-2:again');
-  socket.destroy();
+  try {
+    socket.write(`GET /ws HTTP/1.1\r\nHost: ${host}\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n`);
+    await arrived('\r\n\r\n');
+    assert.match(got, /^HTTP\/1\.1 101 /);
+    const echoed: string[] = [];
+    for (const message of ['ping', 'again']) {
+      socket.write(message);
+      await arrived(`:${message}`);
+      echoed.push(new RegExp(`(runtime-\\d):${message}`).exec(got)?.[1] ?? '');
+    }
+    return echoed;
+  } finally {
+    socket.destroy();
+  }
+}
+
+test('a WebSocket-style upgrade through nginx reaches its runtime and is spliced both ways after the 101', async () => {
+  const [, b] = runtimes as [Runtime, Runtime];
+  assert.deepEqual(await upgradeExchange(connect({ host: '127.0.0.1', port: NGINX_PORT, localAddress: '127.0.0.4' }), nameOf(b, b.httpPort)), ['runtime-2', 'runtime-2']);
 });
 
 test('an https spec behind nginx terminating TLS: reached, and its guest told https; not reached over plain HTTP', async () => {
@@ -312,6 +323,9 @@ test('an https spec behind nginx terminating TLS: reached, and its guest told ht
       assert.equal(answer.status, 200, answer.body);
       assert.equal(answer.body, `${rt.name} /secure xff=127.0.0.4 proto=https`);
     }
+    // An upgrade to an https spec (wss:// behind the proxy's TLS) reaches the runtime over TLS too.
+    const host = nameOf(b, b.httpsPort);
+    assert.deepEqual(await upgradeExchange(tlsConnect({ host: '127.0.0.1', port: NGINX_TLS_PORT, servername: host, rejectUnauthorized: false }), host), ['runtime-2', 'runtime-2']);
     // A spec exposed as http is not served to a client that came over https, as on a single host.
     assert.equal((await get(NGINX_TLS_PORT, nameOf(a, a.httpPort), '/', agent, '127.0.0.4', true)).status, 404);
   } finally {
