@@ -350,3 +350,44 @@ test("X-Forwarded-Proto and X-Forwarded-For from a client that is not a trusted 
     agent.destroy();
   }
 });
+
+/** Writes `bytes` on a new connection to `port` and reads until the entry closes it. */
+function exchange(port: number, bytes: string): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = connect({ host: '127.0.0.1', port, localAddress: '127.0.0.6' });
+    let got = '';
+    socket.on('data', (d: Buffer) => (got += d.toString('latin1')));
+    socket.on('close', () => resolve(got));
+    socket.on('error', () => undefined);
+    socket.write(bytes);
+  });
+}
+
+test('pipelined requests for runtimes on two hosts, bodies framed each their own way: each answered by its runtime, in order', async () => {
+  const [a, b] = runtimes as [Runtime, Runtime];
+  const got = await exchange(
+    ENTRY_PORT,
+    `POST /one HTTP/1.1\r\nHost: ${nameOf(a, a.httpPort)}\r\nContent-Length: 5\r\n\r\nhello` +
+      `POST /two HTTP/1.1\r\nHost: ${nameOf(b, b.httpPort)}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n` +
+      `GET /three HTTP/1.1\r\nHost: ${nameOf(a, a.httpPort)}\r\nConnection: close\r\n\r\n`,
+  );
+  const bodies = [...got.matchAll(/runtime-\d \/\w+/g)].map((m) => m[0]);
+  assert.deepEqual(bodies, ['runtime-1 /one', 'runtime-2 /two', 'runtime-1 /three'], got);
+});
+
+test('requests the entry cannot route are answered here, in the error envelope', async () => {
+  const [a] = runtimes as [Runtime];
+  const host = nameOf(a, a.httpPort);
+  const cases: Array<[string, number]> = [
+    [`GET / HTTP/1.1\r\nHost: ${host}\r\nHost: ${host}\r\nConnection: close\r\n\r\n`, 400],
+    [`GET http://${host}/ HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`, 400],
+    [`POST / HTTP/1.1\r\nHost: ${host}\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n0\r\n\r\n`, 400],
+    [`GET / HTTP/1.1\r\nHost: ${a.httpPort}-${a.id}.elsewhere.test\r\nConnection: close\r\n\r\n`, 404],
+    [`GET / HTTP/1.1\r\nHost: 9-${a.id}.localhost\r\nConnection: close\r\n\r\n`, 404],
+  ];
+  for (const [bytes, status] of cases) {
+    const got = await exchange(ENTRY_PORT, bytes);
+    assert.match(got, new RegExp(`^HTTP/1\\.1 ${status} `), bytes);
+    assert.ok(got.includes('"error":{"code":'), got);
+  }
+});
