@@ -206,8 +206,8 @@ export class IngressEntry {
         pipeline(up, res, () => undefined);
       });
       upstream.on('error', (err: NodeJS.ErrnoException) => {
-        // A kept connection the host closed as this request went out: a request without a body
-        // is sent again once, on a new connection; nothing of it can have been acted on.
+        // A kept connection the host closed as idle while this request went out (it read none of
+        // it, or it would have answered): a request without a body is sent once more, on a new one.
         if (retry && upstream.reusedSocket && !res.headersSent && requestFraming(req.headers)?.length === 0 && (err.code === 'ECONNRESET' || err.code === 'EPIPE')) return send(false);
         if (res.headersSent) return void res.destroy();
         answerWith(res, 503, 'the VM host of this runtime is not answering', true);

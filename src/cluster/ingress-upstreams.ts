@@ -48,7 +48,8 @@ export const UPSTREAM_IDLE_MS = 4000;
 /**
  * Upstream connections one client connection may hold (one per host, visitor and TLS name it
  * sent requests for): bounds what a client naming many runtimes can make this API node hold.
- * The least recently used one goes first.
+ * The least recently used one goes first; a request still on it fails (503), which only a client
+ * pipelining to more than this many hosts or visitors at once meets.
  */
 export const MAX_UPSTREAMS_PER_CLIENT = 8;
 
