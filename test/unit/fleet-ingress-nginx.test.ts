@@ -200,6 +200,8 @@ http {
 `,
   );
   nginx = spawn(NGINX, ['-p', `${dir}/`, '-c', join(dir, 'nginx.conf'), '-e', 'stderr'], { stdio: ['ignore', 'ignore', 'inherit'] });
+  // Not left running if this process ends without its after hook (a crash, a kill by the runner).
+  process.once('exit', () => nginx.exitCode === null && nginx.kill('SIGKILL'));
   await accepting(NGINX_PORT, nginx);
   await accepting(NGINX_TLS_PORT, nginx);
 });
