@@ -35,6 +35,7 @@ import { CertificateAuthority } from '../net/certificate-authority.js';
 import type { PartLink } from '../platform/part-link.js';
 import { dropPrivileges, runPart } from '../platform/part-process.js';
 import { openStore, sqliteDir } from '../store/open-store.js';
+import type { Store } from '../core/ports.js';
 import { RegistryPolicy } from '../templates/registry-policy.js';
 import { ImageTemplateBuilder } from '../templates/template-builder.js';
 import { GUEST_RECIPE_DIR } from '../vm/guest-image.js';
@@ -81,7 +82,7 @@ runPart(
       trustedProxies: config.trustedProxies,
       maxFileBytes: config.maxFileBytes,
       listenHost: config.host,
-      ingress: { domain: config.egress.ingress.domain, port: config.egress.ingress.port },
+      ingress: config.egress.ingress.publicAddress,
       fleet: started.hop !== undefined ? vmHostRole(core, started.hop) : started.apiRole,
     });
     // A VM host serves the hop (with /healthz and /metrics) on its internal port alone; over TLS
@@ -110,7 +111,15 @@ async function startApiNode(config: Config, secret: string, secretBox: SecretBox
   const core = new Core({ store, driver: noVmDriver(), gateway: noGateway(), secretBox, log, tenantLimits: config.tenantLimits, nodeLeaseSecs: config.fleet.leaseSecs });
   core.nodes.watch(watchNodesMs(config));
   const client = await apiHopClient(store.nodes, secret, secretBox);
-  const entry = new IngressEntry(store, core.nodes, config.egress.ingress.domain, client.keys, log);
+  const entry = new IngressEntry({
+    store,
+    nodes: core.nodes,
+    domain: config.egress.ingress.domain,
+    keys: client.keys,
+    fleetCa: fleetCaPem(store, secretBox),
+    trustedProxies: config.trustedProxies,
+    log,
+  });
   return {
     core,
     apiRole: { ...new Forwarder(store, core.nodes, client, JSON_BODY_LIMIT).role(), routes: unsealRoutes(core, client.keys) },
@@ -119,6 +128,25 @@ async function startApiNode(config: Config, secret: string, secretBox: SecretBox
       await entry.close();
       client.close();
     },
+  };
+}
+
+/**
+ * The fleet CA's certificate, read from the store when first asked (the first host to start
+ * proposes the CA; an API node that asks first proposes it the same way); asked again after a
+ * failure.
+ */
+function fleetCaPem(store: Store, box: SecretBox): () => Promise<string> {
+  let pem: Promise<string> | null = null;
+  return () => {
+    pem ??= CertificateAuthority.shared((proposed) => store.nodes.shared('egress-ca', proposed), box).then(
+      (ca) => ca.certPem,
+      (err: unknown) => {
+        pem = null;
+        throw err;
+      },
+    );
+    return pem;
   };
 }
 

@@ -2,6 +2,7 @@
 import { isIP } from 'node:net';
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
+import { publicIngressAddress, type IngressAddress } from '../core/ingress-urls.js';
 import type { TenantLimits } from '../core/types.js';
 import { parseCidrList } from '../net/blocked-ranges.js';
 import { parseRegistryList } from '../templates/registry-policy.js';
@@ -44,7 +45,11 @@ export interface Config {
     /** Open egress connections one runtime, and one tenant's runtimes together, may hold. */
     maxConnectionsPerRuntime: number;
     maxConnectionsPerTenant: number;
-    ingress: { host: string; port: number; domain: string };
+    /**
+     * `port` and `domain` are the listener's; `publicAddress` is where clients reach it, which the
+     * runtimes' ingress_urls show: VESSEL_INGRESS_PUBLIC_URL, or the listener's own domain and port.
+     */
+    ingress: { host: string; port: number; domain: string; publicAddress: IngressAddress };
   };
   /** A fleet of API nodes and VM hosts on one PostgreSQL (docs/scaling.md); unused by `--role all`. */
   fleet: {
@@ -170,6 +175,23 @@ function wholeNumber(env: NodeJS.ProcessEnv, name: string, fallback: number): nu
  */
 export const DEFAULT_TENANT_LIMITS: TenantLimits = { runtimes: 50, vcpus: 64, memoryMib: 32 * 1024, checkpoints: 50, checkpointGib: 20, templates: 20, templateGib: 40 };
 
+/**
+ * The ingress listener, and where clients reach it. Behind a proxy, VESSEL_INGRESS_PUBLIC_URL
+ * names the proxy's origin; its domain is the one the listener routes (the proxy passes the
+ * Host on), so VESSEL_INGRESS_DOMAIN, when set too, must be the same.
+ */
+function ingressSettings(env: NodeJS.ProcessEnv): Config['egress']['ingress'] {
+  const port = int(env, 'VESSEL_INGRESS_PORT', 8081);
+  const host = env.VESSEL_INGRESS_HOST ?? env.VESSEL_HOST ?? '127.0.0.1';
+  const given = env.VESSEL_INGRESS_DOMAIN || undefined;
+  if (!env.VESSEL_INGRESS_PUBLIC_URL) return { host, port, domain: given ?? 'localhost', publicAddress: { domain: given ?? 'localhost', port } };
+  const publicAddress = publicIngressAddress(env.VESSEL_INGRESS_PUBLIC_URL);
+  if (given !== undefined && given.toLowerCase().replace(/\.$/, '') !== publicAddress.domain.toLowerCase()) {
+    throw new Error(`VESSEL_INGRESS_PUBLIC_URL's domain (${publicAddress.domain}) must be VESSEL_INGRESS_DOMAIN (${given.slice(0, 80)}): the proxy passes the Host on, and the ingress routes by it`);
+  }
+  return { host, port, domain: given ?? publicAddress.domain, publicAddress };
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const accel = (env.VESSEL_ACCEL ?? 'auto').toLowerCase();
   if (accel !== 'kvm' && accel !== 'tcg' && accel !== 'auto') throw new Error(`VESSEL_ACCEL must be kvm, tcg or auto, got '${accel}'`);
@@ -213,11 +235,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       icmpAuditSecs: int(env, 'VESSEL_ICMP_AUDIT_SECS', 10),
       maxConnectionsPerRuntime: wholeNumber(env, 'VESSEL_EGRESS_MAX_CONNECTIONS_PER_RUNTIME', DEFAULT_MAX_CONNECTIONS_PER_RUNTIME),
       maxConnectionsPerTenant: wholeNumber(env, 'VESSEL_EGRESS_MAX_CONNECTIONS_PER_TENANT', DEFAULT_MAX_CONNECTIONS_PER_TENANT),
-      ingress: {
-        host: env.VESSEL_INGRESS_HOST ?? env.VESSEL_HOST ?? '127.0.0.1',
-        port: int(env, 'VESSEL_INGRESS_PORT', 8081),
-        domain: env.VESSEL_INGRESS_DOMAIN ?? 'localhost',
-      },
+      ingress: ingressSettings(env),
     },
     fleet: {
       nodeName: nodeName(env),

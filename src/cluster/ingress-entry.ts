@@ -1,133 +1,276 @@
 /**
- * The fleet's ingress entry point, on every API node (docs/scaling.md, "Ingress"): a connection
- * for `<port>-<runtime id>.<domain>` is joined, bytes untouched, to the ingress listener of the VM
- * host that runs that runtime, which then does all it does on a single host (routing by Host per
- * request, TLS with its CA, request framing, deadlines). The entry reads nothing: it peeks at the
- * first request head or the ClientHello, decides on its name, and hands both sockets to the native
- * relay. A connection stays with the host of its first request: each runtime's URL is an origin
- * of its own, so clients do not share connections between them.
+ * The fleet's ingress entry point, on every API node (docs/scaling.md, "Ingress"): requests for
+ * `<port>-<runtime id>.<domain>` go on to the ingress listener of the VM host that runs that
+ * runtime, which then does all it does on a single host (routing to the guest, TLS with its CA,
+ * the guest's deadlines).
+ *
+ * Plain HTTP is routed per request: a proxy in front (ingress-nginx) reuses its kept-alive
+ * connections to this entry for requests to any runtime, so each request is parsed (Node's
+ * parser, with the head bounded), routed by its own Host, and sent with its body framed
+ * explicitly (forwarded-headers.ts) on a connection to its host that this client connection
+ * keeps (ingress-upstreams.ts). An upgrade (WebSocket) gets a connection of its own, and its
+ * bytes are spliced both ways once the host answered 101. A TLS client is routed by its SNI and
+ * joined, bytes untouched, to the host on the native relay thread: its requests are encrypted to
+ * a name of its own, and the host checks each of them.
  *
  * Every connection to a host starts with a PROXY v2 header signed for that host, naming the
  * visitor (proxy-header.ts): the host counts its per-client caps by the visitor, not by this API
  * node's address, which every visitor of this entry shares, and tells the runtime who it is
- * (X-Forwarded-For).
+ * (X-Forwarded-For). Behind a trusted proxy (VESSEL_TRUSTED_PROXIES, as for the API), the visitor
+ * is the client its X-Forwarded-For names, and its X-Forwarded-Proto `https` sends the request to
+ * the host over TLS, so that `https` specs are served behind a proxy that terminated TLS.
  *
  * Everything here comes from unauthenticated clients: the same caps as a host's ingress, bounded
- * peeks, a deadline for the head, and nothing forwarded before the route is known.
+ * heads and peeks, deadlines (request-deadlines.ts), and nothing forwarded before the route is known.
  */
-import { createConnection, createServer, type Server, type Socket } from 'node:net';
+import proxyAddr from '@fastify/proxy-addr';
+import { createServer as createHttpServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createConnection, createServer, isIP, type Server, type Socket } from 'node:net';
+import { pipeline, type Duplex } from 'node:stream';
 import type { NodeDirectory } from '../core/node-directory.js';
 import type { Store } from '../core/ports.js';
 import type { Logger } from '../core/runtimes.js';
+import { endToEndHeaders, headerValues, requestFraming, responseLength, writeRelayedHead } from '../net/forwarded-headers.js';
 import { MAX_INGRESS_CONNECTIONS, MAX_INGRESS_CONNECTIONS_PER_SOURCE, parseIngressHost } from '../net/ingress.js';
-import { listenOn } from '../net/listeners.js';
-import { closeRelays, peekBytes, relaySockets, sniffSocket } from '../net/socket-ops.js';
+import { closeListener, listenOn } from '../net/listeners.js';
+import { RequestDeadlines, type RequestDeadlineOptions } from '../net/request-deadlines.js';
+import { closeRelays, relaySockets, sniffSocket } from '../net/socket-ops.js';
 import { ConnectionsPerSource } from '../net/source-caps.js';
 import { proxyHeader } from '../net/proxy-header.js';
 import type { FleetKeys } from './fleet-keys.js';
+import { ClientUpstreams, openUpstream, type Endpoint, type HostTarget, type UpstreamKey, type UpstreamOptions } from './ingress-upstreams.js';
 
-/** The longest request head the entry reads ahead for its Host (a host's ingress takes the same). */
+/** The longest request head the entry reads (a host's ingress takes the same). */
 export const MAX_ENTRY_HEAD_BYTES = 16 * 1024;
 const SILENT_MS = 10_000;
-/** The rest of a request head, once it began, must arrive within this. */
-const HEAD_DEADLINE_MS = 5000;
-const PEEK_GAP_MS = 16;
 const CONNECT_TIMEOUT_MS = 5000;
 const KEEPALIVE_MS = 60_000;
+/**
+ * How long a client connection may stay idle between requests. Longer than the keep-alive of a
+ * proxy's upstream connections (nginx's and ingress-nginx's `keepalive_timeout` 60 s): the proxy
+ * must be the one to close an idle connection, or it may send a request on one this entry is
+ * closing, and answer its client 502.
+ */
+export const ENTRY_KEEPALIVE_MS = 75_000;
 /** Groups this entry's relays, to reset them all at close. */
 const RELAY_TAG = 0x1e5;
 
-/** The Host of a request head: exactly one, or null (none, two, or no complete head). */
-export function hostOfHead(head: Buffer): string | null {
-  const end = head.indexOf('\r\n\r\n');
-  if (end === -1) return null;
-  const hosts = head
-    .toString('latin1', 0, end)
-    .split('\r\n')
-    .slice(1)
-    .filter((line) => /^host[ \t]*:/i.test(line));
-  return hosts.length === 1 ? hosts[0]!.slice(hosts[0]!.indexOf(':') + 1).trim() : null;
+export interface IngressEntryOptions extends RequestDeadlineOptions {
+  store: Store;
+  nodes: NodeDirectory;
+  domain: string;
+  /** Every host's key, from the fleet secret: a PROXY header is signed with the key of the host it goes to. */
+  keys: FleetKeys;
+  /** The fleet CA's certificate, which hosts' https leaves are signed by: for requests forwarded as https. */
+  fleetCa: () => Promise<string>;
+  /** Peers whose X-Forwarded-For and X-Forwarded-Proto are believed (VESSEL_TRUSTED_PROXIES); empty: none. */
+  trustedProxies: readonly string[];
+  log: Logger;
 }
+
+/** A request's route: its host, or the status and message it is answered with here. */
+type Routed = HostTarget | { status: 400 | 404 | 503; message: string };
 
 export class IngressEntry {
   readonly #server: Server;
+  readonly #http = createHttpServer({ requireHostHeader: true, maxHeaderSize: MAX_ENTRY_HEAD_BYTES });
   readonly #perSource = new ConnectionsPerSource(MAX_INGRESS_CONNECTIONS_PER_SOURCE, MAX_INGRESS_CONNECTIONS);
+  readonly #deadlines: RequestDeadlines;
+  readonly #trust: (address: string, hop: number) => boolean;
+  readonly #upstreamOptions: UpstreamOptions;
+  /** Each plain HTTP client connection's connections to hosts. */
+  readonly #upstreams = new WeakMap<Socket, ClientUpstreams>();
 
-  constructor(
-    private readonly store: Store,
-    private readonly nodes: NodeDirectory,
-    private readonly domain: string,
-    /** Every host's key, from the fleet secret: a PROXY header is signed with the key of the host it goes to. */
-    private readonly keys: FleetKeys,
-    private readonly log: Logger,
-  ) {
+  constructor(private readonly opts: IngressEntryOptions) {
+    this.#trust = opts.trustedProxies.length === 0 ? () => false : proxyAddr.compile([...opts.trustedProxies]);
+    this.#upstreamOptions = { keys: opts.keys, fleetCa: opts.fleetCa };
+    this.#deadlines = new RequestDeadlines(opts, ENTRY_KEEPALIVE_MS);
+    this.#http.keepAliveTimeout = ENTRY_KEEPALIVE_MS;
+    this.#http.on('request', (req: IncomingMessage, res: ServerResponse) => {
+      this.#deadlines.request(req.socket, req, res);
+      this.#forward(req, res).catch((err: unknown) => this.#failed(req.socket, err));
+    });
+    this.#http.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      this.#deadlines.release(socket);
+      this.#upgrade(req, socket, head).catch((err: unknown) => this.#failed(socket, err));
+    });
+    this.#http.on('clientError', (_err, socket: Socket) => socket.destroy());
     this.#server = createServer({ pauseOnConnect: true }, (socket) => {
       socket.on('error', () => undefined);
       // Counted until the connection ends, relayed or not: the host counts its clients across all
-      // entries, this keeps one client from using up this API node's own descriptors.
-      const release = this.#perSource.hold(socket);
+      // entries, this keeps one client from using up this API node's own descriptors. A trusted
+      // proxy carries every visitor's requests: it is held to the total alone.
+      const trusted = this.#trust(socket.remoteAddress ?? '', 0);
+      const release = this.#perSource.hold(socket, trusted ? MAX_INGRESS_CONNECTIONS : MAX_INGRESS_CONNECTIONS_PER_SOURCE);
       if (release === null) return void socket.destroy();
       socket.once('close', release);
-      this.#serve(socket, release).catch((err: unknown) => {
-        this.log.warn({ err: (err as Error).message }, 'ingress entry connection failed');
-        socket.destroy();
-      });
+      this.#deadlines.admit(socket);
+      this.#accept(socket, release).catch((err: unknown) => this.#failed(socket, err));
     });
   }
 
-  listen = (host: string, port: number): Promise<void> => listenOn(this.#server, host, port, this.log);
-
-  close = async (): Promise<void> => {
-    await closeRelays(RELAY_TAG);
-    await new Promise((r) => this.#server.close(r));
+  listen = async (host: string, port: number): Promise<void> => {
+    await listenOn(this.#server, host, port, this.opts.log);
+    this.#deadlines.start();
   };
 
-  async #serve(socket: Socket, release: () => void): Promise<void> {
+  close = async (): Promise<void> => {
+    this.#deadlines.stop();
+    await closeRelays(RELAY_TAG);
+    await closeListener(this.#server, this.#http);
+  };
+
+  #failed(socket: Socket, err: unknown): void {
+    this.opts.log.warn({ err: (err as Error).message }, 'ingress entry connection failed');
+    socket.destroy();
+  }
+
+  async #accept(socket: Socket, release: () => void): Promise<void> {
     const first = await sniffSocket(socket, SILENT_MS);
     if (socket.destroyed) return;
     if (first.kind === 'tls') {
-      const to = first.sni === null ? null : await this.#hostFor(first.sni);
+      const to = first.sni === null ? null : await this.#hostFor(first.sni, 'https');
       // A TLS client gets no answer it could read without a certificate: the connection just ends.
-      if (to === null || typeof to === 'string') return void socket.destroy();
+      if (to === null || 'status' in to) return void socket.destroy();
+      this.#deadlines.release(socket);
       return this.#join(socket, to, release);
     }
-    if (first.kind !== 'http') return refuse(socket, 400, 'not an HTTP request or a TLS ClientHello');
-    const host = await this.#hostHeader(socket);
-    if (host === null) return refuse(socket, 400, 'a request head with exactly one Host header is required');
-    const to = await this.#hostFor(host);
-    if (to === null) return refuse(socket, 404, `no runtime is exposed at '${host.slice(0, 300)}'`);
-    if (typeof to === 'string') return refuse(socket, 503, to);
-    this.#join(socket, to, release);
+    if (first.kind !== 'http') return void socket.end(answer(400, 'not an HTTP request or a TLS ClientHello'));
+    const upstreams = new ClientUpstreams(this.#upstreamOptions);
+    this.#upstreams.set(socket, upstreams);
+    socket.once('close', () => upstreams.close());
+    this.#http.emit('connection', socket);
+    socket.resume();
   }
 
-  /** Peeks until the first request head is whole; null when it is not within the bound and the deadline. */
-  async #hostHeader(socket: Socket): Promise<string | null> {
-    const deadline = Date.now() + HEAD_DEADLINE_MS;
-    while (!socket.destroyed && Date.now() < deadline) {
-      const buf = peekBytes(socket, MAX_ENTRY_HEAD_BYTES);
-      if (buf !== null && buf.length === 0) return null;
-      if (buf !== null && buf.includes('\r\n\r\n')) return hostOfHead(buf);
-      if (buf !== null && buf.length >= MAX_ENTRY_HEAD_BYTES) return null;
-      await new Promise((r) => setTimeout(r, PEEK_GAP_MS));
-    }
-    return null;
-  }
-
-  /** The VM host's ingress address for a name; null when no runtime is there, a reason when its host is away. */
-  async #hostFor(name: string): Promise<Target | string | null> {
-    const target = parseIngressHost(name, this.domain);
-    if (target === null) return null;
-    const rt = await this.store.runtimes.findById(target.runtimeId);
-    if (rt === undefined || rt.node === null) return null;
-    const node = await this.nodes.find(rt.node);
-    if (node === undefined || node.ingressAddress === null) return null;
-    if (!node.alive) return `the VM host of runtime ${rt.id} holds no lease`;
+  /**
+   * The VM host's ingress address for a name reached over `protocol`, or why the request is
+   * answered here: a port the runtime does not expose over that protocol is not found, as on a
+   * single host (the host checks again; this spares it the connection).
+   */
+  async #hostFor(name: string, protocol: 'http' | 'https'): Promise<Routed> {
+    const notFound = { status: 404, message: `no runtime exposes ${protocol} at '${name.slice(0, 300)}'` } as const;
+    const target = parseIngressHost(name, this.opts.domain);
+    if (target === null) return notFound;
+    const rt = await this.opts.store.runtimes.findById(target.runtimeId);
+    if (rt === undefined || rt.node === null) return notFound;
+    if (!rt.ingressSpecs.some((spec) => spec.runtime_port === target.port && spec.protocol === protocol)) return notFound;
+    const node = await this.opts.nodes.find(rt.node);
+    if (node === undefined || node.ingressAddress === null) return notFound;
+    if (!node.alive) return { status: 503, message: `the VM host of runtime ${rt.id} holds no lease` };
     const at = node.ingressAddress.lastIndexOf(':');
     return { node: node.name, host: node.ingressAddress.slice(0, at).replace(/^\[|\]$/g, ''), port: Number(node.ingressAddress.slice(at + 1)) };
   }
 
+  /** Where a request goes, and as whom; or why it is answered here. */
+  async #route(req: IncomingMessage): Promise<{ key: UpstreamKey; host: string } | { status: 400 | 404 | 503; message: string }> {
+    const hosts = headerValues(req.rawHeaders, 'host');
+    if (hosts.length !== 1) return { status: 400, message: 'exactly one Host header is required' };
+    // Only origin-form targets: an absolute URI names a host of its own beside the Host header.
+    if (!(req.url ?? '').startsWith('/')) return { status: 400, message: 'the request target must be a path' };
+    if (requestFraming(req.headers) === null) return { status: 400, message: 'the request body cannot be forwarded with its transfer coding' };
+    const host = hosts[0]!;
+    const socket = req.socket;
+    const trusted = this.#trust(socket.remoteAddress ?? '', 0);
+    const https = trusted && forwardedHttps(req);
+    const to = await this.#hostFor(host, https ? 'https' : 'http');
+    if ('status' in to) return to;
+    // The client a trusted proxy names; a name that is no address is not one to sign for.
+    const named = trusted ? proxyAddr(req, this.#trust) : '';
+    const visitor: Endpoint = isIP(named) !== 0 && named !== socket.remoteAddress ? { address: named, port: 0 } : { address: socket.remoteAddress ?? '', port: socket.remotePort ?? 0 };
+    const entered: Endpoint = { address: socket.localAddress ?? '', port: socket.localPort ?? 0 };
+    const servername = https ? host.replace(/:\d{1,5}$/, '').replace(/\.$/, '').toLowerCase() : null;
+    return { key: { to, visitor, entered, servername }, host };
+  }
+
+  /** The request's headers for the host: one Host, explicit framing, nothing hop-by-hop. */
+  #headersFor(req: IncomingMessage, host: string): string[] {
+    return ['Host', host, ...endToEndHeaders(req.rawHeaders), ...(requestFraming(req.headers) ?? [])];
+  }
+
+  async #forward(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const route = await this.#route(req);
+    // An answer of ours keeps the connection when there is no body left to read on it.
+    if ('status' in route) return void answerWith(res, route.status, route.message, requestFraming(req.headers)?.length !== 0);
+    const upstreams = this.#upstreams.get(req.socket);
+    if (upstreams === undefined || req.socket.destroyed) return;
+    const headers = this.#headersFor(req, route.host);
+    const send = (retry: boolean): void => {
+      const upstream = request({ host: route.key.to.host, port: route.key.to.port, method: req.method, path: req.url, headers, setHost: false, agent: upstreams.agentFor(route.key) }, (up) => {
+        // The host made every cookie host-only already; its answer is passed on as it is.
+        if (!writeRelayedHead(res, up.statusCode, up.statusMessage, [...endToEndHeaders(up.rawHeaders), ...responseLength(up.headers)])) {
+          up.destroy();
+          return answerWith(res, 502, 'the VM host sent a response that cannot be passed on', true);
+        }
+        // A response cut short closes the client's connection rather than leave it mid-message.
+        pipeline(up, res, () => undefined);
+      });
+      upstream.on('error', (err: NodeJS.ErrnoException) => {
+        // A kept connection the host closed as idle while this request went out (it read none of
+        // it, or it would have answered): a request without a body is sent once more, on a new one.
+        if (retry && upstream.reusedSocket && !res.headersSent && requestFraming(req.headers)?.length === 0 && (err.code === 'ECONNRESET' || err.code === 'EPIPE')) return send(false);
+        if (res.headersSent) return void res.destroy();
+        answerWith(res, 503, 'the VM host of this runtime is not answering', true);
+      });
+      // A request body cut short must not leave a half-sent request on a kept connection.
+      req.on('close', () => req.complete || upstream.destroy());
+      // The head goes at once, not with the body's first bytes: the guest may answer before it reads the body.
+      upstream.flushHeaders();
+      req.pipe(upstream);
+    };
+    send(true);
+  }
+
+  /**
+   * An upgrade (WebSocket): its head goes to the host on a connection of its own, and only once
+   * the host answers 101 do bytes flow both ways, spliced. Until then nothing more of the
+   * client's is sent, so requests pipelined behind a refused upgrade are never delivered
+   * undecided. A refusal is passed on, and the connection ends.
+   */
+  async #upgrade(req: IncomingMessage, socket: Socket, head: Buffer): Promise<void> {
+    socket.on('error', () => undefined);
+    const route = await this.#route(req);
+    if ('status' in route) return void socket.end(answer(route.status, route.message));
+    if (socket.destroyed) return;
+    const headers = [...this.#headersFor(req, route.host), 'Connection', 'Upgrade', 'Upgrade', req.headers.upgrade ?? ''];
+    const upstream = request({
+      host: route.key.to.host,
+      port: route.key.to.port,
+      method: req.method,
+      path: req.url,
+      headers,
+      setHost: false,
+      createConnection: (_o, done) => void openUpstream(this.#upstreamOptions, route.key, (err, stream) => done(err, stream as Duplex)),
+    });
+    upstream.on('upgrade', (up: IncomingMessage, upSocket: Duplex, upHead: Buffer) => {
+      upSocket.on('error', () => socket.destroy());
+      if (socket.destroyed) return void upSocket.destroy();
+      socket.write(responseHead(101, up.statusMessage, up.rawHeaders));
+      if (upHead.length > 0) socket.write(upHead);
+      if (head.length > 0) upSocket.write(head);
+      upSocket.pipe(socket);
+      socket.pipe(upSocket);
+      upSocket.on('close', () => socket.destroy());
+      socket.on('close', () => upSocket.destroy());
+    });
+    upstream.on('response', (up: IncomingMessage) => {
+      const status = up.statusCode ?? 0;
+      if (status < 200 || status > 599) {
+        up.destroy();
+        return void socket.end(answer(502, 'the VM host sent a response that cannot be passed on'));
+      }
+      socket.write(responseHead(status, up.statusMessage, [...endToEndHeaders(up.rawHeaders), ...responseLength(up.headers), 'Connection', 'close']));
+      pipeline(up, socket, () => undefined);
+    });
+    upstream.on('error', () => {
+      if (!socket.destroyed) socket.end(answer(503, 'the VM host of this runtime is not answering'));
+    });
+    socket.on('close', () => upstream.destroy());
+    upstream.end();
+  }
+
   /** Joins the client, unread bytes and all, to the host's ingress on the native relay thread; the cap's count goes when the relay ends. */
-  #join(socket: Socket, to: Target, release: () => void): void {
+  #join(socket: Socket, to: HostTarget, release: () => void): void {
     const upstream = createConnection({ host: to.host, port: to.port, noDelay: true, timeout: CONNECT_TIMEOUT_MS });
     // Not a byte may be read into Node's buffers before the relay takes over.
     upstream.pause();
@@ -139,7 +282,7 @@ export class IngressEntry {
       const entered = { address: socket.localAddress ?? '', port: socket.localPort ?? 0 };
       let header: Buffer;
       try {
-        header = proxyHeader(this.keys.keyOf(to.node), to.node, visitor, entered);
+        header = proxyHeader(this.opts.keys.keyOf(to.node), to.node, visitor, entered);
       } catch {
         // No address to name (the visitor is gone): nothing to relay.
         socket.destroy();
@@ -152,9 +295,7 @@ export class IngressEntry {
         else this.#relay(socket, upstream, release);
       });
     });
-    upstream.on('error', () => {
-      if (!socket.destroyed) refuse(socket, 503, 'the VM host of this runtime is not answering');
-    });
+    upstream.on('error', () => socket.destroy());
     socket.once('close', () => upstream.destroy());
   }
 
@@ -168,7 +309,7 @@ export class IngressEntry {
       relaySockets(socket, upstream, RELAY_TAG, release);
     } catch (err) {
       // dup() fails with EMFILE when descriptors run out: this connection ends, not the API node.
-      this.log.warn({ err: (err as Error).message }, 'ingress entry relay failed');
+      this.opts.log.warn({ err: (err as Error).message }, 'ingress entry relay failed');
       release();
       socket.resetAndDestroy();
       upstream.destroy();
@@ -176,16 +317,38 @@ export class IngressEntry {
   }
 }
 
-/** A runtime's VM host: its name (the PROXY header is signed for it) and its ingress address. */
-interface Target {
-  node: string;
-  host: string;
-  port: number;
+/**
+ * Whether a trusted proxy says its client used https: exactly one X-Forwarded-Proto, of one
+ * value. A list (proxies that append) or anything else is taken as plain HTTP, the safe side:
+ * an `https` spec is then not served, where the other way an `http` one would be served as https.
+ */
+function forwardedHttps(req: IncomingMessage): boolean {
+  const values = headerValues(req.rawHeaders, 'x-forwarded-proto');
+  return values.length === 1 && values[0]!.trim().toLowerCase() === 'https';
 }
 
-function refuse(socket: Socket, status: 400 | 404 | 503, message: string): void {
-  const code = status === 404 ? 'not_found' : status === 400 ? 'invalid_argument' : 'unavailable';
-  const body = JSON.stringify({ error: { code, message } });
-  const reason = status === 404 ? 'Not Found' : status === 400 ? 'Bad Request' : 'Service Unavailable';
-  socket.end(`HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+const REASONS: Record<number, string> = { 101: 'Switching Protocols', 400: 'Bad Request', 404: 'Not Found', 502: 'Bad Gateway', 503: 'Service Unavailable' };
+/** A reason phrase passed on as the host wrote it: visible ASCII, spaces and tabs only. */
+const PLAIN_REASON = /^[\t\x20-\x7e]*$/;
+
+/** A response head for a socket no ServerResponse writes (an upgrade's), from a parsed head's values. */
+function responseHead(status: number, reason: string | undefined, headers: readonly string[]): string {
+  const lines = [`HTTP/1.1 ${status} ${reason !== undefined && PLAIN_REASON.test(reason) ? reason : (REASONS[status] ?? '')}`];
+  for (let i = 0; i < headers.length; i += 2) lines.push(`${headers[i]}: ${headers[i + 1]}`);
+  return `${lines.join('\r\n')}\r\n\r\n`;
+}
+
+const codeOf = (status: number): string => (status === 404 ? 'not_found' : status === 400 ? 'invalid_argument' : 'unavailable');
+const envelope = (status: number, message: string): string => JSON.stringify({ error: { code: codeOf(status), message } });
+
+/** A whole answer of the entry's own on a raw socket, which then ends. */
+function answer(status: number, message: string): string {
+  const body = envelope(status, message);
+  return `${responseHead(status, undefined, ['Content-Type', 'application/json', 'Content-Length', String(Buffer.byteLength(body)), 'Connection', 'close'])}${body}`;
+}
+
+function answerWith(res: ServerResponse, status: number, message: string, close: boolean): void {
+  if (res.headersSent) return void res.destroy();
+  res.writeHead(status, { 'content-type': 'application/json', ...(close ? { connection: 'close' } : {}) });
+  res.end(envelope(status, message));
 }

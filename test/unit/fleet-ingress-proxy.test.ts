@@ -75,10 +75,10 @@ before(async () => {
   HOST_PORT = await freePort();
   await ingress.listen('127.0.0.1', HOST_PORT);
   // Two API nodes' entries, as a fleet has: the store and the leases say RUNTIME runs on NODE.
-  const store = { runtimes: { findById: async (id: string) => (id === RUNTIME ? { id, node: NODE } : undefined) } } as unknown as Store;
+  const store = { runtimes: { findById: async (id: string) => (id === RUNTIME ? { id, node: NODE, ingressSpecs: [{ runtime_port: ECHO_PORT, protocol: 'http' }, { runtime_port: ECHO_TLS_PORT, protocol: 'https' }, { runtime_port: MUTED_PORT, protocol: 'http' }] } : undefined) } } as unknown as Store;
   const nodes = { find: async (name: string) => (name === NODE ? { name, alive: true, ingressAddress: `127.0.0.1:${HOST_PORT}` } : undefined) } as unknown as NodeDirectory;
   for (let i = 0; i < 2; i++) {
-    const entry = new IngressEntry(store, nodes, 'localhost', new FleetKeys(SECRET), quietLog as never);
+    const entry = new IngressEntry({ store, nodes, domain: 'localhost', keys: new FleetKeys(SECRET), fleetCa: () => Promise.reject(new Error('no https here')), trustedProxies: [], log: quietLog as never });
     const port = await freePort();
     await entry.listen('127.0.0.1', port);
     entries.push({ entry, port });
@@ -216,6 +216,8 @@ test("64 connections of one visitor, across two API nodes, do not shut out anoth
   const open = (entryPort: number) => {
     const s = connect({ host: '127.0.0.1', port: entryPort, localAddress: '127.0.0.2' });
     s.on('error', () => undefined);
+    // Read: the 65th is answered (503, the host refused its visitor) and then closed.
+    s.resume();
     s.write(hold);
     a.push(s);
     return s;
