@@ -113,7 +113,6 @@ const NODE_INDEPENDENT = [
   'unit/console-logic',
   'unit/console-visible-text',
   'unit/failed-tokens',
-  'unit/fleet-ingress-entry',
   'unit/fleet-placement',
   'unit/host-pattern',
   'unit/ingress-urls',
