@@ -52,6 +52,14 @@ const KEEPALIVE_MS = 60_000;
  * closing, and answer its client 502.
  */
 export const ENTRY_KEEPALIVE_MS = 75_000;
+/** Methods that change nothing (RFC 9110 §9.2.2's safe ones): the only ones sent again after a kept connection failed. */
+const REPEATABLE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+/**
+ * Requests of one client connection taken up and not yet answered. Node's server parses
+ * pipelined requests as they come while a host is slow; past this many, the connection is not
+ * read until an answer goes out, so one client holds a bounded number of lookups and requests.
+ */
+export const MAX_PENDING_PER_CLIENT = 16;
 /** Groups this entry's relays, to reset them all at close. */
 const RELAY_TAG = 0x1e5;
 
@@ -80,6 +88,8 @@ export class IngressEntry {
   readonly #upstreamOptions: UpstreamOptions;
   /** Each plain HTTP client connection's connections to hosts. */
   readonly #upstreams = new WeakMap<Socket, ClientUpstreams>();
+  /** Each plain HTTP client connection's requests not yet answered (MAX_PENDING_PER_CLIENT). */
+  readonly #pending = new WeakMap<Socket, number>();
 
   constructor(private readonly opts: IngressEntryOptions) {
     this.#trust = opts.trustedProxies.length === 0 ? () => false : proxyAddr.compile([...opts.trustedProxies]);
@@ -88,6 +98,7 @@ export class IngressEntry {
     this.#http.keepAliveTimeout = ENTRY_KEEPALIVE_MS;
     this.#http.on('request', (req: IncomingMessage, res: ServerResponse) => {
       this.#deadlines.request(req.socket, req, res);
+      if (!this.#holdPending(req.socket, res)) return;
       this.#forward(req, res).catch((err: unknown) => this.#failed(req.socket, err));
     });
     this.#http.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
@@ -119,6 +130,32 @@ export class IngressEntry {
     await closeRelays(RELAY_TAG);
     await closeListener(this.#server, this.#http);
   };
+
+  /**
+   * Counts a request until its answer is finished or abandoned, and pauses its connection while
+   * too many are. Requests already read in one chunk are parsed before the pause takes: past
+   * four times the bound, the connection is closed, and false says not to take the request up.
+   */
+  #holdPending(socket: Socket, res: ServerResponse): boolean {
+    const pending = (this.#pending.get(socket) ?? 0) + 1;
+    this.#pending.set(socket, pending);
+    if (pending > 4 * MAX_PENDING_PER_CLIENT) {
+      socket.destroy();
+      return false;
+    }
+    if (pending >= MAX_PENDING_PER_CLIENT) socket.pause();
+    let done = false;
+    const settle = (): void => {
+      if (done) return;
+      done = true;
+      const left = (this.#pending.get(socket) ?? 1) - 1;
+      this.#pending.set(socket, left);
+      if (left < MAX_PENDING_PER_CLIENT && !socket.destroyed) socket.resume();
+    };
+    res.once('finish', settle);
+    res.once('close', settle);
+    return true;
+  }
 
   #failed(socket: Socket, err: unknown): void {
     this.opts.log.warn({ err: (err as Error).message }, 'ingress entry connection failed');
@@ -196,7 +233,9 @@ export class IngressEntry {
     if (upstreams === undefined || req.socket.destroyed) return;
     const headers = this.#headersFor(req, route.host);
     const send = (retry: boolean): void => {
-      const upstream = request({ host: route.key.to.host, port: route.key.to.port, method: req.method, path: req.url, headers, setHost: false, agent: upstreams.agentFor(route.key) }, (up) => {
+      const agent = upstreams.agentFor(route.key);
+      if (agent === null) return void res.destroy();
+      const upstream = request({ host: route.key.to.host, port: route.key.to.port, method: req.method, path: req.url, headers, setHost: false, agent }, (up) => {
         // The host made every cookie host-only already; its answer is passed on as it is.
         if (!writeRelayedHead(res, up.statusCode, up.statusMessage, [...endToEndHeaders(up.rawHeaders), ...responseLength(up.headers)])) {
           up.destroy();
@@ -207,8 +246,11 @@ export class IngressEntry {
       });
       upstream.on('error', (err: NodeJS.ErrnoException) => {
         // A kept connection the host closed as idle while this request went out (it read none of
-        // it, or it would have answered): a request without a body is sent once more, on a new one.
-        if (retry && upstream.reusedSocket && !res.headersSent && requestFraming(req.headers)?.length === 0 && (err.code === 'ECONNRESET' || err.code === 'EPIPE')) return send(false);
+        // it, or it would have answered): a request that is safe to repeat, without a body, is
+        // sent once more on a new one. Not when the connection was ours to close (the client left,
+        // or its agent was let go): the host may have the request already.
+        const idleClosed = upstream.reusedSocket && (err.code === 'ECONNRESET' || err.code === 'EPIPE') && !upstreams.retired(agent) && !req.socket.destroyed;
+        if (retry && idleClosed && !res.headersSent && REPEATABLE_METHODS.has(req.method ?? '') && requestFraming(req.headers)?.length === 0) return send(false);
         if (res.headersSent) return void res.destroy();
         answerWith(res, 503, 'the VM host of this runtime is not answering', true);
       });
@@ -229,6 +271,8 @@ export class IngressEntry {
    */
   async #upgrade(req: IncomingMessage, socket: Socket, head: Buffer): Promise<void> {
     socket.on('error', () => undefined);
+    // Only the head goes before the host's 101: a body announced with an upgrade would never follow it.
+    if (requestFraming(req.headers)?.length !== 0) return void socket.end(answer(400, 'an upgrade request has no body'));
     const route = await this.#route(req);
     if ('status' in route) return void socket.end(answer(route.status, route.message));
     if (socket.destroyed) return;

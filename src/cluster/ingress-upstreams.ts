@@ -117,11 +117,15 @@ class UpstreamAgent extends Agent {
 /** One client connection's upstream connections, by key; all closed with it. */
 export class ClientUpstreams {
   readonly #agents = new Map<string, UpstreamAgent>();
+  /** Agents let go (evicted, or all at close): a request that fails on one is not sent again. */
+  readonly #retired = new WeakSet<Agent>();
+  #closed = false;
 
   constructor(private readonly opts: UpstreamOptions) {}
 
-  /** The agent whose connection carries requests for `key`. */
-  agentFor(key: UpstreamKey): Agent {
+  /** The agent whose connection carries requests for `key`; null once the client's connection closed. */
+  agentFor(key: UpstreamKey): Agent | null {
+    if (this.#closed) return null;
     const name = `${key.to.node}\0${key.to.host}\0${key.to.port}\0${key.visitor.address}\0${key.servername ?? ''}`;
     let agent = this.#agents.get(name);
     if (agent !== undefined) {
@@ -132,6 +136,7 @@ export class ClientUpstreams {
       if (this.#agents.size >= MAX_UPSTREAMS_PER_CLIENT) {
         const [oldest, old] = this.#agents.entries().next().value!;
         this.#agents.delete(oldest);
+        this.#retired.add(old);
         old.destroy();
       }
     }
@@ -139,8 +144,17 @@ export class ClientUpstreams {
     return agent;
   }
 
+  /** Whether `agent` was let go: what failed on it failed because of that, not because its host closed an idle connection. */
+  retired(agent: Agent): boolean {
+    return this.#closed || this.#retired.has(agent);
+  }
+
   close(): void {
-    for (const agent of this.#agents.values()) agent.destroy();
+    this.#closed = true;
+    for (const agent of this.#agents.values()) {
+      this.#retired.add(agent);
+      agent.destroy();
+    }
     this.#agents.clear();
   }
 }
