@@ -220,13 +220,19 @@ export const PG_MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
         SELECT node, count(*), coalesce(sum(CASE WHEN r.status IN ('running', 'paused', 'creating') THEN (r.resources::jsonb ->> 'vcpus')::numeric ELSE 0 END), 0), coalesce(sum(CASE WHEN r.status IN ('running', 'paused', 'creating') THEN (r.resources::jsonb -> 'limits' ->> 'memory_mib')::numeric ELSE 0 END), 0)
         FROM runtimes r WHERE node IS NOT NULL GROUP BY node;
       -- Runs as the tables' owner: a VM host's role writes runtimes, never these counts directly.
+      -- So nobody else may attach it to a table of theirs (EXECUTE is checked when a trigger is
+      -- made, and a temporary table of a host's would do), it refuses any table but runtimes, and
+      -- its names resolve in this schema, with pg_temp last so a temporary table cannot stand in.
       -- The two hosts of a move are changed in name order, so that two opposite moves at once
       -- cannot deadlock on each other's rows.
-      CREATE FUNCTION runtimes_held_change() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+      CREATE FUNCTION runtimes_held_change() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
       DECLARE
         old_first boolean := TG_OP = 'DELETE' OR (TG_OP = 'UPDATE' AND coalesce(NEW.node IS NULL OR OLD.node <= NEW.node, true));
         pass integer;
       BEGIN
+        IF TG_RELID <> 'runtimes'::regclass THEN
+          RAISE EXCEPTION 'runtimes_held_change keeps the holdings of runtimes alone';
+        END IF;
         FOR pass IN 1..2 LOOP
           IF (pass = 1) = old_first AND TG_OP <> 'INSERT' AND OLD.node IS NOT NULL THEN
             UPDATE node_holdings SET runtimes = runtimes - 1, vcpus = vcpus - (CASE WHEN OLD.status IN ('running', 'paused', 'creating') THEN (OLD.resources::jsonb ->> 'vcpus')::numeric ELSE 0 END), memory_mib = memory_mib - (CASE WHEN OLD.status IN ('running', 'paused', 'creating') THEN (OLD.resources::jsonb -> 'limits' ->> 'memory_mib')::numeric ELSE 0 END)
@@ -240,6 +246,10 @@ export const PG_MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
         RETURN NULL;
       END
       $$;
+      DO $$ BEGIN
+        EXECUTE format('ALTER FUNCTION runtimes_held_change() SET search_path = %I, pg_temp', current_schema());
+      END $$;
+      REVOKE EXECUTE ON FUNCTION runtimes_held_change() FROM PUBLIC;
       CREATE TRIGGER runtimes_held AFTER INSERT OR DELETE OR UPDATE OF node, status, resources ON runtimes
         FOR EACH ROW EXECUTE FUNCTION runtimes_held_change();
     `,

@@ -114,6 +114,34 @@ test("the VM hosts' role reads no sealed secret value, writes no token, secret, 
   }
 });
 
+test("the VM hosts' role moves the hosts' holdings only through its runtimes: not directly, not with the owner's trigger on a table of its own, not through a temporary table of that name", async () => {
+  const { owner, ownerUrl } = await fleetDatabase();
+  const rt = runtime('acme', 'placed', 'running', 2, 1024);
+  await owner.runtimes.insert(rt);
+  const db = new pg.Client({ connectionString: asHost(ownerUrl) });
+  await db.connect();
+  try {
+    await refused(db, "INSERT INTO node_holdings (node, runtimes, vcpus, memory_mib) VALUES ('host-b', 1, 100000, 1)");
+    await refused(db, "UPDATE node_holdings SET vcpus = 100000");
+    // A table of the host's own, with the trigger function that runs as the owner.
+    await db.query('CREATE TEMP TABLE fake (id text, node text, status text, resources text)');
+    await refused(db, 'CREATE TRIGGER planted AFTER INSERT ON fake FOR EACH ROW EXECUTE FUNCTION runtimes_held_change()');
+    // A temporary node_holdings, which an unqualified name in the owner's function would find first.
+    await db.query('CREATE TEMP TABLE node_holdings (node text PRIMARY KEY, runtimes bigint, vcpus numeric, memory_mib numeric)');
+    await db.query('GRANT ALL ON node_holdings TO PUBLIC');
+    // The host places its runtime in that same session: the count goes to the real table.
+    assert.equal((await db.query("UPDATE runtimes SET node = 'host-a' WHERE id = $1", [rt.id])).rowCount, 1);
+    assert.equal((await db.query('SELECT count(*)::int AS n FROM pg_temp.node_holdings')).rows[0].n, 0);
+  } finally {
+    await db.end();
+  }
+  try {
+    assert.deepEqual(await owner.nodes.load(), new Map([['host-a', { runtimes: 1, vcpus: 2, memoryMib: 1024 }]]), 'counted in the real table');
+  } finally {
+    await owner.close();
+  }
+});
+
 test('every table of the schema has its decided privileges for VM hosts', async () => {
   const { owner, ownerUrl } = await fleetDatabase();
   await owner.close();
