@@ -15,12 +15,11 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyRequest } from 'fastify';
 import { VesselError, invalidArgument } from '../core/errors.js';
 import { acceptRawBodies, rawBody, type RoutePlugin } from '../api/routes/common.js';
+import { ENVD_PORT } from './addresses.js';
 import { acceptTokenHeader, answerE2bErrors } from './answers.js';
 import { Process } from './gen/process/process_pb.js';
 import { processService, type EnvdCaller } from './process.js';
 
-/** envd's own port: the one the SDK names in E2b-Sandbox-Port for every envd call. */
-export const ENVD_PORT = 49983;
 /** Where a relative path is resolved: the home of the user commands run as (root, for now). */
 const HOME = '/root';
 /** A Connect request body (a StartRequest: command, args, environment) is at most this large. */
