@@ -12,7 +12,7 @@ import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { promisify } from 'node:util';
-import { AuthenticationError, CommandExitError, FileNotFoundError, Sandbox, SandboxError, SandboxNotFoundError, TimeoutError } from 'e2b';
+import { AuthenticationError, CommandExitError, FileNotFoundError, InvalidArgumentError, NotFoundError, Sandbox, SandboxError, SandboxNotFoundError, TimeoutError } from 'e2b';
 import type { GatewayHooks } from '../../src/core/ports.js';
 import { E2B_ENVD_PREFIX, ENVD_PORT } from '../../src/e2b/addresses.js';
 import { CertificateAuthority } from '../../src/net/certificate-authority.js';
@@ -291,6 +291,35 @@ test('https on the ingress: the SDK trusts the service CA through NODE_EXTRA_CA_
     assert.equal(await byName(host), 204);
   } finally {
     await registry.remove(sbx.sandboxId);
+    await sbx.kill();
+  }
+});
+
+test('files: list (with depth), makeDir, exists, getInfo and remove are envd\'s filesystem service over the guest\'s', async () => {
+  const sbx = await Sandbox.create(opts());
+  try {
+    assert.equal(await sbx.files.makeDir('/work/a'), true);
+    // An existing directory is not made again: the SDK answers false.
+    assert.equal(await sbx.files.makeDir('/work/a'), false);
+    await sbx.files.write('/work/a/b.txt', 'bee');
+    await sbx.files.write('/work/top.txt', 'top');
+    const shallow = await sbx.files.list('/work');
+    assert.deepEqual(shallow.map((e) => [e.name, e.type, e.path]).sort(), [['a', 'dir', '/work/a'], ['top.txt', 'file', '/work/top.txt']]);
+    const deep = await sbx.files.list('/work', { depth: 2 });
+    assert.deepEqual(deep.map((e) => e.path).sort(), ['/work/a', '/work/a/b.txt', '/work/top.txt']);
+    const info = await sbx.files.getInfo('/work/top.txt');
+    assert.deepEqual([info.name, info.type, info.size, info.permissions.length], ['top.txt', 'file', 3, 10]);
+    assert.equal(await sbx.files.exists('/work/a/b.txt'), true);
+    assert.equal(await sbx.files.exists('/work/nothing'), false);
+    await assert.rejects(sbx.files.getInfo('/work/nothing'), NotFoundError);
+    await sbx.files.remove('/work/a');
+    assert.equal(await sbx.files.exists('/work/a/b.txt'), false);
+    // Hostile input: a listing too deep, and a path with NUL, are the SDK's InvalidArgumentError.
+    await assert.rejects(sbx.files.list('/work', { depth: 1000 }), InvalidArgumentError);
+    await assert.rejects(sbx.files.getInfo('/work/\0x'), InvalidArgumentError);
+    // Removing the root, under any spelling, is refused.
+    await assert.rejects(sbx.files.remove('/tmp/..'), InvalidArgumentError);
+  } finally {
     await sbx.kill();
   }
 });
