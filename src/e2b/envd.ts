@@ -37,6 +37,12 @@ const FileQuery = Type.Object({
 /** The RPCs served, each with the scope a token needs for it. */
 const RPC_SCOPES: Record<string, Scope> = {
   '/process.Process/Start': 'exec',
+  '/process.Process/Connect': 'exec',
+  '/process.Process/List': 'exec',
+  '/process.Process/SendInput': 'exec',
+  '/process.Process/CloseStdin': 'exec',
+  '/process.Process/SendSignal': 'exec',
+  '/process.Process/Update': 'exec',
   '/filesystem.Filesystem/Stat': 'files:read',
   '/filesystem.Filesystem/ListDir': 'files:read',
   '/filesystem.Filesystem/MakeDir': 'files:write',

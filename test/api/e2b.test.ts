@@ -323,3 +323,40 @@ test('files: list (with depth), makeDir, exists, getInfo and remove are envd\'s 
     await sbx.kill();
   }
 });
+
+test('processes: background commands with stdin, list, connect, close stdin and kill; a PTY made, resized, written and killed', async () => {
+  const sbx = await Sandbox.create(opts());
+  try {
+    // The fake guest's process with stdin open runs until its stdin is closed or it is signalled.
+    const cat = await sbx.commands.run('cat', { background: true, stdin: true });
+    assert.deepEqual((await sbx.commands.list()).map((p) => p.pid), [cat.pid]);
+    await sbx.commands.sendStdin(cat.pid, 'to cat');
+    const again = await sbx.commands.connect(cat.pid);
+    await sbx.commands.closeStdin(cat.pid);
+    const [first, second] = await Promise.all([cat.wait(), again.wait()]);
+    assert.deepEqual([first.exitCode, first.stdout], [0, '/bin/bash -l -c cat']);
+    // Connect reads from now on: the output came before it.
+    assert.deepEqual([second.exitCode, second.stdout], [0, '']);
+    assert.deepEqual(await sbx.commands.list(), []);
+
+    const sleeper = await sbx.commands.run('sleep 100', { background: true, stdin: true });
+    assert.equal(await sbx.commands.kill(sleeper.pid), true);
+    await assert.rejects(sleeper.wait(), (err: unknown) => err instanceof CommandExitError && err.exitCode === 128 + 9);
+    // Once its end was delivered it is forgotten: a second kill finds nothing, as envd answers.
+    assert.equal(await sbx.commands.kill(sleeper.pid), false);
+    await assert.rejects(sbx.commands.sendStdin(sleeper.pid, 'x'), NotFoundError);
+
+    const shown: string[] = [];
+    const pty = await sbx.pty.create({ rows: 24, cols: 80, onData: (d) => void shown.push(Buffer.from(d).toString()) });
+    await sbx.pty.resize(pty.pid, { rows: 30, cols: 100 });
+    await sbx.pty.sendInput(pty.pid, new TextEncoder().encode('ls\n'));
+    assert.equal(await sbx.pty.kill(pty.pid), true);
+    await assert.rejects(pty.wait(), CommandExitError);
+    // A terminal's output comes as the PTY's, not stdout's.
+    assert.equal(shown.join(''), '/bin/bash -i -l');
+    // Hostile sizes are refused before anything starts.
+    await assert.rejects(sbx.pty.create({ rows: 0, cols: 100_000, onData: () => undefined }), InvalidArgumentError);
+  } finally {
+    await sbx.kill();
+  }
+});
