@@ -55,11 +55,13 @@ export class ProcessService {
     private readonly defaultsOf: (rt: Runtime) => Promise<CommandDefaults> = async () => NO_DEFAULTS,
   ) {}
 
-  /** The request's env laid over the template's, as `docker exec` does; its cwd, or the template's WORKDIR. */
+  /**
+   * The request's env laid over the runtime's (from its create), laid over the template's, as
+   * `docker exec` does; its cwd, or the template's WORKDIR.
+   */
   async #withDefaults<R extends { env: Record<string, string>; cwd: string | null }>(rt: Runtime, req: R): Promise<R> {
-    if (rt.templateId === null) return req;
-    const d = await this.defaultsOf(rt);
-    return { ...req, env: { ...d.env, ...req.env }, cwd: req.cwd ?? d.cwd };
+    const d = rt.templateId === null ? NO_DEFAULTS : await this.defaultsOf(rt);
+    return { ...req, env: { ...d.env, ...rt.env, ...req.env }, cwd: req.cwd ?? d.cwd };
   }
 
   /**

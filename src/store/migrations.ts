@@ -198,4 +198,12 @@ export const MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
       ALTER TABLE checkpoints ADD COLUMN template_id TEXT;
     `,
   },
+  {
+    // A runtime's environment, set at create (docs/api.md, "Environment"): every exec, process
+    // and terminal gets it, over its template's ENV.
+    version: 10,
+    sql: `
+      ALTER TABLE runtimes ADD COLUMN env TEXT NOT NULL DEFAULT '{}';
+    `,
+  },
 ];

@@ -14,6 +14,7 @@ import type { AddressInfo } from 'node:net';
 import { promisify } from 'node:util';
 import { AuthenticationError, CommandExitError, FileNotFoundError, InvalidArgumentError, NotFoundError, Sandbox, SandboxError, SandboxNotFoundError, TimeoutError } from 'e2b';
 import type { GatewayHooks } from '../../src/core/ports.js';
+import type { ProcessSpec } from '../../src/core/types.js';
 import { E2B_ENVD_PREFIX, ENVD_PORT } from '../../src/e2b/addresses.js';
 import { CertificateAuthority } from '../../src/net/certificate-authority.js';
 import { Ingress } from '../../src/net/ingress.js';
@@ -357,6 +358,27 @@ test('processes: background commands with stdin, list, connect, close stdin and 
     // Hostile sizes are refused before anything starts.
     await assert.rejects(sbx.pty.create({ rows: 0, cols: 100_000, onData: () => undefined }), InvalidArgumentError);
   } finally {
+    await sbx.kill();
+  }
+});
+
+test('envVars at create are the defaults of every command in the sandbox, under the command\'s own envs', async () => {
+  const driver = api.driver as unknown as { spawnProcess(runtimeId: string, spec: ProcessSpec): Promise<unknown> };
+  const spawned: ProcessSpec[] = [];
+  const spawn = driver.spawnProcess.bind(driver);
+  driver.spawnProcess = (id, spec) => (spawned.push(spec), spawn(id, spec));
+  const sbx = await Sandbox.create({ ...opts(), envs: { GREETING: 'hi', SHARED: 'sandbox' } });
+  try {
+    await sbx.commands.run('env', { envs: { SHARED: 'command' } });
+    assert.deepEqual(spawned.at(-1)!.env, { GREETING: 'hi', SHARED: 'command' });
+    await sbx.pty.kill((await sbx.pty.create({ rows: 24, cols: 80, onData: () => undefined })).pid);
+    assert.deepEqual(spawned.at(-1)!.env, { GREETING: 'hi', SHARED: 'sandbox', TERM: 'xterm-256color', LANG: 'C.UTF-8', LC_ALL: 'C.UTF-8' });
+    // The native API shows the names only: values may be secrets.
+    assert.deepEqual((await api.call('GET', `/v1/runtimes/${sbx.sandboxId}`, undefined, key)).body.data.env_names, ['GREETING', 'SHARED']);
+    // Names a shell cannot use are refused, and nothing is made.
+    await assert.rejects(Sandbox.create({ ...opts(), envs: { 'NOT-A-NAME': 'x' } }), (err: unknown) => err instanceof SandboxError && /not a variable name/.test(err.message));
+  } finally {
+    driver.spawnProcess = spawn;
     await sbx.kill();
   }
 });

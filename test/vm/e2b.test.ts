@@ -23,7 +23,7 @@ before(async () => {
   process.env.E2B_API_URL = `${svc.url}/e2b`;
   process.env.E2B_SANDBOX_URL = `http://127.0.0.1:${svc.ingressPort}`;
   process.env.E2B_API_KEY = token.body.data.token as string;
-  sbx = await Sandbox.create({ metadata: { suite: 'e2b-vm' } });
+  sbx = await Sandbox.create({ metadata: { suite: 'e2b-vm' }, envs: { FROM_CREATE: 'sandbox', SHARED: 'sandbox' } });
 }, { timeout: 900_000 });
 after(() => svc.destroy());
 
@@ -36,6 +36,8 @@ test('commands.run runs in the VM: its output, its exit code, the SDK\'s Command
   assert.equal(both.stderr, 'err\n');
   assert.equal(streamed.join(''), both.stdout);
   assert.equal((await sbx.commands.run('echo $GREETING', { envs: { GREETING: 'hello' } })).stdout, 'hello\n');
+  // The sandbox's envVars are every command's, under the command's own.
+  assert.equal((await sbx.commands.run('echo $FROM_CREATE-$SHARED', { envs: { SHARED: 'command' } })).stdout, 'sandbox-command\n');
   assert.equal((await sbx.commands.run('pwd', { cwd: '/tmp' })).stdout, '/tmp\n');
   await assert.rejects(sbx.commands.run('exit 3'), (err: unknown) => err instanceof CommandExitError && err.exitCode === 3);
 });
