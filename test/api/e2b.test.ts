@@ -382,3 +382,21 @@ test('envVars at create are the defaults of every command in the sandbox, under 
     await sbx.kill();
   }
 });
+
+test('hostile envd calls: a message over the bound, a body that is no message, and an unknown RPC get Connect\'s errors', async () => {
+  const sbx = await Sandbox.create(opts());
+  try {
+    const rpc = (path: string, body: string, url = ingressUrl) =>
+      fetch(`${url}${path}`, { method: 'POST', body, headers: { 'content-type': 'application/json', 'connect-protocol-version': '1', 'x-access-token': key, 'e2b-sandbox-id': sbx.sandboxId, 'e2b-sandbox-port': String(ENVD_PORT) } });
+    // On the API port: the ingress ends a connection whose upstream answered before the whole body
+    // was sent (docs/e2b.md, "Not served yet"), so a client sees the refusal there only.
+    const huge = await rpc('/filesystem.Filesystem/Stat', JSON.stringify({ path: `/${'a'.repeat(2 * 1024 * 1024)}` }), `${base}/e2b-envd`);
+    assert.equal(((await huge.json()) as { code: string }).code, 'resource_exhausted');
+    const garbage = await rpc('/filesystem.Filesystem/Stat', '{"path": ');
+    assert.equal(((await garbage.json()) as { code: string }).code, 'invalid_argument');
+    const unknown = await rpc('/filesystem.Filesystem/WatchDir', '{}');
+    assert.equal(unknown.status, 404);
+  } finally {
+    await sbx.kill();
+  }
+});
