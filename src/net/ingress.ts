@@ -7,8 +7,10 @@
  * to the guest over its TAP as plain HTTP with their bodies framed explicitly, and nothing else of
  * the guest is reachable.
  *
+ * On a single host, E2B's envd port goes to the API instead (`envd` below, docs/e2b.md).
+ *
  * Everything here comes from unauthenticated clients: every handler catches its failures and
- * closes the connection, and a leaf is signed only for a route that exists.
+ * closes the connection, and a leaf is signed only for a route that exists (or for envd's names).
  */
 import { Agent as HttpAgent, createServer as createHttpServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
@@ -222,7 +224,7 @@ export class Ingress {
     if (framing === null) return fail(400, 'the request body cannot be forwarded with its transfer coding');
     if (req.url === undefined || !req.url.startsWith('/')) return fail(400, 'the request target must be a path');
     const headers = [
-      'Host', `${envd.host}:${envd.port}`,
+      'Host', `${envd.host.includes(':') ? `[${envd.host}]` : envd.host}:${envd.port}`,
       ...endToEndHeaders(req.rawHeaders, SET_FOR_ENVD),
       ...framing,
       'E2b-Sandbox-Id', runtimeId,
