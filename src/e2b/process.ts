@@ -1,8 +1,8 @@
 /**
  * envd's `process.Process` service over Vessel's processes. Start is a streamed exec run in the
  * background: the start event with the guest's pid, the output as it comes, keepalives at the
- * interval the SDK asks for, and the end with the exit code; the command runs on when its caller
- * goes (as envd's do) and is killed at its Connect deadline. Connect reads a process's output from
+ * interval the SDK asks for, and the end with the exit code; the command is killed at its Connect
+ * deadline while its caller reads it, and runs on when its caller goes (as envd's do). Connect reads a process's output from
  * now on; List, SendInput, CloseStdin, SendSignal and Update (a terminal's size) name processes
  * by their guest pid. docs/e2b.md says what differs from envd.
  */
@@ -70,7 +70,7 @@ export function processService(core: Core, callerOf: (ctx: HandlerContext) => En
       let session;
       try {
         // In the background: the command runs on when its caller goes, for commands.connect, as
-        // envd's do; it is killed at its Connect deadline.
+        // envd's do; while its caller reads it, it is killed at its Connect deadline.
         session = await processes.execStream(caller.tenantId, caller.runtimeId, {
           command: config.cmd,
           args: config.args,
