@@ -728,6 +728,8 @@ export interface components {
             resources: components["schemas"]["Resources"];
             pending_resources?: components["schemas"]["Resources"];
             labels: components["schemas"]["Labels"];
+            /** @description the names of the environment variables set at create (their values may be secrets and are not shown) */
+            env_names: string[];
             lifecycle: components["schemas"]["Lifecycle"];
             /** @description one per ingress spec, in their order; empty when the service runs no ingress */
             ingress_urls: components["schemas"]["IngressUrl"][];
@@ -1645,6 +1647,10 @@ export interface operations {
                     /** @description ID or name of a ready template to boot from (not with checkpoint); its ENV and WORKDIR are the defaults of every exec */
                     template?: string;
                     labels?: components["schemas"]["Labels"];
+                    /** @description environment variables every exec, process and terminal of the runtime gets, over its template's ENV and under the request's own env: at most 128, names match ^[A-Za-z_][A-Za-z0-9_]{0,255}$, at most 65536 bytes of names and values together, no NUL. Shown on the runtime by name only */
+                    env?: {
+                        [key: string]: string;
+                    };
                     /** @description fields given replace those in force; a create starts from idle_timeout_secs null, on_idle suspend, auto_delete_secs null */
                     lifecycle?: {
                         /**

@@ -23,6 +23,7 @@ export const runtimeView = (r: ShownRuntime, ingress: IngressAddress | null): St
   resources: r.resources,
   ...(r.pendingResources === null ? {} : { pending_resources: r.pendingResources }),
   labels: r.labels,
+  env_names: Object.keys(r.env),
   lifecycle: { idle_timeout_secs: r.lifecycle.idleTimeoutSecs, on_idle: r.lifecycle.onIdle, auto_delete_secs: r.lifecycle.autoDeleteSecs },
   ingress_urls: ingressUrls(r, ingress),
   ...(r.templateId === null ? {} : { template_id: r.templateId }),

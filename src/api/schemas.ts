@@ -7,7 +7,7 @@ import { Type, type IntegerOptions, type Static, type TSchema } from '@sinclair/
 import { ERROR_CODES } from '../core/errors.js';
 import { DEFAULT_RING_BYTES, MAX_RING_BYTES, MIN_RING_BYTES, SIGNAL_NAMES } from '../core/processes.js';
 import { MAX_SECRET_BYTES } from '../core/secrets.js';
-import { LABEL_KEY_PATTERN, MAX_LABEL_SELECTORS, MAX_LABEL_VALUE_CHARS, MAX_LABELS, MAX_LIFECYCLE_SECS } from '../core/runtime-settings.js';
+import { ENV_NAME_PATTERN, LABEL_KEY_PATTERN, MAX_ENV_BYTES, MAX_ENV_VARS, MAX_LABEL_SELECTORS, MAX_LABEL_VALUE_CHARS, MAX_LABELS, MAX_LIFECYCLE_SECS } from '../core/runtime-settings.js';
 import { AUDIT_CATEGORIES, SHOWN_RUNTIME_STATUSES, CHECKPOINT_STATES, GUEST_FILE_TYPES, SCOPES, TEMPLATE_STATES } from '../core/types.js';
 import { DEFAULT_CONSOLE_LOG_BYTES, MAX_CONSOLE_LOG_BYTES } from '../core/console-log.js';
 
@@ -112,6 +112,7 @@ export const Runtime = Type.Object(
     resources: Type.Ref(Resources),
     pending_resources: Type.Optional(Type.Ref(Resources)),
     labels: Type.Ref(Labels),
+    env_names: Type.Array(Type.String(), { description: "the names of the environment variables set at create (their values may be secrets and are not shown)" }),
     lifecycle: Type.Ref(Lifecycle),
     ingress_urls: Type.Array(Type.Ref(IngressUrl), { description: 'one per ingress spec, in their order; empty when the service runs no ingress' }),
     template_id: Type.Optional(Type.String({ format: 'uuid', description: 'the template it was created from; absent for the built-in image' })),
@@ -506,6 +507,12 @@ export const RuntimeCreateBody = Type.Object(
     checkpoint: Type.Optional(Type.String({ minLength: 1, maxLength: 128, description: 'ID or name of a ready checkpoint to fork from' })),
     template: Type.Optional(Type.String({ minLength: 1, maxLength: 128, description: 'ID or name of a ready template to boot from (not with checkpoint); its ENV and WORKDIR are the defaults of every exec' })),
     labels: Type.Optional(Type.Ref(Labels)),
+    env: Type.Optional(
+      Type.Record(Type.String(), Type.String({ maxLength: MAX_ENV_BYTES }), {
+        maxProperties: MAX_ENV_VARS,
+        description: `environment variables every exec, process and terminal of the runtime gets, over its template's ENV and under the request's own env: at most ${MAX_ENV_VARS}, names match ${ENV_NAME_PATTERN}, at most ${MAX_ENV_BYTES} bytes of names and values together, no NUL. Shown on the runtime by name only`,
+      }),
+    ),
     lifecycle: Type.Optional(LifecycleInput),
   },
   { additionalProperties: false },

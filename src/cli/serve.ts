@@ -16,6 +16,7 @@ import type { DeliveredAudit } from '../core/egress.js';
 import type { GatewayHooks } from '../core/ports.js';
 import { serveHost, type HostParts } from '../host/host-server.js';
 import { CertificateAuthority } from '../net/certificate-authority.js';
+import { E2B_ENVD_PREFIX, ENVD_PORT } from '../e2b/addresses.js';
 import { Gateway } from '../net/gateway.js';
 import { MAX_AUDIT_BATCH } from '../net/gateway-requests.js';
 import { ChildPart } from '../platform/child-part.js';
@@ -166,11 +167,21 @@ async function startHost(config: Config, fleet: FleetKeySettings | null, prepare
   // A fleet's host learns each relayed visitor from the entries' signed PROXY headers.
   const node = config.fleet.nodeName;
   const fleetIngress = fleet?.nodeKey === undefined ? undefined : { secret: fleet.nodeKey, node };
-  const gateway = new Gateway({ instance, ca, ...config.egress, ingress: { ...config.egress.ingress, fleet: fleetIngress }, logLevel: config.logLevel, log });
+  // A single host's ingress hands envd's port to the API's E2B facade (docs/e2b.md); a fleet's VM
+  // host serves its API port to API nodes' hops alone.
+  const envd = fleet === null ? { host: loopbackOf(config.host), port: config.port, pathPrefix: E2B_ENVD_PREFIX, runtimePort: ENVD_PORT } : undefined;
+  const gateway = new Gateway({ instance, ca, ...config.egress, ingress: { ...config.egress.ingress, fleet: fleetIngress, envd }, logLevel: config.logLevel, log });
   await gateway.start();
   gateway.connect(hooksOfApi(api, log));
   driver.onUnexpectedExit((runtimeId) => api.link?.notify('unexpectedExit', { runtimeId }));
   return { driver, gateway, facts: { imageId: driver.imageId(), egressCaPem: ca.certPem, hostLimits: driver.hostLimits(), unavailableReason: driver.unavailableReason() } };
+}
+
+/** An address that reaches a listener on `host` from this host: a wildcard address is reached on loopback. */
+function loopbackOf(host: string): string {
+  if (host === '0.0.0.0') return '127.0.0.1';
+  if (host === '::' || host === '[::]') return '::1';
+  return host;
 }
 
 /**

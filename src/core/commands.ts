@@ -23,6 +23,16 @@ export interface ExecSession {
   abandon(): void;
 }
 
+/**
+ * How a streamed command runs beyond an exec's request: `background` (it outlives its reader),
+ * and for E2B's envd (src/e2b) stdin kept open for later writes (`openStdin`) or a terminal.
+ */
+export interface StreamOptions {
+  background: boolean;
+  openStdin?: boolean | undefined;
+  pty?: { rows: number; cols: number } | null | undefined;
+}
+
 /** Output a background process keeps per channel unless asked otherwise (the agent allows 4 KiB to 4 MiB). */
 export const DEFAULT_RING_BYTES = 1024 * 1024;
 /** A streamed command's ring: it holds the reader back, so the ring only matters once it leaves. */
@@ -43,7 +53,7 @@ const deadline = (timeoutSecs: number) => new VesselError('deadline_exceeded', `
  * `onEnd` is called once, when the command ended, was abandoned, or could not start. Unless
  * `background`, the command is killed at its timeout or when its reader goes.
  */
-export async function startCommand(guest: CommandGuest, req: ExecRequest & { background: boolean }, onEnd: () => void = () => undefined): Promise<ExecSession> {
+export async function startCommand(guest: CommandGuest, req: ExecRequest & StreamOptions, onEnd: () => void = () => undefined): Promise<ExecSession> {
   const started = Date.now();
   let stream: ProcessStream;
   try {
@@ -52,8 +62,8 @@ export async function startCommand(guest: CommandGuest, req: ExecRequest & { bac
       args: req.args,
       cwd: req.cwd,
       env: req.env,
-      pty: null,
-      stdin: req.stdin !== null,
+      pty: req.pty ?? null,
+      stdin: req.stdin !== null || req.openStdin === true,
       ringBytes: req.background ? DEFAULT_RING_BYTES : STREAM_RING_BYTES,
       hold: true,
       forgetOnExit: !req.background,

@@ -7,14 +7,14 @@
  */
 import { constants as osConstants } from 'node:os';
 import type { Readable } from 'node:stream';
-import { collectCommand, startCommand, type ExecSession } from './commands.js';
+import { collectCommand, startCommand, type ExecSession, type StreamOptions } from './commands.js';
 import { VesselError, failedPrecondition, invalidArgument, notFound } from './errors.js';
 import { requireState } from './lifecycle.js';
 import type { GuestAgents } from './ports.js';
 import type { RuntimeService } from './runtimes.js';
 import type { AttachRequest, ExecRequest, ExecResult, ProcessSpec, ProcessState, ProcessStream, Runtime } from './types.js';
 
-export { DEFAULT_RING_BYTES, exitCodeOf, type ExecSession } from './commands.js';
+export { DEFAULT_RING_BYTES, exitCodeOf, type ExecSession, type StreamOptions } from './commands.js';
 
 export const MIN_RING_BYTES = 4 * 1024;
 export const MAX_RING_BYTES = 4 * 1024 * 1024;
@@ -55,11 +55,13 @@ export class ProcessService {
     private readonly defaultsOf: (rt: Runtime) => Promise<CommandDefaults> = async () => NO_DEFAULTS,
   ) {}
 
-  /** The request's env laid over the template's, as `docker exec` does; its cwd, or the template's WORKDIR. */
+  /**
+   * The request's env laid over the runtime's (from its create), laid over the template's, as
+   * `docker exec` does; its cwd, or the template's WORKDIR.
+   */
   async #withDefaults<R extends { env: Record<string, string>; cwd: string | null }>(rt: Runtime, req: R): Promise<R> {
-    if (rt.templateId === null) return req;
-    const d = await this.defaultsOf(rt);
-    return { ...req, env: { ...d.env, ...req.env }, cwd: req.cwd ?? d.cwd };
+    const d = rt.templateId === null ? NO_DEFAULTS : await this.defaultsOf(rt);
+    return { ...req, env: { ...d.env, ...rt.env, ...req.env }, cwd: req.cwd ?? d.cwd };
   }
 
   /**
@@ -67,7 +69,7 @@ export class ProcessService {
    * (no byte is dropped before it is delivered), and is killed at its timeout or when the reader
    * goes, unless `background`: then it runs on as a background process, output going to its ring.
    */
-  async execStream(tenantId: string, ref: string, req: ExecRequest & { background: boolean }): Promise<ExecSession> {
+  async execStream(tenantId: string, ref: string, req: ExecRequest & StreamOptions): Promise<ExecSession> {
     const rt = await this.#runningRuntime(tenantId, ref);
     return startCommand(this.guests.guest(rt.id), await this.#withDefaults(rt, req), this.runtimes.hold(rt.id));
   }

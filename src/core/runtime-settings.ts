@@ -15,6 +15,29 @@ const LABEL_KEY = new RegExp(LABEL_KEY_PATTERN);
 /** Control characters would corrupt the tables and logs labels are shown in. */
 const CONTROL = /[\u0000-\u001f\u007f]/;
 
+/** A runtime's environment (at create): bounded, as it is stored with the runtime and read by every exec. */
+export const MAX_ENV_VARS = 128;
+export const MAX_ENV_BYTES = 64 * 1024;
+export const ENV_NAME_PATTERN = '^[A-Za-z_][A-Za-z0-9_]{0,255}$';
+const ENV_NAME = new RegExp(ENV_NAME_PATTERN);
+
+/** An environment as given: names a shell can use, no NUL, bounded in count and size; a fresh object with its keys sorted. */
+export function checkEnv(env: Record<string, string>): Record<string, string> {
+  const names = Object.keys(env);
+  if (names.length > MAX_ENV_VARS) throw invalidArgument(`env has ${names.length} variables; at most ${MAX_ENV_VARS} are allowed`);
+  let bytes = 0;
+  const checked: Record<string, string> = {};
+  for (const name of names.sort()) {
+    if (!ENV_NAME.test(name)) throw invalidArgument(`env name '${name.slice(0, 80)}' is not a variable name: a letter or _, then letters, digits or _`);
+    const value = env[name]!;
+    if (value.includes('\0')) throw invalidArgument(`env variable '${name}' has a NUL in its value`);
+    bytes += Buffer.byteLength(name) + Buffer.byteLength(value);
+    if (bytes > MAX_ENV_BYTES) throw invalidArgument(`env has more than ${MAX_ENV_BYTES} bytes of names and values`);
+    checked[name] = value;
+  }
+  return checked;
+}
+
 /** Seconds a lifecycle timer may be set to: up to a year; a timer never fires earlier than asked. */
 export const MAX_LIFECYCLE_SECS = 365 * 24 * 3600;
 /** How many label selectors and statuses one list may give. */

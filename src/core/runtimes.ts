@@ -9,7 +9,7 @@ import { checkDisplayName } from './names.js';
 import type { HostLimits, Machines, Store, VmSpec } from './ports.js';
 import type { AuditService } from './audits.js';
 import type { TenantQuotas } from './quotas.js';
-import { checkLabels, initialLifecycle, mergeLifecycle, type LifecycleInput } from './runtime-settings.js';
+import { checkEnv, checkLabels, initialLifecycle, mergeLifecycle, type LifecycleInput } from './runtime-settings.js';
 import type { Checkpoint, EgressPolicy, IngressSpec, Page, PageRequest, Resources, Runtime, RuntimeFilter, Template } from './types.js';
 import type { WarmPool } from './warm-pool.js';
 
@@ -34,6 +34,8 @@ export interface RuntimeCreateInput {
   /** A ready template of the tenant's (id or name) to boot from, instead of the built-in image. */
   template?: string;
   labels?: Record<string, string>;
+  /** Every exec, process and terminal gets these, over its template's and under its own. */
+  env?: Record<string, string>;
   lifecycle?: LifecycleInput;
 }
 
@@ -171,6 +173,7 @@ export class RuntimeService {
     const egressPolicy = normalizeEgressPolicy(input.egress_policy ?? { enabled: true, allowed_hosts: [] });
     const ingressSpecs = checkIngress(input.ingress_specs ?? []);
     const labels = checkLabels(input.labels ?? {});
+    const env = checkEnv(input.env ?? {});
     const lifecycle = initialLifecycle(input.lifecycle);
     if (input.checkpoint !== undefined && input.template !== undefined) throw invalidArgument('give checkpoint or template, not both: a fork keeps the template of its checkpoint');
     const fork = input.checkpoint === undefined ? null : await this.#forkOf(tenantId, input.checkpoint, input.resources);
@@ -199,6 +202,7 @@ export class RuntimeService {
         templateId: fork?.checkpoint.templateId ?? template?.id ?? null,
         node: this.node,
         labels,
+        env,
         lifecycle,
         stoppedAt: null,
         createdAt: now,

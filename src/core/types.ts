@@ -58,6 +58,8 @@ export interface Runtime {
   node: string | null;
   /** The user's own key/value tags (runtime-settings.ts bounds them). */
   labels: Record<string, string>;
+  /** Set at create: every exec, process and terminal gets these over its template's, under its own. */
+  env: Record<string, string>;
   lifecycle: LifecycleSettings;
   /**
    * Where the auto-delete clock starts: when the runtime last stopped running (shutdown,

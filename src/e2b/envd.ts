@@ -1,10 +1,11 @@
 /**
  * envd, the agent E2B's SDK talks to inside each sandbox, as Vessel serves it for every runtime:
- * its Connect-RPC process service (process.ts) and its HTTP routes `/files` (download, upload)
+ * its Connect-RPC process and filesystem services (process.ts, filesystem.ts) and its HTTP routes `/files` (download, upload)
  * and `/health`. The SDK names the sandbox in the `E2b-Sandbox-Id` header (E2B_SANDBOX_URL mode)
  * and authenticates with `X-Access-Token`, which here is a Vessel token (answers.ts).
  *
- * Served under /e2b-envd on the API port for now; docs/e2b.md says where the issue wants it.
+ * Served under /e2b-envd on the API port, where a single host's ingress hands envd's port
+ * (src/net/ingress.ts); docs/e2b.md.
  */
 import { posix } from 'node:path';
 import { Readable } from 'node:stream';
@@ -14,15 +15,15 @@ import { connectNodeAdapter } from '@connectrpc/connect-node';
 import { Type } from '@sinclair/typebox';
 import type { FastifyRequest } from 'fastify';
 import { VesselError, invalidArgument } from '../core/errors.js';
+import type { Scope } from '../core/types.js';
 import { acceptRawBodies, rawBody, type RoutePlugin } from '../api/routes/common.js';
+import { ENVD_PORT } from './addresses.js';
 import { acceptTokenHeader, answerE2bErrors } from './answers.js';
+import { filesystemService, guestPathOf } from './filesystem.js';
+import { Filesystem } from './gen/filesystem/filesystem_pb.js';
 import { Process } from './gen/process/process_pb.js';
 import { processService, type EnvdCaller } from './process.js';
 
-/** envd's own port: the one the SDK names in E2b-Sandbox-Port for every envd call. */
-export const ENVD_PORT = 49983;
-/** Where a relative path is resolved: the home of the user commands run as (root, for now). */
-const HOME = '/root';
 /** A Connect request body (a StartRequest: command, args, environment) is at most this large. */
 const MAX_RPC_BYTES = 1024 * 1024;
 /** What a multipart upload may carry beyond its files: part headers and boundaries. */
@@ -32,6 +33,22 @@ const FileQuery = Type.Object({
   path: Type.Optional(Type.String({ maxLength: 4096 })),
   username: Type.Optional(Type.String({ maxLength: 256 })),
 });
+
+/** The RPCs served, each with the scope a token needs for it. */
+const RPC_SCOPES: Record<string, Scope> = {
+  '/process.Process/Start': 'exec',
+  '/process.Process/Connect': 'exec',
+  '/process.Process/List': 'exec',
+  '/process.Process/SendInput': 'exec',
+  '/process.Process/CloseStdin': 'exec',
+  '/process.Process/SendSignal': 'exec',
+  '/process.Process/Update': 'exec',
+  '/filesystem.Filesystem/Stat': 'files:read',
+  '/filesystem.Filesystem/ListDir': 'files:read',
+  '/filesystem.Filesystem/MakeDir': 'files:write',
+  '/filesystem.Filesystem/Move': 'files:write',
+  '/filesystem.Filesystem/Remove': 'files:write',
+};
 
 /** The sandbox's unreachability as E2B's proxy answers it (502), which the SDK reads as a sandbox gone. */
 const sandboxGone = (id: string) => new VesselError('unavailable', `sandbox '${id.slice(0, 80)}' is not running or does not exist`, { httpStatus: 502 });
@@ -59,21 +76,28 @@ export const e2bEnvd: RoutePlugin<{ maxFileBytes: number }> = async (app, { core
   // The Connect handler sees the node request only: the caller found by the route goes with it.
   const callers = new WeakMap<object, EnvdCaller>();
   const CALLER = createContextKey<EnvdCaller | null>(null);
+  const callerOfRpc = (ctx: HandlerContext): EnvdCaller => {
+    const caller = ctx.values.get(CALLER);
+    if (caller === null) throw new Error('an RPC reached its handler without its caller');
+    return caller;
+  };
   const rpc = connectNodeAdapter({
-    routes: (router) => router.service(Process, processService(core, (ctx: HandlerContext) => {
-      const caller = ctx.values.get(CALLER);
-      if (caller === null) throw new Error('an RPC reached its handler without its caller');
-      return caller;
-    })),
+    routes: (router) => {
+      router.service(Process, processService(core, callerOfRpc));
+      router.service(Filesystem, filesystemService(core, callerOfRpc));
+    },
     requestPathPrefix: app.prefix,
     readMaxBytes: MAX_RPC_BYTES,
     contextValues: (req) => createContextValues().set(CALLER, callers.get(req) ?? null),
   });
-  app.post('/process.Process/Start', { config: { scope: 'exec' }, schema: { hide: true } }, async (req, reply) => {
-    callers.set(req.raw, await callerOf(req));
-    void reply.hijack();
-    rpc(req.raw, reply.raw);
-  });
+  // Each RPC is a route of its own, so the API's guard checks its scope before Connect reads it.
+  for (const [path, scope] of Object.entries(RPC_SCOPES)) {
+    app.post(path, { config: { scope }, schema: { hide: true } }, async (req, reply) => {
+      callers.set(req.raw, await callerOf(req));
+      void reply.hijack();
+      rpc(req.raw, reply.raw);
+    });
+  }
 
   app.get('/health', { config: { scope: 'runtimes:read' }, schema: { hide: true } }, async (req, reply) => {
     await callerOf(req);
@@ -82,7 +106,7 @@ export const e2bEnvd: RoutePlugin<{ maxFileBytes: number }> = async (app, { core
 
   app.get('/files', { config: { scope: 'files:read' }, schema: { hide: true, querystring: FileQuery } }, async (req, reply) => {
     const caller = await callerOf(req);
-    const body = await core.files.readFile(caller.tenantId, caller.runtimeId, pathOf(req.query.path));
+    const body = await core.files.readFile(caller.tenantId, caller.runtimeId, guestPathOf(req.query.path));
     return reply.type('application/octet-stream').send(body);
   });
 
@@ -96,21 +120,15 @@ export const e2bEnvd: RoutePlugin<{ maxFileBytes: number }> = async (app, { core
     const type = req.headers['content-type'] ?? '';
     if (/^multipart\/form-data/i.test(type)) {
       for (const [name, file] of await formFiles(rawBody(req), type, maxFileBytes + MULTIPART_OVERHEAD_BYTES)) {
-        await write(pathOf(req.query.path ?? name), Readable.from([Buffer.from(await file.arrayBuffer())]));
+        await write(guestPathOf(req.query.path ?? name), Readable.from([Buffer.from(await file.arrayBuffer())]));
       }
     } else {
       if (req.query.path === undefined) throw invalidArgument('an application/octet-stream upload needs the path query parameter');
-      await write(pathOf(req.query.path), rawBody(req));
+      await write(guestPathOf(req.query.path), rawBody(req));
     }
     return reply.send(written);
   });
 };
-
-/** An envd path: absolute, or relative to the home of the user commands run as. */
-function pathOf(path: string | undefined): string {
-  if (path === undefined || path === '') throw invalidArgument('the path query parameter is required');
-  return posix.isAbsolute(path) ? path : posix.join(HOME, path);
-}
 
 /**
  * The `file` parts of a multipart body, by the file name each names (E2B's SDK puts the target path

@@ -5,9 +5,9 @@
 import type { RoutePlugin } from '../api/routes/common.js';
 import { e2bControlPlane } from './control-plane.js';
 import { e2bEnvd } from './envd.js';
+import { E2B_API_PREFIX, E2B_ENVD_PREFIX } from './addresses.js';
 
-export const E2B_API_PREFIX = '/e2b';
-export const E2B_ENVD_PREFIX = '/e2b-envd';
+export { E2B_API_PREFIX, E2B_ENVD_PREFIX } from './addresses.js';
 
 export const e2bRoutes: RoutePlugin<{ maxFileBytes: number }> = async (app, { core, maxFileBytes }) => {
   await app.register(e2bControlPlane, { core, prefix: E2B_API_PREFIX });

@@ -56,9 +56,6 @@ export function createInputOf(body: NewSandbox): RuntimeCreateInput {
   if (body.templateID !== DEFAULT_TEMPLATE) {
     throw invalidArgument(`template '${body.templateID}' is not served: this Vessel serves E2B's default template '${DEFAULT_TEMPLATE}' only (docs/e2b.md)`);
   }
-  if (body.envVars !== undefined && Object.keys(body.envVars).length > 0) {
-    throw invalidArgument('envVars at create are not served yet: pass envs to each commands.run (docs/e2b.md)');
-  }
   // What would change the sandbox's network or what runs in it is refused rather than ignored.
   if (body.allow_internet_access === false || (body.network !== undefined && body.network !== null)) {
     throw invalidArgument('network settings at create are not served yet: set the runtime\'s egress policy on Vessel\'s API (docs/e2b.md)');
@@ -67,6 +64,8 @@ export function createInputOf(body: NewSandbox): RuntimeCreateInput {
   return {
     display_name: `e2b-${randomBytes(6).toString('hex')}`,
     labels: body.metadata ?? {},
+    // The runtime's environment: every command's, under the command's own envs, as envd's.
+    env: body.envVars ?? {},
     lifecycle: lifecycleOf(body.timeout ?? DEFAULT_TIMEOUT_SECS, body.autoPause ?? false),
   };
 }

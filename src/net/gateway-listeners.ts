@@ -30,7 +30,14 @@ export interface ListenerSettings {
   upstreamCaPems: string[];
   injectPlainHttp: boolean;
   /** `fleet`: a fleet's VM host, whose ingress believes signed PROXY headers from API nodes' entries (ingress.ts). */
-  ingress: { host: string; port: number; domain: string; fleet?: { secret: string; node: string } | undefined };
+  ingress: {
+    host: string;
+    port: number;
+    domain: string;
+    fleet?: { secret: string; node: string } | undefined;
+    /** A single host's API, which serves envd's port of every runtime (ingress.ts, docs/e2b.md). */
+    envd?: { host: string; port: number; pathPrefix: string; runtimePort: number } | undefined;
+  };
   maxConnectionsPerRuntime?: number | undefined;
   maxConnectionsPerTenant?: number | undefined;
 }
@@ -88,7 +95,7 @@ export class GatewayListeners {
     });
     this.#proxy = new EgressProxy({ registry: this.#registry, decisions, ca, forwarder, audit, limits, activity, log });
     this.#dns = new DnsResponder({ registry: this.#registry, decisions, standIns: new StandInAddresses(), activity, log });
-    this.#ingress = new Ingress({ domain: settings.ingress.domain, registry: this.#registry, ca, hooks: () => hooks, log, fleet: settings.ingress.fleet });
+    this.#ingress = new Ingress({ domain: settings.ingress.domain, registry: this.#registry, ca, hooks: () => hooks, log, fleet: settings.ingress.fleet, envd: settings.ingress.envd });
   }
 
   /** Listens on the gateway address (which must exist: the service made its device) and the ingress address. */

@@ -7,10 +7,12 @@
  * to the guest over its TAP as plain HTTP with their bodies framed explicitly, and nothing else of
  * the guest is reachable.
  *
+ * On a single host, E2B's envd port goes to the API instead (`envd` below, docs/e2b.md).
+ *
  * Everything here comes from unauthenticated clients: every handler catches its failures and
- * closes the connection, and a leaf is signed only for a route that exists.
+ * closes the connection, and a leaf is signed only for a route that exists (or for envd's names).
  */
-import { createServer as createHttpServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
+import { Agent as HttpAgent, createServer as createHttpServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { pipeline } from 'node:stream';
 import { TLSSocket } from 'node:tls';
@@ -38,6 +40,9 @@ const SILENT_MS = 10_000;
 /** Set by the gateway on every request to a guest; what the client sent under these names is dropped. */
 const SET_FOR_GUEST: ReadonlySet<string> = new Set(['x-forwarded-proto', 'x-forwarded-for']);
 
+/** Headers of a request to envd that the ingress sets itself (the sandbox named, the client). */
+const SET_FOR_ENVD: ReadonlySet<string> = new Set([...SET_FOR_GUEST, 'e2b-sandbox-id', 'e2b-sandbox-port']);
+
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 /**
@@ -56,6 +61,14 @@ export interface IngressOptions extends RequestDeadlineOptions {
    * counted and forwarded as the visitor's it names. Absent (a single host): no header is read.
    */
   fleet?: { secret: string; node: string } | undefined;
+  /**
+   * A single host's API, which serves envd (E2B's in-sandbox agent, docs/e2b.md) for every
+   * runtime: its address, the path of its envd routes, and envd's port. Requests for that port
+   * (by Host, or by E2B's `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers whatever the Host) go
+   * there, the runtime named in E2b-Sandbox-Id, with no ingress spec; the API authenticates them.
+   * Absent (a fleet's VM host): that port routes as any other.
+   */
+  envd?: { host: string; port: number; pathPrefix: string; runtimePort: number } | undefined;
 }
 
 /** `8000-<uuid>.example.test` with domain `example.test` → { port: 8000, runtimeId: '<uuid>' }. */
@@ -82,6 +95,8 @@ export class Ingress {
   readonly #proxied: ProxiedClients | null;
   /** The visitor an accepted socket carries, when an API node's entry relayed it for one. */
   readonly #visitors = new WeakMap<Socket, string>();
+  /** Connections to the API's envd routes, kept for the next request. */
+  readonly #envdAgent = new HttpAgent({ keepAlive: true });
 
   constructor(private readonly opts: IngressOptions) {
     this.#deadlines = new RequestDeadlines(opts);
@@ -105,6 +120,7 @@ export class Ingress {
 
   close = (): Promise<void> => {
     this.#deadlines.stop();
+    this.#envdAgent.destroy();
     return closeListener(this.#server, this.#http);
   };
 
@@ -154,11 +170,11 @@ export class Ingress {
     }
     if (socket.destroyed || first.kind === 'bad_tls') return void socket.destroy();
     if (first.kind === 'tls') {
-      // A leaf is signed only for a name that routes to an https port.
-      const route = first.sni === null ? null : await this.#route(first.sni);
-      if (route === null || 'status' in route || route.protocol !== 'https') return void socket.destroy();
+      // A leaf is signed only for a name that routes to an https port, or to envd.
+      const sni = first.sni;
+      if (sni === null || !(this.#servesEnvdAt(sni) || (await this.#routesHttps(sni)))) return void socket.destroy();
       // The name the route was found by, in the form a certificate holds (lowercase, no final dot).
-      const secureContext = await this.opts.ca.contextFor(first.sni!.toLowerCase().replace(/\.$/, ''));
+      const secureContext = await this.opts.ca.contextFor(sni.toLowerCase().replace(/\.$/, ''));
       if (socket.destroyed) return;
       const tls = new TLSSocket(socket, { isServer: true, secureContext, ALPNProtocols: ['http/1.1'] });
       tls.on('error', () => socket.destroy());
@@ -169,6 +185,68 @@ export class Ingress {
       this.#http.emit('connection', socket);
     }
     socket.resume();
+  }
+
+  /**
+   * Whether a TLS name is envd's: `49983-<id>.<domain>` of a runtime attached here (so leaves are
+   * signed for no more names than there are runtimes), or the ingress domain itself, which
+   * E2B_SANDBOX_URL names when envd's calls are routed by their headers.
+   */
+  #servesEnvdAt(name: string): boolean {
+    if (this.opts.envd === undefined) return false;
+    if (name.toLowerCase().replace(/\.$/, '') === this.opts.domain.toLowerCase()) return true;
+    const target = parseIngressHost(name, this.opts.domain);
+    return target !== null && target.port === this.opts.envd.runtimePort && this.opts.registry.get(target.runtimeId) !== undefined;
+  }
+
+  /**
+   * The runtime an envd request names: by its Host, or, when the Host names no runtime port, by
+   * E2B's headers (exactly one of each). Null: not for envd.
+   */
+  #envdRuntimeOf(req: IncomingMessage): string | null {
+    if (this.opts.envd === undefined) return null;
+    const target = parseIngressHost(req.headers.host ?? '', this.opts.domain);
+    if (target !== null) return target.port === this.opts.envd.runtimePort ? target.runtimeId : null;
+    const ids = headerValues(req.rawHeaders, 'e2b-sandbox-id');
+    const ports = headerValues(req.rawHeaders, 'e2b-sandbox-port');
+    if (ids.length !== 1 || ports.length !== 1 || ports[0]!.trim() !== String(this.opts.envd.runtimePort)) return null;
+    const id = ids[0]!.trim().toLowerCase();
+    return UUID.test(id) ? id : null;
+  }
+
+  /**
+   * An envd request, relayed to the API's envd routes as it came (its access token included),
+   * with the runtime named by the ingress. The answer comes back as the API made it.
+   */
+  #forwardEnvd(req: IncomingMessage, res: ServerResponse, runtimeId: string, fail: (status: number, message: string) => void): void {
+    const envd = this.opts.envd!;
+    const framing = requestFraming(req.headers);
+    if (framing === null) return fail(400, 'the request body cannot be forwarded with its transfer coding');
+    if (req.url === undefined || !req.url.startsWith('/')) return fail(400, 'the request target must be a path');
+    const headers = [
+      'Host', `${envd.host.includes(':') ? `[${envd.host}]` : envd.host}:${envd.port}`,
+      ...endToEndHeaders(req.rawHeaders, SET_FOR_ENVD),
+      ...framing,
+      'E2b-Sandbox-Id', runtimeId,
+      'E2b-Sandbox-Port', String(envd.runtimePort),
+      'X-Forwarded-Proto', this.#overTls.has(req.socket) ? 'https' : 'http',
+      'X-Forwarded-For', this.#clientOf(req.socket),
+    ];
+    const upstream = request({ host: envd.host, port: envd.port, method: req.method, path: `${envd.pathPrefix}${req.url}`, headers, setHost: false, agent: this.#envdAgent }, (up) => {
+      if (!writeRelayedHead(res, up.statusCode, up.statusMessage, [...endToEndHeaders(up.rawHeaders), ...responseLength(up.headers)])) {
+        up.destroy();
+        return fail(502, 'the API sent a response for envd that cannot be passed on');
+      }
+      pipeline(up, res, () => undefined);
+    });
+    upstream.on('error', () => (res.headersSent ? res.destroy() : fail(503, 'envd is not answering: the API is not running')));
+    req.on('close', () => req.complete || upstream.destroy());
+    req.pipe(upstream);
+  }
+
+  async #routesHttps(name: string): Promise<boolean> {
+    const route = await this.#route(name);
+    return route !== null && !('status' in route) && route.protocol === 'https';
   }
 
   /** Where a Host routes: the runtime and the spec's protocol, or why nowhere. */
@@ -218,6 +296,8 @@ export class Ingress {
       res.writeHead(status, { 'content-type': 'application/json', connection: 'close' });
       res.end(JSON.stringify({ error: { code, message } }));
     };
+    const envd = this.#envdRuntimeOf(req);
+    if (envd !== null) return this.#forwardEnvd(req, res, envd, fail);
     const to = await this.#target(req);
     if ('status' in to) return fail(to.status, to.message);
     const upstream = request({ host: to.net.identity, port: to.port, method: req.method, path: req.url, headers: this.#headersFor(req), setHost: false, agent: to.net.ingressAgent }, (up) => {

@@ -233,4 +233,12 @@ export const MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
       END;
     `,
   },
+  {
+    // A runtime's environment, set at create (docs/api.md, "Environment"): every exec, process
+    // and terminal gets it, over its template's ENV.
+    version: 11,
+    sql: `
+      ALTER TABLE runtimes ADD COLUMN env TEXT NOT NULL DEFAULT '{}';
+    `,
+  },
 ];

@@ -254,4 +254,12 @@ export const PG_MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
         FOR EACH ROW EXECUTE FUNCTION runtimes_held_change();
     `,
   },
+  {
+    // A runtime's environment, set at create (docs/api.md, "Environment"): every exec, process
+    // and terminal gets it, over its template's ENV.
+    version: 11,
+    sql: `
+      ALTER TABLE runtimes ADD COLUMN env TEXT NOT NULL DEFAULT '{}';
+    `,
+  },
 ];

@@ -39,7 +39,7 @@ export function page<T>(rows: Row[], limit: number, map: (r: Row) => T): Page<T>
 
 export const RUNTIME_COLUMNS = [
   'id', 'tenant_id', 'display_name', 'status', 'status_message', 'egress_policy', 'ingress_specs', 'resources', 'pending_resources', 'base_checkpoint_id',
-  'labels', 'idle_timeout_secs', 'on_idle', 'auto_delete_secs', 'stopped_at', 'created_at', 'updated_at', 'node', 'template_id',
+  'labels', 'idle_timeout_secs', 'on_idle', 'auto_delete_secs', 'stopped_at', 'created_at', 'updated_at', 'node', 'template_id', 'env',
 ];
 export const runtimeToRow = (r: Runtime): Row => ({
   id: r.id,
@@ -54,6 +54,7 @@ export const runtimeToRow = (r: Runtime): Row => ({
   base_checkpoint_id: r.baseCheckpointId,
   template_id: r.templateId,
   labels: JSON.stringify(r.labels),
+  env: JSON.stringify(r.env),
   idle_timeout_secs: r.lifecycle.idleTimeoutSecs,
   on_idle: r.lifecycle.onIdle,
   auto_delete_secs: r.lifecycle.autoDeleteSecs,
@@ -75,6 +76,7 @@ export const runtimeFromRow = (r: Row): Runtime => ({
   baseCheckpointId: strOrNull(r.base_checkpoint_id),
   templateId: strOrNull(r.template_id),
   labels: json(r.labels),
+  env: json(r.env),
   lifecycle: { idleTimeoutSecs: numOrNull(r.idle_timeout_secs), onIdle: str(r.on_idle) as Runtime['lifecycle']['onIdle'], autoDeleteSecs: numOrNull(r.auto_delete_secs) },
   stoppedAt: strOrNull(r.stopped_at),
   createdAt: str(r.created_at),

@@ -33,6 +33,7 @@ export const runtime = (tenantId: string, displayName: string, status: RuntimeSt
   templateId: null,
   node: null,
   labels: {},
+  env: { GREETING: 'hello' },
   lifecycle: { idleTimeoutSecs: null, onIdle: 'suspend', autoDeleteSecs: null },
   stoppedAt: null,
   createdAt: at(),

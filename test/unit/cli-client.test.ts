@@ -139,6 +139,12 @@ describe('runtimes', () => {
     assert.equal(created.status, 0, created.err);
     assert.deepEqual(json(created).labels, { team: 'data', tier: 'gold' });
     assert.deepEqual(json(created).lifecycle, { idle_timeout_secs: 900, on_idle: 'stop', auto_delete_secs: 86400 });
+    // The environment's names are shown, never its values.
+    const withEnv = await user.run(['runtime', 'create', 'cli-env', '--env', 'TOKEN=s3cret', '--env', 'MODE=ci']);
+    assert.equal(withEnv.status, 0, withEnv.err);
+    assert.match(withEnv.out, /^env: +MODE, TOKEN$/m);
+    assert.doesNotMatch(withEnv.out, /s3cret/);
+    await user.run(['runtime', 'rm', 'cli-env']);
     await user.run(['runtime', 'create', 'cli-plain']);
     await user.run(['runtime', 'stop', 'cli-plain']);
 

@@ -22,6 +22,7 @@ function runtime(status: RuntimeStatus, lifecycle: Partial<LifecycleSettings>, s
     templateId: null,
     node: null,
     labels: {},
+    env: {},
     lifecycle: { ...DEFAULT_LIFECYCLE, ...lifecycle },
     stoppedAt: stoppedAt === null ? null : new Date(stoppedAt).toISOString(),
     createdAt: new Date(T0).toISOString(),

@@ -213,7 +213,37 @@ test("a version 8 store's runtimes and checkpoints gain template_id, null: they 
     const versions = new Database(file);
     try {
       const { v } = versions.prepare('SELECT max(version) AS v FROM schema_migrations').get() as { v: number };
-      assert.equal(v, 9);
+      assert.equal(v, MIGRATIONS.at(-1)!.version);
+    } finally {
+      versions.close();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("a version 9 store's runtimes gain an empty environment", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'vessel-upgrade-'));
+  try {
+    const file = join(dir, 'vessel.db');
+    const old = databaseAt(file, 9);
+    old
+      .prepare(
+        `INSERT INTO runtimes (id, tenant_id, display_name, status, egress_policy, ingress_specs, resources, created_at, updated_at)
+         VALUES ('6f1c3f36-8a0e-4bde-9d8e-0d3f5c2b1a09', 'acme', 'old-rt', 'running', '{"enabled":true,"allowed_hosts":[]}', '[]', '{"limits":{"memory_mib":512},"requests":{"memory_mib":512},"vcpus":1}', '2025-01-01T00:00:00Z', '2025-02-01T00:00:00Z')`,
+      )
+      .run();
+    old.close();
+    const store = new SqliteStore(file);
+    try {
+      assert.deepEqual((await store.runtimes.find('acme', 'old-rt'))?.env, {});
+    } finally {
+      await store.close();
+    }
+    const versions = new Database(file);
+    try {
+      const { v } = versions.prepare('SELECT max(version) AS v FROM schema_migrations').get() as { v: number };
+      assert.equal(v, 10);
       assert.equal(v, MIGRATIONS.at(-1)!.version, 'this test covers the latest migration');
     } finally {
       versions.close();

@@ -1,12 +1,16 @@
 /**
  * E2B's own JavaScript SDK (the `e2b` package, pinned), unmodified, against the real service with
- * real VMs, configured only as docs/e2b.md tells a user: E2B_API_URL, E2B_SANDBOX_URL and
- * E2B_API_KEY (a Vessel token) in the environment.
+ * real VMs, configured only as docs/e2b.md tells a user: E2B_API_URL, E2B_SANDBOX_URL (the
+ * ingress port) and E2B_API_KEY (a Vessel token) in the environment; for https, the service CA
+ * through NODE_EXTRA_CA_CERTS.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { AuthenticationError, CommandExitError, Sandbox, SandboxNotFoundError } from 'e2b';
-import { Service } from '../support/service.js';
+import { REPO_ROOT, Service } from '../support/service.js';
 
 const svc = new Service();
 const TIMEOUT = { timeout: 300_000 };
@@ -17,9 +21,9 @@ before(async () => {
   const token = await svc.call('POST', '/v1/tokens', { tenant: 'e2b-users', scopes: ['runtimes:read', 'runtimes:write', 'exec', 'files:read', 'files:write'] });
   assert.equal(token.status, 201);
   process.env.E2B_API_URL = `${svc.url}/e2b`;
-  process.env.E2B_SANDBOX_URL = `${svc.url}/e2b-envd`;
+  process.env.E2B_SANDBOX_URL = `http://127.0.0.1:${svc.ingressPort}`;
   process.env.E2B_API_KEY = token.body.data.token as string;
-  sbx = await Sandbox.create({ metadata: { suite: 'e2b-vm' } });
+  sbx = await Sandbox.create({ metadata: { suite: 'e2b-vm' }, envs: { FROM_CREATE: 'sandbox', SHARED: 'sandbox' } });
 }, { timeout: 900_000 });
 after(() => svc.destroy());
 
@@ -32,6 +36,8 @@ test('commands.run runs in the VM: its output, its exit code, the SDK\'s Command
   assert.equal(both.stderr, 'err\n');
   assert.equal(streamed.join(''), both.stdout);
   assert.equal((await sbx.commands.run('echo $GREETING', { envs: { GREETING: 'hello' } })).stdout, 'hello\n');
+  // The sandbox's envVars are every command's, under the command's own.
+  assert.equal((await sbx.commands.run('echo $FROM_CREATE-$SHARED', { envs: { SHARED: 'command' } })).stdout, 'sandbox-command\n');
   assert.equal((await sbx.commands.run('pwd', { cwd: '/tmp' })).stdout, '/tmp\n');
   await assert.rejects(sbx.commands.run('exit 3'), (err: unknown) => err instanceof CommandExitError && err.exitCode === 3);
 });
@@ -43,6 +49,56 @@ test('files.write and files.read round-trip through the guest', TIMEOUT, async (
   await sbx.files.write('/tmp/e2b/note.txt', 'written by the E2B SDK');
   assert.equal((await sbx.commands.run('cat /tmp/e2b/note.txt')).stdout, 'written by the E2B SDK');
   assert.equal(await sbx.files.read('/tmp/e2b/note.txt'), 'written by the E2B SDK');
+});
+
+test('files: makeDir, list, rename, exists, getInfo and remove in the guest', TIMEOUT, async () => {
+  assert.equal(await sbx.files.makeDir('/tmp/e2b/dir/sub'), true);
+  assert.equal(await sbx.files.makeDir('/tmp/e2b/dir/sub'), false);
+  await sbx.files.write('/tmp/e2b/dir/sub/a.txt', 'a');
+  const moved = await sbx.files.rename('/tmp/e2b/dir/sub/a.txt', '/tmp/e2b/dir/b.txt');
+  assert.deepEqual([moved.name, moved.type, moved.path], ['b.txt', 'file', '/tmp/e2b/dir/b.txt']);
+  assert.deepEqual((await sbx.files.list('/tmp/e2b/dir', { depth: 2 })).map((e) => [e.path, e.type]).sort(), [['/tmp/e2b/dir/b.txt', 'file'], ['/tmp/e2b/dir/sub', 'dir']]);
+  const info = await sbx.files.getInfo('/tmp/e2b/dir');
+  assert.deepEqual([info.type, info.permissions[0], info.owner], ['dir', 'd', 'root']);
+  await sbx.files.remove('/tmp/e2b/dir');
+  assert.equal(await sbx.files.exists('/tmp/e2b/dir/b.txt'), false);
+});
+
+test('processes: stdin, connect from another handle, kill, and a PTY resized', TIMEOUT, async () => {
+  const reader = await sbx.commands.run('read x; echo got-$x', { background: true, stdin: true });
+  assert.ok((await sbx.commands.list()).some((p) => p.pid === reader.pid));
+  // Another handle, as another client would: it reads what comes from now on.
+  const other = await (await Sandbox.connect(sbx.sandboxId)).commands.connect(reader.pid);
+  await sbx.commands.sendStdin(reader.pid, 'hello\n');
+  assert.equal((await reader.wait()).stdout, 'got-hello\n');
+  assert.equal((await other.wait()).stdout, 'got-hello\n');
+
+  const sleeper = await sbx.commands.run('sleep 600', { background: true });
+  assert.equal(await sbx.commands.kill(sleeper.pid), true);
+  await assert.rejects(sleeper.wait(), CommandExitError);
+
+  let shown = '';
+  let sawSize: () => void;
+  const size = new Promise<void>((resolve) => (sawSize = resolve));
+  const pty = await sbx.pty.create({ rows: 24, cols: 80, onData: (d) => {
+    shown += Buffer.from(d).toString();
+    if (/^31 101\r?$/m.test(shown)) sawSize();
+  } });
+  await sbx.pty.resize(pty.pid, { rows: 31, cols: 101 });
+  await sbx.pty.sendInput(pty.pid, new TextEncoder().encode('stty size\n'));
+  await size;
+  assert.equal(await sbx.pty.kill(pty.pid), true);
+  await assert.rejects(pty.wait(), CommandExitError);
+});
+
+test('https on the ingress, with the service CA trusted through NODE_EXTRA_CA_CERTS', TIMEOUT, async () => {
+  // NODE_EXTRA_CA_CERTS is read when Node starts: the SDK runs in a process of its own.
+  const script = `import { Sandbox } from 'e2b';
+    const sbx = await Sandbox.connect(process.env.SANDBOX_ID);
+    console.log((await sbx.commands.run('echo over-tls')).stdout.trim());`;
+  const env = { ...process.env, NODE_EXTRA_CA_CERTS: join(svc.dataDir, 'ca.crt'), E2B_SANDBOX_URL: `https://localhost:${svc.ingressPort}`, SANDBOX_ID: sbx.sandboxId };
+  const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script], { cwd: REPO_ROOT, env });
+  assert.equal(stdout.trim(), 'over-tls');
 });
 
 test('Sandbox.list finds it by its metadata, and a wrong key or an unknown sandbox are the SDK\'s errors', TIMEOUT, async () => {

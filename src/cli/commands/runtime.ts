@@ -5,7 +5,7 @@ import { clientAction, pageSize, removeEach, take, withJson, type Context } from
 import { UsageError } from '../shared/exit-codes.js';
 import { age, plural, printFields, printJson, printTable } from '../shared/output.js';
 import { visibleLine } from '../shared/visible.js';
-import { collect, ingressSpec, positiveNumber, type IngressSpec } from '../shared/parse.js';
+import { collect, ingressSpec, keyValue, positiveNumber, type IngressSpec } from '../shared/parse.js';
 import { describeLabels, describeLifecycle, lifecycleBody, patchedLabels, removeLabelOption, settingsBody, withSettingsOptions, type SettingsFlags } from './runtime-settings.js';
 
 /** The options a runtime is made with, whether created or forked (a fork keeps its checkpoint's memory and vCPUs). */
@@ -51,6 +51,7 @@ export function printRuntime(ctx: Context, info: RuntimeInfo): void {
     ingress: info.ingress_specs.length === 0 ? undefined : info.ingress_specs.map((s) => `${s.runtime_port}/${s.protocol}`).join(', '),
     urls: info.ingress_urls.length === 0 ? undefined : info.ingress_urls.map((u) => u.url).join(' '),
     labels: describeLabels(info.labels),
+    env: info.env_names.length === 0 ? undefined : info.env_names.join(', '),
     lifecycle: describeLifecycle(info.lifecycle),
     created: `${info.created_at} (${age(info.created_at)} ago)`,
   });
@@ -70,7 +71,7 @@ const memoryBody = (flags: MemoryFlags) => ({
   ...(flags.memoryRequest === undefined ? {} : { requests: { memory_mib: flags.memoryRequest } }),
 });
 
-type CreateFlags = NetworkFlags & MemoryFlags & SettingsFlags & { vcpus?: number; checkpoint?: string };
+type CreateFlags = NetworkFlags & MemoryFlags & SettingsFlags & { vcpus?: number; checkpoint?: string; env?: Record<string, string> };
 
 function createBody(name: string, flags: CreateFlags): RuntimeCreateRequest {
   const resources = { ...(flags.vcpus === undefined ? {} : { vcpus: flags.vcpus }), ...memoryBody(flags) };
@@ -79,6 +80,7 @@ function createBody(name: string, flags: CreateFlags): RuntimeCreateRequest {
     ...(Object.keys(resources).length === 0 ? {} : { resources }),
     ...networkBody(flags),
     ...(flags.checkpoint === undefined ? {} : { checkpoint: flags.checkpoint }),
+    ...(flags.env === undefined ? {} : { env: flags.env }),
     ...settingsBody(flags),
   };
 }
@@ -121,7 +123,12 @@ const LIFECYCLE = {
 export function registerRuntimeCommands(program: Command): void {
   const runtime = program.command('runtime').description('runtimes: create, list, inspect, change, delete and move them through their lifecycle');
 
-  const create = runtime.command('create').description('create a runtime; answers once its VM runs').argument('<name>', 'its display name').option('--vcpus <n>', 'virtual CPUs (default 1)', positiveNumber);
+  const create = runtime
+    .command('create')
+    .description('create a runtime; answers once its VM runs')
+    .argument('<name>', 'its display name')
+    .option('--vcpus <n>', 'virtual CPUs (default 1)', positiveNumber)
+    .option('--env <name=value>', 'an environment variable of every exec, process and terminal in it (repeat for more; its names are shown, not its values)', keyValue);
   withJson(
     withSettingsOptions(
       withNetworkOptions(withMemoryOptions(create, true).option('--checkpoint <checkpoint>', 'fork it from this checkpoint (id or name); vessel fork does the same')),

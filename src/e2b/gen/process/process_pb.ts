@@ -7,15 +7,15 @@
 // @generated from file process/process.proto (package process, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file process/process.proto.
  */
 export const file_process_process: GenFile = /*@__PURE__*/
-  fileDesc("ChVwcm9jZXNzL3Byb2Nlc3MucHJvdG8SB3Byb2Nlc3MiSgoDUFRZEh8KBHNpemUYASABKAsyES5wcm9jZXNzLlBUWS5TaXplGiIKBFNpemUSDAoEY29scxgBIAEoDRIMCgRyb3dzGAIgASgNIqEBCg1Qcm9jZXNzQ29uZmlnEgsKA2NtZBgBIAEoCRIMCgRhcmdzGAIgAygJEi4KBGVudnMYAyADKAsyIC5wcm9jZXNzLlByb2Nlc3NDb25maWcuRW52c0VudHJ5EhAKA2N3ZBgEIAEoCUgAiAEBGisKCUVudnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgYKBF9jd2QilwEKDFN0YXJ0UmVxdWVzdBInCgdwcm9jZXNzGAEgASgLMhYucHJvY2Vzcy5Qcm9jZXNzQ29uZmlnEh4KA3B0eRgCIAEoCzIMLnByb2Nlc3MuUFRZSACIAQESEAoDdGFnGAMgASgJSAGIAQESEgoFc3RkaW4YBCABKAhIAogBAUIGCgRfcHR5QgYKBF90YWdCCAoGX3N0ZGluIq8DCgxQcm9jZXNzRXZlbnQSMQoFc3RhcnQYASABKAsyIC5wcm9jZXNzLlByb2Nlc3NFdmVudC5TdGFydEV2ZW50SAASLwoEZGF0YRgCIAEoCzIfLnByb2Nlc3MuUHJvY2Vzc0V2ZW50LkRhdGFFdmVudEgAEi0KA2VuZBgDIAEoCzIeLnByb2Nlc3MuUHJvY2Vzc0V2ZW50LkVuZEV2ZW50SAASNAoJa2VlcGFsaXZlGAQgASgLMh8ucHJvY2Vzcy5Qcm9jZXNzRXZlbnQuS2VlcEFsaXZlSAAaGQoKU3RhcnRFdmVudBILCgNwaWQYASABKA0aSAoJRGF0YUV2ZW50EhAKBnN0ZG91dBgBIAEoDEgAEhAKBnN0ZGVychgCIAEoDEgAEg0KA3B0eRgDIAEoDEgAQggKBm91dHB1dBpbCghFbmRFdmVudBIRCglleGl0X2NvZGUYASABKBESDgoGZXhpdGVkGAIgASgIEg4KBnN0YXR1cxgDIAEoCRISCgVlcnJvchgEIAEoCUgAiAEBQggKBl9lcnJvchoLCglLZWVwQWxpdmVCBwoFZXZlbnQiNQoNU3RhcnRSZXNwb25zZRIkCgVldmVudBgBIAEoCzIVLnByb2Nlc3MuUHJvY2Vzc0V2ZW50MkMKB1Byb2Nlc3MSOAoFU3RhcnQSFS5wcm9jZXNzLlN0YXJ0UmVxdWVzdBoWLnByb2Nlc3MuU3RhcnRSZXNwb25zZTABYgZwcm90bzM");
+  fileDesc("ChVwcm9jZXNzL3Byb2Nlc3MucHJvdG8SB3Byb2Nlc3MiSgoDUFRZEh8KBHNpemUYASABKAsyES5wcm9jZXNzLlBUWS5TaXplGiIKBFNpemUSDAoEY29scxgBIAEoDRIMCgRyb3dzGAIgASgNIqEBCg1Qcm9jZXNzQ29uZmlnEgsKA2NtZBgBIAEoCRIMCgRhcmdzGAIgAygJEi4KBGVudnMYAyADKAsyIC5wcm9jZXNzLlByb2Nlc3NDb25maWcuRW52c0VudHJ5EhAKA2N3ZBgEIAEoCUgAiAEBGisKCUVudnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgYKBF9jd2QilwEKDFN0YXJ0UmVxdWVzdBInCgdwcm9jZXNzGAEgASgLMhYucHJvY2Vzcy5Qcm9jZXNzQ29uZmlnEh4KA3B0eRgCIAEoCzIMLnByb2Nlc3MuUFRZSACIAQESEAoDdGFnGAMgASgJSAGIAQESEgoFc3RkaW4YBCABKAhIAogBAUIGCgRfcHR5QgYKBF90YWdCCAoGX3N0ZGluIq8DCgxQcm9jZXNzRXZlbnQSMQoFc3RhcnQYASABKAsyIC5wcm9jZXNzLlByb2Nlc3NFdmVudC5TdGFydEV2ZW50SAASLwoEZGF0YRgCIAEoCzIfLnByb2Nlc3MuUHJvY2Vzc0V2ZW50LkRhdGFFdmVudEgAEi0KA2VuZBgDIAEoCzIeLnByb2Nlc3MuUHJvY2Vzc0V2ZW50LkVuZEV2ZW50SAASNAoJa2VlcGFsaXZlGAQgASgLMh8ucHJvY2Vzcy5Qcm9jZXNzRXZlbnQuS2VlcEFsaXZlSAAaGQoKU3RhcnRFdmVudBILCgNwaWQYASABKA0aSAoJRGF0YUV2ZW50EhAKBnN0ZG91dBgBIAEoDEgAEhAKBnN0ZGVychgCIAEoDEgAEg0KA3B0eRgDIAEoDEgAQggKBm91dHB1dBpbCghFbmRFdmVudBIRCglleGl0X2NvZGUYASABKBESDgoGZXhpdGVkGAIgASgIEg4KBnN0YXR1cxgDIAEoCRISCgVlcnJvchgEIAEoCUgAiAEBQggKBl9lcnJvchoLCglLZWVwQWxpdmVCBwoFZXZlbnQiNQoNU3RhcnRSZXNwb25zZRIkCgVldmVudBgBIAEoCzIVLnByb2Nlc3MuUHJvY2Vzc0V2ZW50Ig0KC0xpc3RSZXF1ZXN0IlwKC1Byb2Nlc3NJbmZvEiYKBmNvbmZpZxgBIAEoCzIWLnByb2Nlc3MuUHJvY2Vzc0NvbmZpZxILCgNwaWQYAiABKA0SEAoDdGFnGAMgASgJSACIAQFCBgoEX3RhZyI3CgxMaXN0UmVzcG9uc2USJwoJcHJvY2Vzc2VzGAEgAygLMhQucHJvY2Vzcy5Qcm9jZXNzSW5mbyJiCg1VcGRhdGVSZXF1ZXN0EikKB3Byb2Nlc3MYASABKAsyGC5wcm9jZXNzLlByb2Nlc3NTZWxlY3RvchIeCgNwdHkYAiABKAsyDC5wcm9jZXNzLlBUWUgAiAEBQgYKBF9wdHkiEAoOVXBkYXRlUmVzcG9uc2UiOwoOQ29ubmVjdFJlcXVlc3QSKQoHcHJvY2VzcxgBIAEoCzIYLnByb2Nlc3MuUHJvY2Vzc1NlbGVjdG9yIjcKD0Nvbm5lY3RSZXNwb25zZRIkCgVldmVudBgBIAEoCzIVLnByb2Nlc3MuUHJvY2Vzc0V2ZW50ImMKEFNlbmRJbnB1dFJlcXVlc3QSKQoHcHJvY2VzcxgBIAEoCzIYLnByb2Nlc3MuUHJvY2Vzc1NlbGVjdG9yEiQKBWlucHV0GAIgASgLMhUucHJvY2Vzcy5Qcm9jZXNzSW5wdXQiEwoRU2VuZElucHV0UmVzcG9uc2UiNwoMUHJvY2Vzc0lucHV0Eg8KBXN0ZGluGAEgASgMSAASDQoDcHR5GAIgASgMSABCBwoFaW5wdXQiXwoRU2VuZFNpZ25hbFJlcXVlc3QSKQoHcHJvY2VzcxgBIAEoCzIYLnByb2Nlc3MuUHJvY2Vzc1NlbGVjdG9yEh8KBnNpZ25hbBgCIAEoDjIPLnByb2Nlc3MuU2lnbmFsIhQKElNlbmRTaWduYWxSZXNwb25zZSI+ChFDbG9zZVN0ZGluUmVxdWVzdBIpCgdwcm9jZXNzGAEgASgLMhgucHJvY2Vzcy5Qcm9jZXNzU2VsZWN0b3IiFAoSQ2xvc2VTdGRpblJlc3BvbnNlIjsKD1Byb2Nlc3NTZWxlY3RvchINCgNwaWQYASABKA1IABINCgN0YWcYAiABKAlIAEIKCghzZWxlY3RvcipICgZTaWduYWwSFgoSU0lHTkFMX1VOU1BFQ0lGSUVEEAASEgoOU0lHTkFMX1NJR1RFUk0QDxISCg5TSUdOQUxfU0lHS0lMTBAJMsUDCgdQcm9jZXNzEjMKBExpc3QSFC5wcm9jZXNzLkxpc3RSZXF1ZXN0GhUucHJvY2Vzcy5MaXN0UmVzcG9uc2USPgoHQ29ubmVjdBIXLnByb2Nlc3MuQ29ubmVjdFJlcXVlc3QaGC5wcm9jZXNzLkNvbm5lY3RSZXNwb25zZTABEjgKBVN0YXJ0EhUucHJvY2Vzcy5TdGFydFJlcXVlc3QaFi5wcm9jZXNzLlN0YXJ0UmVzcG9uc2UwARI5CgZVcGRhdGUSFi5wcm9jZXNzLlVwZGF0ZVJlcXVlc3QaFy5wcm9jZXNzLlVwZGF0ZVJlc3BvbnNlEkIKCVNlbmRJbnB1dBIZLnByb2Nlc3MuU2VuZElucHV0UmVxdWVzdBoaLnByb2Nlc3MuU2VuZElucHV0UmVzcG9uc2USRQoKU2VuZFNpZ25hbBIaLnByb2Nlc3MuU2VuZFNpZ25hbFJlcXVlc3QaGy5wcm9jZXNzLlNlbmRTaWduYWxSZXNwb25zZRJFCgpDbG9zZVN0ZGluEhoucHJvY2Vzcy5DbG9zZVN0ZGluUmVxdWVzdBobLnByb2Nlc3MuQ2xvc2VTdGRpblJlc3BvbnNlYgZwcm90bzM");
 
 /**
  * @generated from message process.PTY
@@ -276,9 +276,337 @@ export const StartResponseSchema: GenMessage<StartResponse> = /*@__PURE__*/
   messageDesc(file_process_process, 4);
 
 /**
+ * @generated from message process.ListRequest
+ */
+export type ListRequest = Message<"process.ListRequest"> & {
+};
+
+/**
+ * Describes the message process.ListRequest.
+ * Use `create(ListRequestSchema)` to create a new message.
+ */
+export const ListRequestSchema: GenMessage<ListRequest> = /*@__PURE__*/
+  messageDesc(file_process_process, 5);
+
+/**
+ * @generated from message process.ProcessInfo
+ */
+export type ProcessInfo = Message<"process.ProcessInfo"> & {
+  /**
+   * @generated from field: process.ProcessConfig config = 1;
+   */
+  config?: ProcessConfig | undefined;
+
+  /**
+   * @generated from field: uint32 pid = 2;
+   */
+  pid: number;
+
+  /**
+   * @generated from field: optional string tag = 3;
+   */
+  tag?: string | undefined;
+};
+
+/**
+ * Describes the message process.ProcessInfo.
+ * Use `create(ProcessInfoSchema)` to create a new message.
+ */
+export const ProcessInfoSchema: GenMessage<ProcessInfo> = /*@__PURE__*/
+  messageDesc(file_process_process, 6);
+
+/**
+ * @generated from message process.ListResponse
+ */
+export type ListResponse = Message<"process.ListResponse"> & {
+  /**
+   * @generated from field: repeated process.ProcessInfo processes = 1;
+   */
+  processes: ProcessInfo[];
+};
+
+/**
+ * Describes the message process.ListResponse.
+ * Use `create(ListResponseSchema)` to create a new message.
+ */
+export const ListResponseSchema: GenMessage<ListResponse> = /*@__PURE__*/
+  messageDesc(file_process_process, 7);
+
+/**
+ * @generated from message process.UpdateRequest
+ */
+export type UpdateRequest = Message<"process.UpdateRequest"> & {
+  /**
+   * @generated from field: process.ProcessSelector process = 1;
+   */
+  process?: ProcessSelector | undefined;
+
+  /**
+   * @generated from field: optional process.PTY pty = 2;
+   */
+  pty?: PTY | undefined;
+};
+
+/**
+ * Describes the message process.UpdateRequest.
+ * Use `create(UpdateRequestSchema)` to create a new message.
+ */
+export const UpdateRequestSchema: GenMessage<UpdateRequest> = /*@__PURE__*/
+  messageDesc(file_process_process, 8);
+
+/**
+ * @generated from message process.UpdateResponse
+ */
+export type UpdateResponse = Message<"process.UpdateResponse"> & {
+};
+
+/**
+ * Describes the message process.UpdateResponse.
+ * Use `create(UpdateResponseSchema)` to create a new message.
+ */
+export const UpdateResponseSchema: GenMessage<UpdateResponse> = /*@__PURE__*/
+  messageDesc(file_process_process, 9);
+
+/**
+ * @generated from message process.ConnectRequest
+ */
+export type ConnectRequest = Message<"process.ConnectRequest"> & {
+  /**
+   * @generated from field: process.ProcessSelector process = 1;
+   */
+  process?: ProcessSelector | undefined;
+};
+
+/**
+ * Describes the message process.ConnectRequest.
+ * Use `create(ConnectRequestSchema)` to create a new message.
+ */
+export const ConnectRequestSchema: GenMessage<ConnectRequest> = /*@__PURE__*/
+  messageDesc(file_process_process, 10);
+
+/**
+ * @generated from message process.ConnectResponse
+ */
+export type ConnectResponse = Message<"process.ConnectResponse"> & {
+  /**
+   * @generated from field: process.ProcessEvent event = 1;
+   */
+  event?: ProcessEvent | undefined;
+};
+
+/**
+ * Describes the message process.ConnectResponse.
+ * Use `create(ConnectResponseSchema)` to create a new message.
+ */
+export const ConnectResponseSchema: GenMessage<ConnectResponse> = /*@__PURE__*/
+  messageDesc(file_process_process, 11);
+
+/**
+ * @generated from message process.SendInputRequest
+ */
+export type SendInputRequest = Message<"process.SendInputRequest"> & {
+  /**
+   * @generated from field: process.ProcessSelector process = 1;
+   */
+  process?: ProcessSelector | undefined;
+
+  /**
+   * @generated from field: process.ProcessInput input = 2;
+   */
+  input?: ProcessInput | undefined;
+};
+
+/**
+ * Describes the message process.SendInputRequest.
+ * Use `create(SendInputRequestSchema)` to create a new message.
+ */
+export const SendInputRequestSchema: GenMessage<SendInputRequest> = /*@__PURE__*/
+  messageDesc(file_process_process, 12);
+
+/**
+ * @generated from message process.SendInputResponse
+ */
+export type SendInputResponse = Message<"process.SendInputResponse"> & {
+};
+
+/**
+ * Describes the message process.SendInputResponse.
+ * Use `create(SendInputResponseSchema)` to create a new message.
+ */
+export const SendInputResponseSchema: GenMessage<SendInputResponse> = /*@__PURE__*/
+  messageDesc(file_process_process, 13);
+
+/**
+ * @generated from message process.ProcessInput
+ */
+export type ProcessInput = Message<"process.ProcessInput"> & {
+  /**
+   * @generated from oneof process.ProcessInput.input
+   */
+  input: {
+    /**
+     * @generated from field: bytes stdin = 1;
+     */
+    value: Uint8Array;
+    case: "stdin";
+  } | {
+    /**
+     * @generated from field: bytes pty = 2;
+     */
+    value: Uint8Array;
+    case: "pty";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message process.ProcessInput.
+ * Use `create(ProcessInputSchema)` to create a new message.
+ */
+export const ProcessInputSchema: GenMessage<ProcessInput> = /*@__PURE__*/
+  messageDesc(file_process_process, 14);
+
+/**
+ * @generated from message process.SendSignalRequest
+ */
+export type SendSignalRequest = Message<"process.SendSignalRequest"> & {
+  /**
+   * @generated from field: process.ProcessSelector process = 1;
+   */
+  process?: ProcessSelector | undefined;
+
+  /**
+   * @generated from field: process.Signal signal = 2;
+   */
+  signal: Signal;
+};
+
+/**
+ * Describes the message process.SendSignalRequest.
+ * Use `create(SendSignalRequestSchema)` to create a new message.
+ */
+export const SendSignalRequestSchema: GenMessage<SendSignalRequest> = /*@__PURE__*/
+  messageDesc(file_process_process, 15);
+
+/**
+ * @generated from message process.SendSignalResponse
+ */
+export type SendSignalResponse = Message<"process.SendSignalResponse"> & {
+};
+
+/**
+ * Describes the message process.SendSignalResponse.
+ * Use `create(SendSignalResponseSchema)` to create a new message.
+ */
+export const SendSignalResponseSchema: GenMessage<SendSignalResponse> = /*@__PURE__*/
+  messageDesc(file_process_process, 16);
+
+/**
+ * @generated from message process.CloseStdinRequest
+ */
+export type CloseStdinRequest = Message<"process.CloseStdinRequest"> & {
+  /**
+   * @generated from field: process.ProcessSelector process = 1;
+   */
+  process?: ProcessSelector | undefined;
+};
+
+/**
+ * Describes the message process.CloseStdinRequest.
+ * Use `create(CloseStdinRequestSchema)` to create a new message.
+ */
+export const CloseStdinRequestSchema: GenMessage<CloseStdinRequest> = /*@__PURE__*/
+  messageDesc(file_process_process, 17);
+
+/**
+ * @generated from message process.CloseStdinResponse
+ */
+export type CloseStdinResponse = Message<"process.CloseStdinResponse"> & {
+};
+
+/**
+ * Describes the message process.CloseStdinResponse.
+ * Use `create(CloseStdinResponseSchema)` to create a new message.
+ */
+export const CloseStdinResponseSchema: GenMessage<CloseStdinResponse> = /*@__PURE__*/
+  messageDesc(file_process_process, 18);
+
+/**
+ * @generated from message process.ProcessSelector
+ */
+export type ProcessSelector = Message<"process.ProcessSelector"> & {
+  /**
+   * @generated from oneof process.ProcessSelector.selector
+   */
+  selector: {
+    /**
+     * @generated from field: uint32 pid = 1;
+     */
+    value: number;
+    case: "pid";
+  } | {
+    /**
+     * @generated from field: string tag = 2;
+     */
+    value: string;
+    case: "tag";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message process.ProcessSelector.
+ * Use `create(ProcessSelectorSchema)` to create a new message.
+ */
+export const ProcessSelectorSchema: GenMessage<ProcessSelector> = /*@__PURE__*/
+  messageDesc(file_process_process, 19);
+
+/**
+ * @generated from enum process.Signal
+ */
+export enum Signal {
+  /**
+   * @generated from enum value: SIGNAL_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: SIGNAL_SIGTERM = 15;
+   */
+  SIGTERM = 15,
+
+  /**
+   * @generated from enum value: SIGNAL_SIGKILL = 9;
+   */
+  SIGKILL = 9,
+}
+
+/**
+ * Describes the enum process.Signal.
+ */
+export const SignalSchema: GenEnum<Signal> = /*@__PURE__*/
+  enumDesc(file_process_process, 0);
+
+/**
  * @generated from service process.Process
  */
 export const Process: GenService<{
+  /**
+   * @generated from rpc process.Process.List
+   */
+  list: {
+    methodKind: "unary";
+    input: typeof ListRequestSchema;
+    output: typeof ListResponseSchema;
+  },
+  /**
+   * Streams a running process's events from now on: start (its pid), output, keepalives, end.
+   *
+   * @generated from rpc process.Process.Connect
+   */
+  connect: {
+    methodKind: "server_streaming";
+    input: typeof ConnectRequestSchema;
+    output: typeof ConnectResponseSchema;
+  },
   /**
    * Starts a process and streams its events: start (the pid), output, keepalives, end.
    *
@@ -288,6 +616,38 @@ export const Process: GenService<{
     methodKind: "server_streaming";
     input: typeof StartRequestSchema;
     output: typeof StartResponseSchema;
+  },
+  /**
+   * @generated from rpc process.Process.Update
+   */
+  update: {
+    methodKind: "unary";
+    input: typeof UpdateRequestSchema;
+    output: typeof UpdateResponseSchema;
+  },
+  /**
+   * @generated from rpc process.Process.SendInput
+   */
+  sendInput: {
+    methodKind: "unary";
+    input: typeof SendInputRequestSchema;
+    output: typeof SendInputResponseSchema;
+  },
+  /**
+   * @generated from rpc process.Process.SendSignal
+   */
+  sendSignal: {
+    methodKind: "unary";
+    input: typeof SendSignalRequestSchema;
+    output: typeof SendSignalResponseSchema;
+  },
+  /**
+   * @generated from rpc process.Process.CloseStdin
+   */
+  closeStdin: {
+    methodKind: "unary";
+    input: typeof CloseStdinRequestSchema;
+    output: typeof CloseStdinResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_process_process, 0);
