@@ -1,4 +1,5 @@
 /** A data directory made by the first release opens with today's schema, its records intact. */
+import { randomUUID } from 'node:crypto';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -222,6 +223,32 @@ test("a version 8 store's runtimes and checkpoints gain template_id, null: they 
   }
 });
 
+test("a version 9 store's hosts' holdings are counted from the runtimes it has", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'vessel-upgrade-'));
+  try {
+    const file = join(dir, 'vessel.db');
+    const old = databaseAt(file, 9);
+    const insert = old.prepare(
+      `INSERT INTO runtimes (id, tenant_id, display_name, status, egress_policy, ingress_specs, resources, created_at, updated_at, node)
+       VALUES (?, 'acme', ?, ?, '{"enabled":true,"allowed_hosts":[]}', '[]', ?, '2025-01-01T00:00:00Z', '2025-02-01T00:00:00Z', ?)`,
+    );
+    const resources = (vcpus: number, mib: number) => JSON.stringify({ limits: { memory_mib: mib }, requests: { memory_mib: mib }, vcpus });
+    insert.run(randomUUID(), 'a-live', 'running', resources(2, 1024), 'host-a');
+    insert.run(randomUUID(), 'a-off', 'shutdown', resources(4, 4096), 'host-a');
+    insert.run(randomUUID(), 'b-paused', 'paused', resources(1, 256), 'host-b');
+    insert.run(randomUUID(), 'single', 'running', resources(8, 8192), null);
+    old.close();
+    const store = new SqliteStore(file);
+    try {
+      assert.deepEqual(await store.nodes.load(), new Map([['host-a', { runtimes: 2, vcpus: 2, memoryMib: 1024 }], ['host-b', { runtimes: 1, vcpus: 1, memoryMib: 256 }]]));
+    } finally {
+      await store.close();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test("a version 9 store's runtimes gain an empty environment", async () => {
   const dir = mkdtempSync(join(tmpdir(), 'vessel-upgrade-'));
   try {
@@ -243,7 +270,7 @@ test("a version 9 store's runtimes gain an empty environment", async () => {
     const versions = new Database(file);
     try {
       const { v } = versions.prepare('SELECT max(version) AS v FROM schema_migrations').get() as { v: number };
-      assert.equal(v, 10);
+      assert.equal(v, MIGRATIONS.at(-1)!.version);
       assert.equal(v, MIGRATIONS.at(-1)!.version, 'this test covers the latest migration');
     } finally {
       versions.close();
