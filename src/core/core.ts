@@ -15,6 +15,7 @@ import { SecretService } from './secrets.js';
 import { NodeDirectory } from './node-directory.js';
 import { ShownRuntimes } from './shown-runtimes.js';
 import { TemplateService, type TemplateOptions } from './templates.js';
+import { TenantBuildVms } from './build-vms.js';
 import { TokenService } from './tokens.js';
 import type { TenantLimits } from './types.js';
 import { WarmPool } from './warm-pool.js';
@@ -91,7 +92,8 @@ export class Core {
     this.consoleLogs = new ConsoleLogService(this.runtimes, driver);
     this.rules = new RuleService(store, this.runtimes, this.secrets);
     this.checkpoints = new CheckpointService(store, this.runtimes, driver, quotas, log, node);
-    this.templates = new TemplateService(store, this.secrets, ports.templateBuilder ?? null, quotas, log, node, ports.templates);
+    const buildServices = { store, runtimes: this.runtimes, processes: this.processes, files: this.files, checkpoints: this.checkpoints, imageId: () => driver.imageId() };
+    this.templates = new TemplateService(store, this.secrets, ports.templateBuilder ?? null, quotas, log, node, ports.templates, (tenantId, name, policy) => new TenantBuildVms(buildServices, tenantId, name, policy));
     this.runtimeMoves = node === null ? null : new RuntimeMoves(store, this.runtimes, driver, this.egress, this.audits, log, node);
     // A PATCHed policy or a rule change applies to the gateway's next connection.
     this.runtimes.observe({ policyChanged: (rt) => void this.egress.refresh(rt.id) });

@@ -198,4 +198,12 @@ export const MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
       ALTER TABLE checkpoints ADD COLUMN template_id TEXT;
     `,
   },
+  {
+    // A template built from a Dockerfile (docs/templates.md, "Dockerfile builds") is the checkpoint
+    // of its last build step, which its runtimes fork.
+    version: 10,
+    sql: `
+      ALTER TABLE templates ADD COLUMN checkpoint_id TEXT;
+    `,
+  },
 ];
