@@ -178,10 +178,22 @@ export class TemplateService {
       build.abort.abort();
       await build.done;
     }
+    if (t.checkpointId !== null) await this.#refuseWhileUsed(t);
     await this.builder?.discard(t.id);
     await this.store.templates.delete(tenantId, t.id);
     this.#finished.delete(t.id);
     this.#configs.delete(t.id);
+  }
+
+  /**
+   * A Dockerfile's template stands on no disk of its own (the VM host refuses an image template's
+   * delete while anything stands on its disk): its runtimes and checkpoints take their exec
+   * defaults from it, so it stays while any names it.
+   */
+  async #refuseWhileUsed(t: Template): Promise<void> {
+    const runtimes = (await this.store.runtimes.listAll()).filter((rt) => rt.templateId === t.id).length;
+    const checkpoints = (await this.store.checkpoints.listAll()).filter((cp) => cp.templateId === t.id && !cp.deleted).length;
+    if (runtimes + checkpoints > 0) throw failedPrecondition(`template '${t.displayName}' is what ${runtimes} runtime(s) and ${checkpoints} checkpoint(s) stand on; delete them first`);
   }
 
   /**

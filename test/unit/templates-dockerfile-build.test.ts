@@ -44,12 +44,16 @@ class FakeVms implements BuildVms {
 
   async start(base: BuildVmBase): Promise<BuildVm> {
     this.starts.push(base);
-    const vms = this;
+    return this.#vm();
+  }
+
+  #vm(): BuildVm {
+    const vms = { runs: this.runs, dirs: this.dirs, copies: this.copies, layers: this.layers, sealed: this.sealed, exitCode: () => this.exitCode, destroyed: () => this.destroyed++ };
     return {
       async run(argv, env, cwd, onOutput) {
         vms.runs.push({ argv, env, cwd });
         onOutput(`ran ${argv.at(-1)}\n`);
-        return vms.exitCode;
+        return vms.exitCode();
       },
       async readFile(path) {
         return Buffer.from(path === '/etc/passwd' ? PASSWD : GROUP);
@@ -67,7 +71,7 @@ class FakeVms implements BuildVms {
         return id;
       },
       async destroy() {
-        vms.destroyed++;
+        vms.destroyed();
       },
     };
   }

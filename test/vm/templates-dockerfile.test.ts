@@ -110,7 +110,13 @@ test('a Dockerfile builds in build VMs; a runtime from it sees its files, owners
     ['start a build VM from the cached layers', false],
     ['RUN id -un > /tmp/who-2', false],
   ]);
-  await svc.call('DELETE', '/v1/runtimes/from-app');
+  // The template stays while a runtime made from it does; its layers stay after it, as the cache.
+  const refused = await svc.call('DELETE', '/v1/templates/app');
+  assert.deepEqual([refused.status, refused.body.error?.code], [409, 'failed_precondition'], JSON.stringify(refused.body));
+  assert.equal((await svc.call('DELETE', '/v1/runtimes/from-app')).status, 200);
+  assert.equal((await svc.call('DELETE', '/v1/templates/app')).status, 200);
+  const layers = (await svc.call('GET', '/v1/checkpoints')).body.data.map((cp: { display_name: string }) => cp.display_name);
+  assert.equal(layers.filter((n: string) => n.startsWith('build-layer-')).length, 5, JSON.stringify(layers));
 });
 
 test("a failing RUN makes the template failed, with the step, its exit code and its output's tail", TIMEOUT, async () => {
