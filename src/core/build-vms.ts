@@ -14,7 +14,7 @@ import type { FileService } from './files.js';
 import type { BuildVm, BuildVmBase, BuildVms, Store } from './ports.js';
 import type { ProcessService } from './processes.js';
 import type { RuntimeService } from './runtimes.js';
-import type { EgressPolicy, TemplateConfig } from './types.js';
+import type { EgressPolicy, Template, TemplateConfig } from './types.js';
 
 /** A RUN is stopped after this long: the exec API's own ceiling would cut real builds (apt, compilers) short. */
 const RUN_TIMEOUT_SECS = 3600;
@@ -22,6 +22,9 @@ const RUN_TIMEOUT_SECS = 3600;
 const MAX_ARCHIVE_BYTES = 1024 ** 3;
 
 /** The checkpoint that holds the layer under a cache key: its name, unique within the tenant. */
+/** The label that marks a build VM, its value the template's id: a restart removes those of builds cut short. */
+export const BUILD_LABEL = 'vessel.build';
+
 export const layerCheckpointName = (key: string): string => `build-layer-${key.replace(/^sha256:/, '').slice(0, 48)}`;
 
 export interface BuildVmServices {
@@ -37,10 +40,13 @@ export interface BuildVmServices {
 export class TenantBuildVms implements BuildVms {
   constructor(
     private readonly services: BuildVmServices,
-    private readonly tenantId: string,
-    private readonly templateName: string,
+    private readonly building: Template,
     private readonly egressPolicy: EgressPolicy,
   ) {}
+
+  get tenantId(): string {
+    return this.building.tenantId;
+  }
 
   defaultImageId(): string {
     return this.services.imageId();
@@ -59,12 +65,12 @@ export class TenantBuildVms implements BuildVms {
   }
 
   async start(base: BuildVmBase): Promise<BuildVm> {
-    const name = `build-${this.templateName.slice(0, 100)}-${randomBytes(4).toString('hex')}`;
+    const name = `build-${this.building.displayName.slice(0, 100)}-${randomBytes(4).toString('hex')}`;
     const rt = await this.services.runtimes.create(this.tenantId, {
       display_name: name,
       egress_policy: this.egressPolicy,
       ...(base.kind === 'layer' ? { checkpoint: base.checkpointId } : base.kind === 'template' ? { template: base.templateId } : {}),
-      labels: { 'vessel.build': this.templateName.slice(0, 63) },
+      labels: { [BUILD_LABEL]: this.building.id },
     });
     return new TenantBuildVm(this.services, this.tenantId, rt.id);
   }

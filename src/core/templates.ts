@@ -32,7 +32,7 @@ export interface TemplateCreateInput {
 }
 
 /** The build VMs of a Dockerfile build: the tenant's, with the build's egress policy (build-vms.ts). */
-export type BuildVmsFactory = (tenantId: string, templateName: string, egressPolicy: EgressPolicy) => BuildVms;
+export type BuildVmsFactory = (template: Template, egressPolicy: EgressPolicy) => BuildVms;
 
 /** A build's egress unless the create says otherwise: none at all. */
 const CLOSED_EGRESS: EgressPolicy = { enabled: false, allowed_hosts: [] };
@@ -209,14 +209,17 @@ export class TemplateService {
     return { template, events: (async function* () { yield end; })() };
   }
 
-  /** After a restart: a build cut short never ends, so it failed; its files go. */
-  async reconcile(): Promise<void> {
+  /** After a restart: a build cut short never ends, so it failed; its files go. Resolves with those templates' ids. */
+  async reconcile(): Promise<Set<string>> {
+    const cutShort = new Set<string>();
     for (const t of await this.#own()) {
       if (t.state !== 'building' || this.#running.has(t.id)) continue;
       const failure: TemplateFailure = { step: 'build', exitCode: null, outputTail: 'the service restarted during the build' };
       await this.store.templates.update({ ...t, state: 'failed', failure, updatedAt: new Date().toISOString() });
       await this.builder?.discard(t.id).catch((err: unknown) => this.log.warn({ templateId: t.id, err }, 'could not remove a build\'s files'));
+      cutShort.add(t.id);
     }
+    return cutShort;
   }
 
   /** Builds still running (tests and shutdown wait on them). */
@@ -284,7 +287,7 @@ export class TemplateService {
     if (source.kind === 'archive') return { kind: 'archive' };
     if (source.kind === 'dockerfile') {
       if (this.buildVms === null) throw new BuildFailure('this service runs no build VMs');
-      const vms = this.buildVms(template.tenantId, template.displayName, source.egressPolicy);
+      const vms = this.buildVms(template, source.egressPolicy);
       return { kind: 'dockerfile', dockerfile: source.dockerfile, buildArgs: source.buildArgs, vms };
     }
     if (source.registrySecretId === null) return { kind: 'image', image: source.image, credentials: null };
