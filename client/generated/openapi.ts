@@ -3427,7 +3427,7 @@ export interface operations {
                 dockerfile?: string;
                 /** @description with dockerfile: a JSON object of build args (--build-arg), e.g. {"VERSION":"3.12"} */
                 build_args?: string;
-                /** @description with dockerfile: a JSON egress policy for the build's RUN steps, as a runtime's; default {"enabled":false,"allowed_hosts":[]} (no network) */
+                /** @description with dockerfile: a JSON egress policy for the build's RUN steps, as a runtime's; default {"enabled":true,"allowed_hosts":[]}: intercepted, no host allowed */
                 egress_policy?: string;
             };
             header?: never;

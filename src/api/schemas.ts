@@ -589,7 +589,7 @@ export const TemplateArchiveQuery = Type.Object({
   name: DisplayName('the new template: unique among your templates; not UUID-shaped'),
   dockerfile: Type.String({ minLength: 1, maxLength: 4096, description: "the body is a build context (a tar stream, gzip or not) and this is its Dockerfile's path in it (usually Dockerfile); absent: the body is an image archive" }),
   build_args: Type.String({ maxLength: 1024 * 1024, description: 'with dockerfile: a JSON object of build args (--build-arg), e.g. {"VERSION":"3.12"}' }),
-  egress_policy: Type.String({ maxLength: 1024 * 1024, description: "with dockerfile: a JSON egress policy for the build's RUN steps, as a runtime's; default {\"enabled\":false,\"allowed_hosts\":[]} (no network)" }),
+  egress_policy: Type.String({ maxLength: 1024 * 1024, description: "with dockerfile: a JSON egress policy for the build's RUN steps, as a runtime's; default {\"enabled\":true,\"allowed_hosts\":[]}: intercepted, no host allowed" }),
 });
 export const CheckpointParams = Type.Object({ checkpoint_id: Type.String({ description: 'the checkpoint: its UUID or its display name' }) });
 export const RuleParams = Type.Object({ rule_id: RuleId });

@@ -34,8 +34,8 @@ export interface TemplateCreateInput {
 /** The build VMs of a Dockerfile build: the tenant's, with the build's egress policy (build-vms.ts). */
 export type BuildVmsFactory = (template: Template, egressPolicy: EgressPolicy) => BuildVms;
 
-/** A build's egress unless the create says otherwise: none at all. */
-const CLOSED_EGRESS: EgressPolicy = { enabled: false, allowed_hosts: [] };
+/** A build's egress unless the create says otherwise: intercepted, and no host allowed (`enabled: false` would let everything through). */
+const CLOSED_EGRESS: EgressPolicy = { enabled: true, allowed_hosts: [] };
 const MAX_BUILD_ARGS = 64;
 
 /** A build step that failed, with its command's exit code when it ran one. */

@@ -92,7 +92,7 @@ test('a build context with ?dockerfile= builds a Dockerfile: its build args and 
   const res = await post(`name=from-dockerfile&dockerfile=./docker/Dockerfile&build_args=${args}`);
   const body = (await res.json()) as any;
   assert.equal(res.status, 201, JSON.stringify(body));
-  assert.deepEqual(body.data.source, { dockerfile: 'docker/Dockerfile', context_bytes: 12, build_args: { V: '3.12' }, egress_policy: { enabled: false, allowed_hosts: [] } });
+  assert.deepEqual(body.data.source, { dockerfile: 'docker/Dockerfile', context_bytes: 12, build_args: { V: '3.12' }, egress_policy: { enabled: true, allowed_hosts: [] } });
   const given = builder.sources.find((s) => s.templateId === body.data.id)!.source;
   assert.equal(given.kind, 'dockerfile');
   assert.deepEqual(given.kind === 'dockerfile' ? [given.dockerfile, { ...given.buildArgs }] : null, ['docker/Dockerfile', { V: '3.12' }]);

