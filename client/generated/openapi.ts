@@ -509,7 +509,7 @@ export interface paths {
         /** List templates, newest first */
         get: operations["listTemplates"];
         put?: never;
-        /** Build a template from a registry image (JSON), or from an image archive (the raw body, with ?name=). Answers in state building. */
+        /** Build a template from a registry image (JSON), an image archive (the raw body, with ?name=), or a Dockerfile and its build context (a tar body, with ?name=&dockerfile=). Answers in state building. */
         post: operations["createTemplate"];
         delete?: never;
         options?: never;
@@ -803,7 +803,7 @@ export interface components {
             display_name: string;
             /** @enum {string} */
             state: "building" | "ready" | "failed";
-            /** @description a registry image, or an uploaded archive */
+            /** @description a registry image, an uploaded archive, or a Dockerfile with its build context */
             source: {
                 image: string;
                 /** Format: uuid */
@@ -811,6 +811,18 @@ export interface components {
             } | {
                 /** Format: int64 */
                 archive_bytes: number;
+            } | {
+                /** @description the Dockerfile's path in the build context */
+                dockerfile: string;
+                /**
+                 * Format: int64
+                 * @description the uploaded build context
+                 */
+                context_bytes: number;
+                build_args: {
+                    [key: string]: string;
+                };
+                egress_policy: components["schemas"]["EgressPolicy"];
             };
             /** @description why the build failed */
             failure: {
@@ -3417,6 +3429,12 @@ export interface operations {
             query?: {
                 /** @description the new template: unique among your templates; not UUID-shaped */
                 name?: string;
+                /** @description the body is a build context (a tar stream, gzip or not) and this is its Dockerfile's path in it (usually Dockerfile); absent: the body is an image archive */
+                dockerfile?: string;
+                /** @description with dockerfile: a JSON object of build args (--build-arg), e.g. {"VERSION":"3.12"} */
+                build_args?: string;
+                /** @description with dockerfile: a JSON egress policy for the build's RUN steps, as a runtime's; default {"enabled":true,"allowed_hosts":[]}: intercepted, no host allowed */
+                egress_policy?: string;
             };
             header?: never;
             path?: never;

@@ -70,7 +70,10 @@ export const templateView = (t: Template): Static<typeof Wire.Template> => ({
   id: t.id,
   display_name: t.displayName,
   state: t.state,
-  source: t.source.kind === 'image' ? { image: t.source.image, registry_secret_id: t.source.registrySecretId } : { archive_bytes: t.source.archiveBytes },
+  source:
+    t.source.kind === 'image' ? { image: t.source.image, registry_secret_id: t.source.registrySecretId }
+    : t.source.kind === 'dockerfile' ? { dockerfile: t.source.dockerfile, context_bytes: t.source.contextBytes, build_args: t.source.buildArgs, egress_policy: t.source.egressPolicy }
+    : { archive_bytes: t.source.archiveBytes },
   failure: failureView(t.failure),
   config: t.config,
   disk_bytes: t.diskBytes,

@@ -199,7 +199,13 @@ export const Template = Type.Object(
     source: Type.Union([
       Type.Object({ image: Type.String(), registry_secret_id: Nullable(Type.String({ format: 'uuid' })) }, { additionalProperties: false }),
       Type.Object({ archive_bytes: Int64({ minimum: 0 }) }, { additionalProperties: false }),
-    ], { description: 'a registry image, or an uploaded archive' }),
+      Type.Object({
+        dockerfile: Type.String({ description: "the Dockerfile's path in the build context" }),
+        context_bytes: Int64({ minimum: 0, description: 'the uploaded build context' }),
+        build_args: Type.Record(Type.String(), Type.String()),
+        egress_policy: Type.Ref(EgressPolicy),
+      }, { additionalProperties: false }),
+    ], { description: 'a registry image, an uploaded archive, or a Dockerfile with its build context' }),
     failure: Nullable(TemplateFailure),
     config: Nullable(TemplateConfig),
     disk_bytes: Nullable(Int64({ minimum: 0, description: 'the root disk, once ready' })),
@@ -586,7 +592,12 @@ const RuleId = Type.String({ description: "the secret injection rule's UUID" });
 export const RuntimeParams = Type.Object({ runtime_id: RuntimeId });
 export const SecretParams = Type.Object({ secret_id: Type.String({ description: 'the secret: its UUID or its display name' }) });
 export const TemplateParams = Type.Object({ template_id: Type.String({ description: 'the template: its UUID or its display name' }) });
-export const TemplateArchiveQuery = Type.Object({ name: DisplayName('the new template: unique among your templates; not UUID-shaped') });
+export const TemplateArchiveQuery = Type.Object({
+  name: DisplayName('the new template: unique among your templates; not UUID-shaped'),
+  dockerfile: Type.String({ minLength: 1, maxLength: 4096, description: "the body is a build context (a tar stream, gzip or not) and this is its Dockerfile's path in it (usually Dockerfile); absent: the body is an image archive" }),
+  build_args: Type.String({ maxLength: 1024 * 1024, description: 'with dockerfile: a JSON object of build args (--build-arg), e.g. {"VERSION":"3.12"}' }),
+  egress_policy: Type.String({ maxLength: 1024 * 1024, description: "with dockerfile: a JSON egress policy for the build's RUN steps, as a runtime's; default {\"enabled\":true,\"allowed_hosts\":[]}: intercepted, no host allowed" }),
+});
 export const CheckpointParams = Type.Object({ checkpoint_id: Type.String({ description: 'the checkpoint: its UUID or its display name' }) });
 export const RuleParams = Type.Object({ rule_id: RuleId });
 export const RuntimeRuleParams = Type.Object({ runtime_id: RuntimeId, rule_id: RuleId });

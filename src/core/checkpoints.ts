@@ -54,6 +54,19 @@ export class CheckpointService {
   ) {}
 
   async create(tenantId: string, runtimeRef: string, input: CheckpointCreateInput): Promise<Checkpoint> {
+    return (await this.#begin(tenantId, runtimeRef, input)).checkpoint;
+  }
+
+  /** A create that resolves once the capture ended: with the ready checkpoint, or throwing why it failed. */
+  async capture(tenantId: string, runtimeRef: string, input: CheckpointCreateInput): Promise<Checkpoint> {
+    const { checkpoint, capture } = await this.#begin(tenantId, runtimeRef, input);
+    await capture;
+    const cp = await this.get(tenantId, checkpoint.id);
+    if (cp.state !== 'ready') throw failedPrecondition(`checkpoint '${cp.displayName}' failed: ${cp.stateMessage ?? 'unknown reason'}`);
+    return cp;
+  }
+
+  async #begin(tenantId: string, runtimeRef: string, input: CheckpointCreateInput): Promise<{ checkpoint: Checkpoint; capture: Promise<void> }> {
     if ((input.kind ?? 'full') !== 'full') throw invalidArgument(`checkpoint kind '${input.kind}' is not supported; only 'full' is`);
     const runtime = await this.runtimes.get(tenantId, runtimeRef);
     requireState('checkpoint', runtime.status, runtime.displayName);
@@ -79,7 +92,7 @@ export class CheckpointService {
       .catch((err: unknown) => this.log.error({ checkpointId: cp.id, err }, 'checkpoint capture crashed'))
       .finally(() => this.#captures.delete(capture));
     this.#captures.add(capture);
-    return { ...cp };
+    return { checkpoint: { ...cp }, capture };
   }
 
   async get(tenantId: string, ref: string): Promise<Checkpoint> {
@@ -95,6 +108,8 @@ export class CheckpointService {
     const cp = await this.get(tenantId, ref);
     if (cp.tenantId === null) throw failedPrecondition(`checkpoint '${cp.displayName}' is a system checkpoint and is managed by the service`);
     if (cp.state === 'creating') throw failedPrecondition(`checkpoint '${cp.displayName}' is still being created`);
+    const template = (await this.store.templates.listAll()).find((t) => t.checkpointId === cp.id);
+    if (template !== undefined) throw failedPrecondition(`checkpoint '${cp.displayName}' is what template '${template.displayName}' starts from; delete the template first`);
     await this.#remove(cp);
   }
 

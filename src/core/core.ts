@@ -15,6 +15,7 @@ import { SecretService } from './secrets.js';
 import { NodeDirectory } from './node-directory.js';
 import { ShownRuntimes } from './shown-runtimes.js';
 import { TemplateService, type TemplateOptions } from './templates.js';
+import { BUILD_LABEL, TenantBuildVms } from './build-vms.js';
 import { TokenService } from './tokens.js';
 import type { TenantLimits } from './types.js';
 import { WarmPool } from './warm-pool.js';
@@ -91,7 +92,8 @@ export class Core {
     this.consoleLogs = new ConsoleLogService(this.runtimes, driver);
     this.rules = new RuleService(store, this.runtimes, this.secrets);
     this.checkpoints = new CheckpointService(store, this.runtimes, driver, quotas, log, node);
-    this.templates = new TemplateService(store, this.secrets, ports.templateBuilder ?? null, quotas, log, node, ports.templates);
+    const buildServices = { store, runtimes: this.runtimes, processes: this.processes, files: this.files, checkpoints: this.checkpoints, imageId: () => driver.imageId() };
+    this.templates = new TemplateService(store, this.secrets, ports.templateBuilder ?? null, quotas, log, node, ports.templates, (template, policy) => new TenantBuildVms(buildServices, template, policy));
     this.runtimeMoves = node === null ? null : new RuntimeMoves(store, this.runtimes, driver, this.egress, this.audits, log, node);
     // A PATCHed policy or a rule change applies to the gateway's next connection.
     this.runtimes.observe({ policyChanged: (rt) => void this.egress.refresh(rt.id) });
@@ -105,7 +107,12 @@ export class Core {
   async reconcile(): Promise<{ adopted: number; crashed: number; orphans: number }> {
     const result = await this.runtimes.reconcile();
     await this.checkpoints.reconcile();
-    await this.templates.reconcile();
+    const cutShort = await this.templates.reconcile();
+    // The build VMs of builds cut short by the restart: nothing will ever use or remove them.
+    for (const rt of await this.ports.store.runtimes.listAll()) {
+      if (!cutShort.has(rt.labels[BUILD_LABEL] ?? '')) continue;
+      await this.runtimes.delete(rt.tenantId, rt.id).catch((err: unknown) => this.ports.log.warn({ runtimeId: rt.id, err }, 'could not remove the build VM of a build cut short'));
+    }
     await this.egress.restore();
     this.#verifying = this.checkpoints.verifyAll().catch((err: unknown) => this.ports.log.error({ err }, 'checkpoint verification failed'));
     return result;

@@ -463,13 +463,50 @@ export interface CheckpointFiles {
 export type BuildSource =
   | { kind: 'image'; image: string; credentials: { username: string; password: string } | null }
   /** The archive receiveArchive took for this template. */
-  | { kind: 'archive' };
+  | { kind: 'archive' }
+  /** The build context receiveArchive took, with the Dockerfile at this path in it; its RUNs run in `vms`. */
+  | { kind: 'dockerfile'; dockerfile: string; buildArgs: Record<string, string>; vms: BuildVms };
 
 /** A template's root disk, built and ready for the VM host to take. */
 export interface BuiltTemplate {
   config: TemplateConfig;
   /** The disk's size as the guest sees it. */
   diskBytes: number;
+  /** A Dockerfile's template: the checkpoint of its last step, which runtimes from it fork. */
+  checkpointId?: string;
+}
+
+/** Where a Dockerfile build starts: the default image, a ready template of the tenant's, or a cached layer. */
+export type BuildVmBase = { kind: 'default' } | { kind: 'template'; templateId: string } | { kind: 'layer'; checkpointId: string };
+
+/**
+ * The VMs of one Dockerfile build (docs/templates.md, "Dockerfile builds"): runtimes of the
+ * template's tenant, with the build's egress policy, and its cache of sealed layers. Everything a
+ * build runs, runs in them; nothing of it on the host.
+ */
+export interface BuildVms {
+  /** The default image's id: what a build FROM it stands on, for its cache key. */
+  defaultImageId(): string;
+  /** A ready template of the tenant's (id or name) to build FROM; not_found or failed_precondition otherwise. */
+  template(ref: string): Promise<{ id: string; config: TemplateConfig }>;
+  /** The checkpoint holding the layer cached under `key`, when the tenant has it. */
+  findLayer(key: string): Promise<string | null>;
+  start(base: BuildVmBase): Promise<BuildVm>;
+}
+
+/** A running build VM. */
+export interface BuildVm {
+  /** Runs a command to its end, its output (both channels) to `onOutput`; resolves with its exit code. */
+  run(argv: string[], env: Record<string, string>, cwd: string, onOutput: (text: string) => void, signal: AbortSignal): Promise<number>;
+  /** A small file of the guest's (at most `maxBytes`), or null when there is none. */
+  readFile(path: string, maxBytes: number): Promise<Buffer | null>;
+  makeDir(path: string): Promise<void>;
+  /** Extracts a tar stream into the directory; owners and modes as the stream says. */
+  writeArchive(dir: string, tar: Readable): Promise<void>;
+  /** Freezes the VM as the layer cached under `key`: resolves with its checkpoint's id. The VM goes on, on that layer. */
+  seal(key: string): Promise<string>;
+  /** Stops the VM and removes it. Idempotent. */
+  destroy(): Promise<void>;
 }
 
 /**

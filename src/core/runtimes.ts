@@ -176,14 +176,16 @@ export class RuntimeService {
     const env = checkEnv(input.env ?? {});
     const lifecycle = initialLifecycle(input.lifecycle);
     if (input.checkpoint !== undefined && input.template !== undefined) throw invalidArgument('give checkpoint or template, not both: a fork keeps the template of its checkpoint');
-    const fork = input.checkpoint === undefined ? null : await this.#forkOf(tenantId, input.checkpoint, input.resources);
     const template = input.template === undefined ? null : await this.#templateOf(tenantId, input.template);
+    // A Dockerfile's template is the checkpoint of its last build step: its runtimes are forks of it.
+    const forkRef = input.checkpoint ?? template?.checkpointId ?? undefined;
+    const fork = forkRef === undefined ? null : await this.#forkOf(tenantId, forkRef, input.resources);
     const resources = fork?.resources ?? this.#resourcesFromInput(input.resources);
     const claim = await this.quotas.claimVm(tenantId, { runtimeName: name, resources, newRuntime: true, replacing: null });
     let runtime: Runtime;
     try {
       if (fork !== null) await this.#checkpoints?.ensureIntact(fork.checkpoint);
-      // A template's runtime boots afresh on its disk: no system checkpoint or warm pool of its own yet (docs/templates.md).
+      // An image's template boots afresh on its disk: no system checkpoint or warm pool of its own yet (docs/templates.md).
       const { baseCheckpointId, spareId } =
         fork !== null ? { baseCheckpointId: fork.checkpoint.id, spareId: null } : template !== null ? { baseCheckpointId: null, spareId: null } : await this.#template(resources);
       const now = new Date().toISOString();
@@ -199,7 +201,7 @@ export class RuntimeService {
         resources,
         pendingResources: null,
         baseCheckpointId,
-        templateId: fork?.checkpoint.templateId ?? template?.id ?? null,
+        templateId: template?.id ?? fork?.checkpoint.templateId ?? null,
         node: this.node,
         labels,
         env,

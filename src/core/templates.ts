@@ -9,12 +9,13 @@ import type { Readable } from 'node:stream';
 import { BuildLog, utf8Tail, FAILURE_TAIL_BYTES, type BuildEvent } from './build-log.js';
 import { VesselError, failedPrecondition, invalidArgument, notFound } from './errors.js';
 import { checkDisplayName, checkImageReference } from './names.js';
-import type { BuildSource, Store, TemplateBuilder } from './ports.js';
+import type { BuildSource, BuildVms, Store, TemplateBuilder } from './ports.js';
 import type { TenantQuotas } from './quotas.js';
 import type { Logger } from './runtimes.js';
 import type { SecretService } from './secrets.js';
 import type { CommandDefaults } from './processes.js';
-import type { Page, PageRequest, Template, TemplateConfig, TemplateFailure } from './types.js';
+import { normalizeEgressPolicy } from './runtimes.js';
+import type { EgressPolicy, Page, PageRequest, Template, TemplateConfig, TemplateFailure, TemplateSource } from './types.js';
 
 export interface TemplateCreateInput {
   name: string;
@@ -22,7 +23,20 @@ export interface TemplateCreateInput {
   image?: string | undefined;
   /** A secret of the tenant's (id or name) whose value is the registry's `username:password`. */
   registry_secret?: string | undefined;
+  /** With an uploaded build context: the Dockerfile's path in it. Without, the upload is an image archive. */
+  dockerfile?: string | undefined;
+  /** The Dockerfile's build args (`--build-arg`). */
+  build_args?: Record<string, string> | undefined;
+  /** What the build's RUN steps may reach; closed when absent. */
+  egress_policy?: EgressPolicy | undefined;
 }
+
+/** The build VMs of a Dockerfile build: the tenant's, with the build's egress policy (build-vms.ts). */
+export type BuildVmsFactory = (template: Template, egressPolicy: EgressPolicy) => BuildVms;
+
+/** A build's egress unless the create says otherwise: intercepted, and no host allowed (`enabled: false` would let everything through). */
+const CLOSED_EGRESS: EgressPolicy = { enabled: true, allowed_hosts: [] };
+const MAX_BUILD_ARGS = 64;
 
 /** A build step that failed, with its command's exit code when it ran one. */
 export class BuildFailure extends Error {
@@ -71,6 +85,8 @@ export class TemplateService {
     /** The VM host this process is in a fleet; null on a single host. Templates are single-host for now. */
     private readonly node: string | null = null,
     private readonly options: TemplateOptions = DEFAULT_TEMPLATE_OPTIONS,
+    /** Null where no VMs run (tests of the API alone): Dockerfile builds are refused. */
+    private readonly buildVms: BuildVmsFactory | null = null,
   ) {
     this.#slotsFree = options.concurrentBuilds;
   }
@@ -88,17 +104,26 @@ export class TemplateService {
       throw invalidArgument('give either image (a reference to pull) or an image archive as the request body, not both');
     }
     if (archive !== undefined && input.registry_secret !== undefined) throw invalidArgument('registry_secret goes with image; an uploaded archive needs none');
+    const isContext = input.dockerfile !== undefined;
+    if (!isContext && (input.build_args !== undefined || input.egress_policy !== undefined)) throw invalidArgument('build_args and egress_policy go with a Dockerfile build (dockerfile=)');
+    if (isContext && archive === undefined) throw invalidArgument('a Dockerfile build needs its build context as the request body (a tar stream)');
+    if (isContext && this.buildVms === null) throw failedPrecondition('this service runs no build VMs, so it builds no Dockerfiles');
     const registrySecretId = input.registry_secret === undefined ? null : (await this.secrets.get(tenantId, input.registry_secret)).id;
+    let source: TemplateSource;
+    if (input.image !== undefined) source = { kind: 'image', image: checkImageReference(input.image, 'image'), registrySecretId };
+    else if (isContext) source = { kind: 'dockerfile', contextBytes: 0, dockerfile: checkContextPath(input.dockerfile!), buildArgs: checkBuildArgs(input.build_args ?? {}), egressPolicy: normalizeEgressPolicy(input.egress_policy ?? CLOSED_EGRESS) };
+    else source = { kind: 'archive', archiveBytes: 0 };
     const now = new Date().toISOString();
     const template: Template = {
       id: randomUUID(),
       tenantId,
       displayName: name,
       state: 'building',
-      source: input.image !== undefined ? { kind: 'image', image: checkImageReference(input.image, 'image'), registrySecretId } : { kind: 'archive', archiveBytes: 0 },
+      source,
       failure: null,
       config: null,
       diskBytes: null,
+      checkpointId: null,
       node: this.node,
       createdAt: now,
       updatedAt: now,
@@ -106,7 +131,8 @@ export class TemplateService {
     await this.quotas.admitTemplate(tenantId, () => this.store.templates.insert(template));
     if (archive !== undefined) {
       try {
-        template.source = { kind: 'archive', archiveBytes: await builder.receiveArchive(template.id, archive, this.options.maxArchiveBytes) };
+        const bytes = await builder.receiveArchive(template.id, archive, this.options.maxArchiveBytes);
+        template.source = source.kind === 'dockerfile' ? { ...source, contextBytes: bytes } : { kind: 'archive', archiveBytes: bytes };
         await this.store.templates.update(template);
       } catch (err) {
         await builder.discard(template.id).catch(() => undefined);
@@ -152,10 +178,22 @@ export class TemplateService {
       build.abort.abort();
       await build.done;
     }
+    if (t.checkpointId !== null) await this.#refuseWhileUsed(t);
     await this.builder?.discard(t.id);
     await this.store.templates.delete(tenantId, t.id);
     this.#finished.delete(t.id);
     this.#configs.delete(t.id);
+  }
+
+  /**
+   * A Dockerfile's template stands on no disk of its own (the VM host refuses an image template's
+   * delete while anything stands on its disk): its runtimes and checkpoints take their exec
+   * defaults from it, so it stays while any names it.
+   */
+  async #refuseWhileUsed(t: Template): Promise<void> {
+    const runtimes = (await this.store.runtimes.listAll()).filter((rt) => rt.templateId === t.id).length;
+    const checkpoints = (await this.store.checkpoints.listAll()).filter((cp) => cp.templateId === t.id && !cp.deleted).length;
+    if (runtimes + checkpoints > 0) throw failedPrecondition(`template '${t.displayName}' is what ${runtimes} runtime(s) and ${checkpoints} checkpoint(s) stand on; delete them first`);
   }
 
   /**
@@ -171,14 +209,17 @@ export class TemplateService {
     return { template, events: (async function* () { yield end; })() };
   }
 
-  /** After a restart: a build cut short never ends, so it failed; its files go. */
-  async reconcile(): Promise<void> {
+  /** After a restart: a build cut short never ends, so it failed; its files go. Resolves with those templates' ids. */
+  async reconcile(): Promise<Set<string>> {
+    const cutShort = new Set<string>();
     for (const t of await this.#own()) {
       if (t.state !== 'building' || this.#running.has(t.id)) continue;
       const failure: TemplateFailure = { step: 'build', exitCode: null, outputTail: 'the service restarted during the build' };
       await this.store.templates.update({ ...t, state: 'failed', failure, updatedAt: new Date().toISOString() });
       await this.builder?.discard(t.id).catch((err: unknown) => this.log.warn({ templateId: t.id, err }, 'could not remove a build\'s files'));
+      cutShort.add(t.id);
     }
+    return cutShort;
   }
 
   /** Builds still running (tests and shutdown wait on them). */
@@ -215,7 +256,7 @@ export class TemplateService {
       if (signal.aborted) throw new BuildFailure('the build was cancelled');
       const built = await builder.build(template.id, await this.#source(template), log, signal);
       if (signal.aborted) throw new BuildFailure('the build was cancelled');
-      const ready: Template = { ...template, state: 'ready', config: built.config, diskBytes: built.diskBytes, updatedAt: new Date().toISOString() };
+      const ready: Template = { ...template, state: 'ready', config: built.config, diskBytes: built.diskBytes, checkpointId: built.checkpointId ?? null, updatedAt: new Date().toISOString() };
       await this.store.templates.update(ready);
       log.finish('ready', null);
       this.log.info({ templateId: template.id, name: template.displayName }, 'template ready');
@@ -244,6 +285,11 @@ export class TemplateService {
   async #source(template: Template): Promise<BuildSource> {
     const source = template.source;
     if (source.kind === 'archive') return { kind: 'archive' };
+    if (source.kind === 'dockerfile') {
+      if (this.buildVms === null) throw new BuildFailure('this service runs no build VMs');
+      const vms = this.buildVms(template, source.egressPolicy);
+      return { kind: 'dockerfile', dockerfile: source.dockerfile, buildArgs: source.buildArgs, vms };
+    }
     if (source.registrySecretId === null) return { kind: 'image', image: source.image, credentials: null };
     const secret = await this.store.secrets.find(template.tenantId, source.registrySecretId);
     if (secret === undefined) throw new BuildFailure('the registry secret was deleted before the build began');
@@ -281,4 +327,24 @@ export class TemplateService {
       else this.#slotsFree++;
     };
   }
+}
+
+/** A Dockerfile's path in its build context: relative, no `..`, bounded. */
+function checkContextPath(path: string): string {
+  const parts = path.split('/').filter((p) => p !== '' && p !== '.');
+  if (parts.length === 0 || parts.includes('..') || path.length > 4096 || path.includes('\0')) throw invalidArgument(`dockerfile '${path.slice(0, 200)}' is not a path inside the build context`);
+  return parts.join('/');
+}
+
+/** Build args as --build-arg takes them: bounded in number and size. */
+function checkBuildArgs(args: Record<string, string>): Record<string, string> {
+  const entries = Object.entries(args);
+  if (entries.length > MAX_BUILD_ARGS) throw invalidArgument(`build_args has ${entries.length} entries; at most ${MAX_BUILD_ARGS} are allowed`);
+  const out = Object.create(null) as Record<string, string>;
+  for (const [k, v] of entries) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]{0,127}$/.test(k)) throw invalidArgument(`build_args key '${k.slice(0, 80)}' is not a variable name`);
+    if (typeof v !== 'string' || v.length > 128 * 1024 || v.includes('\0')) throw invalidArgument(`build_args '${k}' must be a string of at most 128 KiB without NUL`);
+    out[k] = v;
+  }
+  return out;
 }

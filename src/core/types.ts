@@ -145,7 +145,12 @@ export type TemplateSource =
   /** An image in a registry; its credentials, if any, are the value of a secret of the tenant's (`user:password`). */
   | { kind: 'image'; image: string; registrySecretId: string | null }
   /** A `docker save` or OCI archive uploaded with the create. */
-  | { kind: 'archive'; archiveBytes: number };
+  | { kind: 'archive'; archiveBytes: number }
+  /**
+   * A Dockerfile in a build context uploaded with the create (its path in the context), built in
+   * build VMs whose egress follows `egressPolicy`.
+   */
+  | { kind: 'dockerfile'; contextBytes: number; dockerfile: string; buildArgs: Record<string, string>; egressPolicy: EgressPolicy };
 
 /** Why a build failed: the step, its exit code when it ran a command, and the end of its output. */
 export interface TemplateFailure {
@@ -178,6 +183,11 @@ export interface Template {
   config: TemplateConfig | null;
   /** The root disk's size on the host's disk, once ready. */
   diskBytes: number | null;
+  /**
+   * Built from a Dockerfile: the checkpoint of its last build step, which runtimes from the
+   * template fork. Null for an image's template, whose runtimes boot on its disk.
+   */
+  checkpointId: string | null;
   /** The VM host that holds its disk; null on a single host. */
   node: string | null;
   createdAt: string;

@@ -262,4 +262,12 @@ export const PG_MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
       ALTER TABLE runtimes ADD COLUMN env TEXT NOT NULL DEFAULT '{}';
     `,
   },
+  {
+    // A template built from a Dockerfile (docs/templates.md, "Dockerfile builds") is the checkpoint
+    // of its last build step, which its runtimes fork.
+    version: 12,
+    sql: `
+      ALTER TABLE templates ADD COLUMN checkpoint_id TEXT;
+    `,
+  },
 ];

@@ -104,7 +104,7 @@ export const secretFromRow = (r: Row): Secret => ({
 });
 export const sealedSecretFromRow = (r: Row): SealedSecret => ({ ...secretFromRow(r), sealedValue: str(r.sealed_value) });
 
-export const TEMPLATE_COLUMNS = ['id', 'tenant_id', 'display_name', 'state', 'source', 'failure', 'config', 'disk_bytes', 'node', 'created_at', 'updated_at'];
+export const TEMPLATE_COLUMNS = ['id', 'tenant_id', 'display_name', 'state', 'source', 'failure', 'config', 'disk_bytes', 'checkpoint_id', 'node', 'created_at', 'updated_at'];
 export const templateToRow = (t: Template): Row => ({
   id: t.id,
   tenant_id: t.tenantId,
@@ -114,6 +114,7 @@ export const templateToRow = (t: Template): Row => ({
   failure: t.failure === null ? null : JSON.stringify(t.failure),
   config: t.config === null ? null : JSON.stringify(t.config),
   disk_bytes: t.diskBytes,
+  checkpoint_id: t.checkpointId,
   node: t.node,
   created_at: t.createdAt,
   updated_at: t.updatedAt,
@@ -127,6 +128,7 @@ export const templateFromRow = (r: Row): Template => ({
   failure: jsonOrNull(r.failure),
   config: jsonOrNull(r.config),
   diskBytes: numOrNull(r.disk_bytes),
+  checkpointId: strOrNull(r.checkpoint_id),
   node: strOrNull(r.node),
   createdAt: str(r.created_at),
   updatedAt: str(r.updated_at),

@@ -30,6 +30,8 @@ export const STEP_KEY_VERSION = 1;
 export type BaseLayer =
   | { kind: 'image'; manifestDigest: string; kitDigest: string; diskBytes: number }
   | { kind: 'default'; imageDigest: string }
+  /** A ready template of the tenant's: immutable, so its id names its content. */
+  | { kind: 'template'; templateId: string }
   | { kind: 'scratch'; kitDigest: string; diskBytes: number };
 
 /** JSON with object keys in order: one value, one text. */

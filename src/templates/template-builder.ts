@@ -13,10 +13,9 @@ import type { BuildReporter } from '../core/build-log.js';
 import { VesselError, invalidArgument } from '../core/errors.js';
 import type { BuildSource, BuiltTemplate, DiskChunk, TemplateBuilder, TemplateDisks } from '../core/ports.js';
 import { BuildFailure } from '../core/templates.js';
-import type { TemplateConfig } from '../core/types.js';
 import { BlobStore } from './blob-store.js';
-import type { ImageConfig } from './dockerfile.js';
 import type { GuestKit } from './guest-kit.js';
+import { buildDockerfile, templateConfigOf } from './dockerfile-build.js';
 import { BuildCancelled, imageRootfs } from './image-rootfs.js';
 import type { ImageSource } from './oci-image.js';
 import type { RegistryPolicy } from './registry-policy.js';
@@ -72,6 +71,14 @@ export class ImageTemplateBuilder implements TemplateBuilder {
   async build(templateId: string, source: BuildSource, report: BuildReporter, signal: AbortSignal): Promise<BuiltTemplate> {
     const work = this.#workDir(templateId);
     mkdirSync(work, { recursive: true, mode: 0o700 });
+    if (source.kind === 'dockerfile') {
+      try {
+        const blobs = new BlobStore(join(work, 'blobs'));
+        return await buildDockerfile({ contextFile: join(work, 'archive'), blobs, dockerfile: source.dockerfile, buildArgs: source.buildArgs, vms: source.vms, report, signal });
+      } finally {
+        rmSync(work, { recursive: true, force: true });
+      }
+    }
     const fetchDir = join(work, 'fetch');
     mkdirSync(fetchDir, { recursive: true, mode: 0o700 });
     let image: ImageSource;
@@ -110,12 +117,6 @@ export class ImageTemplateBuilder implements TemplateBuilder {
     await this.opts.disks.deleteTemplateDisk(templateId);
     rmSync(this.#workDir(templateId), { recursive: true, force: true });
   }
-}
-
-/** The image's ENV, WORKDIR, USER, ENTRYPOINT and CMD, as a template keeps them. */
-export function templateConfigOf(config: ImageConfig): TemplateConfig {
-  // fromEntries defines each key as its own property: an ENV named __proto__ is only a name.
-  return { env: Object.fromEntries(config.env), workdir: config.workdir === '' ? null : config.workdir, user: config.user === '' ? null : config.user, entrypoint: config.entrypoint, cmd: config.cmd };
 }
 
 /** A disk file's non-zero blocks, as runs of at most CHUNK_BYTES, in order of offset. */

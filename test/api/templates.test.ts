@@ -85,6 +85,37 @@ test('an archive body builds a template named by ?name=', async () => {
   assert.match(((await noName.json()) as any).error.message, /needs \?name=/);
 });
 
+test('a build context with ?dockerfile= builds a Dockerfile: its build args and egress policy go to the build, egress closed unless given', async () => {
+  const post = (query: string) =>
+    fetch(`${api}/v1/templates?${query}`, { method: 'POST', headers: { authorization: `Bearer ${h.admin}`, 'content-type': 'application/x-tar' }, body: new Uint8Array(Buffer.from('a tar stream')) });
+  const args = encodeURIComponent(JSON.stringify({ V: '3.12' }));
+  const res = await post(`name=from-dockerfile&dockerfile=./docker/Dockerfile&build_args=${args}`);
+  const body = (await res.json()) as any;
+  assert.equal(res.status, 201, JSON.stringify(body));
+  assert.deepEqual(body.data.source, { dockerfile: 'docker/Dockerfile', context_bytes: 12, build_args: { V: '3.12' }, egress_policy: { enabled: true, allowed_hosts: [] } });
+  const given = builder.sources.find((s) => s.templateId === body.data.id)!.source;
+  assert.equal(given.kind, 'dockerfile');
+  assert.deepEqual(given.kind === 'dockerfile' ? [given.dockerfile, { ...given.buildArgs }] : null, ['docker/Dockerfile', { V: '3.12' }]);
+  const open = await post(`name=open-egress&dockerfile=Dockerfile&egress_policy=${encodeURIComponent(JSON.stringify({ enabled: true, allowed_hosts: ['PyPI.org'] }))}`);
+  assert.deepEqual(((await open.json()) as any).data.source.egress_policy, { enabled: true, allowed_hosts: ['pypi.org'] });
+  const cases: Array<[string, RegExp]> = [
+    ['name=x&build_args=%7B%7D', /go with dockerfile=/],
+    ['name=x&dockerfile=../Dockerfile', /not a path inside the build context/],
+    ['name=x&dockerfile=Dockerfile&build_args=not-json', /build_args is not valid JSON/],
+    ['name=x&dockerfile=Dockerfile&build_args=%7B%22A%22%3A1%7D', /build_args must be an object of strings/],
+    ['name=x&dockerfile=Dockerfile&build_args=%7B%22A-B%22%3A%22x%22%7D', /not a variable name/],
+    ['name=x&dockerfile=Dockerfile&egress_policy=%7B%22enabled%22%3A%22yes%22%7D', /egress_policy must be an object/],
+  ];
+  for (const [query, message] of cases) {
+    const r = await post(query);
+    const b = (await r.json()) as any;
+    assert.equal(r.status, 400, query);
+    assert.match(b.error.message, message, query);
+  }
+  assert.equal((await h.call('GET', '/v1/templates/x')).status, 404, 'a refused create makes nothing');
+  await h.core.templates.settled();
+});
+
 test('bad requests get the error envelope and make nothing', async () => {
   const cases: Array<[unknown, number, RegExp]> = [
     [{ name: 'x' }, 400, /image/],

@@ -86,6 +86,7 @@ const template = (tenantId: string, displayName: string, extra: Partial<Template
   failure: null,
   config: null,
   diskBytes: null,
+  checkpointId: null,
   node: null,
   createdAt: at(),
   updatedAt: at(),
@@ -312,6 +313,7 @@ export function storeContract(subject: StoreUnderTest): void {
       state: 'ready',
       config: { env: { PATH: '/usr/local/bin:/usr/bin', LANG: 'C.UTF-8' }, workdir: '/app', user: '1000:1000', entrypoint: null, cmd: ['python3'] },
       diskBytes: 3 * 1024 ** 3,
+      checkpointId: randomUUID(),
       updatedAt: at(),
     };
     await store.templates.update(ready);

@@ -7,6 +7,8 @@ import { Type } from '@sinclair/typebox';
 import type { Static } from '@sinclair/typebox';
 import type { Readable } from 'node:stream';
 import { invalidArgument } from '../../core/errors.js';
+import type { TemplateCreateInput } from '../../core/templates.js';
+import type { EgressPolicy } from '../../core/types.js';
 import { EventStream } from '../event-stream.js';
 import { buildEventView, listView, templateView } from '../presenters.js';
 import { DataOf, Empty, ListOf, ListQuery, Template, TemplateArchiveQuery, TemplateBuildEvent, TemplateCreateBody, TemplateParams } from '../schemas.js';
@@ -83,7 +85,7 @@ const templateCreateRoute: RoutePlugin = async (app, { core }) => {
     schema: {
       operationId: 'createTemplate',
       tags,
-      summary: 'Build a template from a registry image (JSON), or from an image archive (the raw body, with ?name=). Answers in state building.',
+      summary: 'Build a template from a registry image (JSON), an image archive (the raw body, with ?name=), or a Dockerfile and its build context (a tar body, with ?name=&dockerfile=). Answers in state building.',
       querystring: Type.Partial(TemplateArchiveQuery),
       body: { content: { 'application/json': { schema: TemplateCreateBody }, ...binary('application/x-tar').content } },
       response: { 201: TemplateData('the template, in state building') },
@@ -97,9 +99,38 @@ const templateCreateRoute: RoutePlugin = async (app, { core }) => {
       const body = req.body as Static<typeof TemplateCreateBody>;
       created = await core.templates.create(tenantId, { name: body.name, image: body.image, registry_secret: body.registry_secret });
     } else {
-      if (req.query.name === undefined) throw invalidArgument('an image archive needs ?name= for its template');
-      created = await core.templates.create(tenantId, { name: req.query.name }, rawBody(req) as Readable);
+      const q = req.query;
+      if (q.name === undefined) throw invalidArgument('an uploaded image archive or build context needs ?name= for its template');
+      if (q.dockerfile === undefined && (q.build_args !== undefined || q.egress_policy !== undefined)) throw invalidArgument('build_args and egress_policy go with dockerfile=');
+      const input: TemplateCreateInput = { name: q.name };
+      if (q.dockerfile !== undefined) {
+        input.dockerfile = q.dockerfile;
+        if (q.build_args !== undefined) input.build_args = jsonQuery('build_args', q.build_args, isStringRecord, 'an object of strings');
+        if (q.egress_policy !== undefined) input.egress_policy = jsonQuery('egress_policy', q.egress_policy, isEgressPolicy, 'an object {"enabled": boolean, "allowed_hosts": [strings]}');
+      }
+      created = await core.templates.create(tenantId, input, rawBody(req) as Readable);
     }
     return reply.code(201).send({ data: templateView(created) });
   });
+};
+
+/** A query parameter that carries JSON (as Docker's build API takes buildargs), checked for its shape. */
+function jsonQuery<T>(name: string, text: string, is: (v: unknown) => v is T, shape: string): T {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw invalidArgument(`${name} is not valid JSON`);
+  }
+  if (!is(value)) throw invalidArgument(`${name} must be ${shape}`);
+  return value;
+}
+
+const isStringRecord = (v: unknown): v is Record<string, string> =>
+  v !== null && typeof v === 'object' && !Array.isArray(v) && Object.values(v).every((x) => typeof x === 'string');
+
+const isEgressPolicy = (v: unknown): v is EgressPolicy => {
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) return false;
+  const o = v as Record<string, unknown>;
+  return Object.keys(o).every((k) => k === 'enabled' || k === 'allowed_hosts') && typeof o.enabled === 'boolean' && Array.isArray(o.allowed_hosts) && o.allowed_hosts.every((h) => typeof h === 'string');
 };

@@ -1,0 +1,167 @@
+/**
+ * A Dockerfile built into a template (docs/templates.md, "Dockerfile builds"). The host reads the
+ * build context and plans the steps (dockerfile.ts, build-context.ts), and runs none of them:
+ * each layer-making step runs in a build VM (BuildVms: a runtime of the tenant's), and is sealed
+ * there as a layer under its cache key (step-keys.ts). A step whose key is cached already is not
+ * run: the build goes on from its layer. The template is the last step's layer.
+ *
+ *   RUN      the step's argv, env and cwd through the guest agent; as USER through setpriv
+ *   COPY     a tar stream of the matched context (copy-archive.ts), --chown and --chmod applied
+ *   WORKDIR  mkdir -p
+ *   ENV, ARG, USER, LABEL, CMD, ENTRYPOINT, EXPOSE: the plan's config, no layer
+ */
+import { createReadStream } from 'node:fs';
+import { VesselError, invalidArgument } from '../core/errors.js';
+import type { BuildReporter } from '../core/build-log.js';
+import type { BuildVm, BuildVmBase, BuildVms, BuiltTemplate } from '../core/ports.js';
+import { BuildFailure } from '../core/templates.js';
+import type { TemplateConfig } from '../core/types.js';
+import type { BlobStore } from './blob-store.js';
+import { readBuildContext } from './build-context.js';
+import { copyArchives, CopyError, copyTar } from './copy-archive.js';
+import { baseImages, emptyConfig, parseDockerfile, planBuild, type ImageConfig, type Step } from './dockerfile.js';
+import { isRoot, resolveUser, UserError, type ResolvedUser } from './guest-users.js';
+import { baseKey, matchSources, stepKey, type BaseLayer } from './step-keys.js';
+
+/** `FROM vessel`: the service's default image, the one a runtime without a template runs. */
+export const DEFAULT_IMAGE_NAME = 'vessel';
+/** The default image's environment as an image config would give it (the agent's base PATH). */
+const DEFAULT_IMAGE_ENV: [string, string][] = [['PATH', '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin']];
+/** /etc/passwd and /etc/group are read from the build VM for USER and --chown: bounded. */
+const MAX_ACCOUNT_FILE_BYTES = 1024 * 1024;
+const SETPRIV = '/usr/bin/setpriv';
+
+export interface DockerfileBuildOptions {
+  /** The uploaded build context (a tar stream, gzip or not). */
+  contextFile: string;
+  blobs: BlobStore;
+  /** The Dockerfile's path in the context. */
+  dockerfile: string;
+  buildArgs: Record<string, string>;
+  vms: BuildVms;
+  report: BuildReporter;
+  signal: AbortSignal;
+}
+
+export async function buildDockerfile(opts: DockerfileBuildOptions): Promise<BuiltTemplate> {
+  const { vms, report, signal } = opts;
+  report.step('read the build context');
+  const context = await readBuildContext(createReadStream(opts.contextFile), { blobs: opts.blobs, dockerfilePath: opts.dockerfile });
+  report.output(`${context.bytes} bytes of files${context.ignored > 0 ? `, ${context.ignored} left out by .dockerignore` : ''}\n`);
+  const parsed = parseDockerfile(context.dockerfile!);
+
+  // The base: the default image, or a ready template of the tenant's (an image is made a template first).
+  const bases = baseImages(parsed, opts.buildArgs);
+  const baseConfigs = new Map<string, ImageConfig>();
+  const baseOf = new Map<string, { vm: BuildVmBase; layer: BaseLayer }>();
+  for (const { ref, line } of bases) {
+    if (ref === DEFAULT_IMAGE_NAME) {
+      baseConfigs.set(ref, { ...emptyConfig(), env: DEFAULT_IMAGE_ENV });
+      baseOf.set(ref, { vm: { kind: 'default' }, layer: { kind: 'default', imageDigest: vms.defaultImageId() } });
+    } else {
+      const t = await vms.template(ref).catch((err: unknown) => {
+        throw err instanceof VesselError ? invalidArgument(`Dockerfile line ${line}: ${err.message}`) : err;
+      });
+      baseConfigs.set(ref, imageConfigOf(t.config));
+      baseOf.set(ref, { vm: { kind: 'template', templateId: t.id }, layer: { kind: 'template', templateId: t.id } });
+    }
+  }
+  const plan = planBuild(parsed, { buildArgs: opts.buildArgs, baseConfigs });
+  for (const w of plan.warnings) report.output(`warning: ${w.line === null ? '' : `line ${w.line}: `}${w.message}\n`);
+  if (plan.stages.length > 1) throw invalidArgument('Dockerfile: multi-stage builds (several FROM, COPY --from) are not supported yet');
+  const stage = plan.stages[0]!;
+  if (stage.base.kind !== 'image') throw invalidArgument(`Dockerfile: FROM scratch is not supported: build FROM ${DEFAULT_IMAGE_NAME} or a template of yours`);
+  const base = baseOf.get(stage.base.ref)!;
+
+  let vm: BuildVm | null = null;
+  try {
+    let parentKey = baseKey(base.layer);
+    let layer: string | null = null;
+    // A Dockerfile with no layer-making step is its base, sealed under the base's key.
+    const steps: (Step | null)[] = stage.steps.length === 0 ? [null] : stage.steps;
+    let missed = false;
+    for (const step of steps) {
+      if (signal.aborted) throw new BuildFailure('the build was cancelled');
+      const sources = step?.kind === 'copy' ? matchSources(context.tree, step) : undefined;
+      const key = step === null ? parentKey : stepKey(parentKey, step, sources === undefined ? {} : { sources });
+      const name = step === null ? `FROM ${stage.base.ref}` : stepName(step);
+      const cached = missed ? null : await vms.findLayer(key);
+      if (cached !== null) {
+        report.step(name, { cached: true });
+        layer = cached;
+        parentKey = key;
+        continue;
+      }
+      missed = true;
+      if (vm === null) {
+        report.step(layer === null ? `start a build VM from ${stage.base.ref}` : 'start a build VM from the cached layers');
+        vm = await vms.start(layer === null ? base.vm : { kind: 'layer', checkpointId: layer });
+      }
+      report.step(name);
+      if (step !== null) await runStep(vm, step, sources, opts, report);
+      layer = await vm.seal(key);
+      parentKey = key;
+    }
+    return { config: templateConfigOf(stage.config), diskBytes: 0, checkpointId: layer! };
+  } catch (err) {
+    if (err instanceof UserError || err instanceof CopyError) throw new BuildFailure(err.message);
+    throw err;
+  } finally {
+    await vm?.destroy().catch(() => undefined);
+  }
+}
+
+async function runStep(vm: BuildVm, step: Step, sources: ReturnType<typeof matchSources> | undefined, opts: DockerfileBuildOptions, report: BuildReporter): Promise<void> {
+  switch (step.kind) {
+    case 'run': {
+      const env = Object.fromEntries(step.env);
+      let argv = step.argv;
+      if (!isRoot(step.user)) {
+        const user = await userOf(vm, step.user);
+        // The agent runs commands as root; setpriv (util-linux) becomes the user, as Docker's runc would.
+        argv = [SETPRIV, `--reuid=${user.uid}`, `--regid=${user.gid}`, user.name === null ? '--clear-groups' : '--init-groups', '--', ...argv];
+        if (!Object.hasOwn(env, 'HOME')) env.HOME = user.home ?? '/';
+      }
+      const code = await vm.run(argv, env, step.workdir, (text) => report.output(text), opts.signal);
+      if (opts.signal.aborted) throw new BuildFailure('the build was cancelled');
+      if (code !== 0) throw new BuildFailure(`${stepName(step)}: the command returned a non-zero code: ${code}`, code);
+      return;
+    }
+    case 'copy': {
+      const chown = step.chown === null ? null : await userOf(vm, step.chown);
+      for (const archive of copyArchives(sources!, step.dest, step.destIsDir, step.extractArchives)) {
+        await vm.writeArchive(archive.dir, copyTar(archive, opts.blobs, chown, step.chmod));
+      }
+      return;
+    }
+    case 'workdir':
+      await vm.makeDir(step.path);
+      return;
+  }
+}
+
+async function userOf(vm: BuildVm, spec: string): Promise<ResolvedUser> {
+  const passwd = await vm.readFile('/etc/passwd', MAX_ACCOUNT_FILE_BYTES);
+  const group = spec.includes(':') ? await vm.readFile('/etc/group', MAX_ACCOUNT_FILE_BYTES) : null;
+  return resolveUser(spec, passwd?.toString('utf8') ?? null, group?.toString('utf8') ?? null);
+}
+
+/** A step as its log names it: the instruction, shortened. */
+export function stepName(step: Step): string {
+  const text =
+    step.kind === 'run' ? `RUN ${step.argv.length === 3 && step.argv[1] === '-c' ? step.argv[2] : JSON.stringify(step.argv)}`
+    : step.kind === 'copy' ? `${step.extractArchives ? 'ADD' : 'COPY'} ${step.chown === null ? '' : `--chown=${step.chown} `}${step.sources.join(' ')} ${step.dest}`
+    : `WORKDIR ${step.path}`;
+  const oneLine = text.replace(/\s+/g, ' ');
+  return oneLine.length > 200 ? `${oneLine.slice(0, 199)}…` : oneLine;
+}
+
+function imageConfigOf(c: TemplateConfig): ImageConfig {
+  return { ...emptyConfig(), env: Object.entries(c.env), workdir: c.workdir ?? '/', user: c.user ?? '', cmd: c.cmd, entrypoint: c.entrypoint };
+}
+
+/** An image's (or a plan's) ENV, WORKDIR, USER, ENTRYPOINT and CMD, as a template keeps them. */
+export function templateConfigOf(config: ImageConfig): TemplateConfig {
+  // fromEntries defines each key as its own property: an ENV named __proto__ is only a name.
+  return { env: Object.fromEntries(config.env), workdir: config.workdir === '' ? null : config.workdir, user: config.user === '' ? null : config.user, entrypoint: config.entrypoint, cmd: config.cmd };
+}

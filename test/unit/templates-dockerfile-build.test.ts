@@ -1,0 +1,235 @@
+/**
+ * A Dockerfile build's steps as they reach the build VMs (templates/dockerfile-build.ts), with a
+ * fake BuildVms that records them: what runs (and as whom), what a COPY's tar stream holds (paths,
+ * owners, modes), the cache (hits skip their steps; the VM starts on the last hit), and failures.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { Parser, type ReadEntry } from 'tar';
+import { BuildLog, type BuildEvent } from '../../src/core/build-log.js';
+import type { BuildVm, BuildVmBase, BuildVms } from '../../src/core/ports.js';
+import { BuildFailure } from '../../src/core/templates.js';
+import { BlobStore } from '../../src/templates/blob-store.js';
+import { buildDockerfile } from '../../src/templates/dockerfile-build.js';
+import { resolveUser } from '../../src/templates/guest-users.js';
+import { tarOf } from '../support/tar-stream.js';
+
+const PASSWD = 'root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\napp:x:1000:1000::/home/app:/bin/sh\n';
+const GROUP = 'root:x:0:\nnogroup:x:65534:\nstaff:x:50:\n';
+
+interface Copied {
+  dir: string;
+  entries: { path: string; type: string; uid: number; gid: number; mode: number; body: string }[];
+}
+
+class FakeVms implements BuildVms {
+  readonly layers = new Map<string, string>();
+  readonly starts: BuildVmBase[] = [];
+  readonly runs: { argv: string[]; env: Record<string, string>; cwd: string }[] = [];
+  readonly dirs: string[] = [];
+  readonly copies: Copied[] = [];
+  readonly sealed: string[] = [];
+  destroyed = 0;
+  exitCode = 0;
+
+  defaultImageId = () => 'img1';
+  template = async (): Promise<never> => {
+    throw new Error('no templates here');
+  };
+  findLayer = async (key: string) => this.layers.get(key) ?? null;
+
+  async start(base: BuildVmBase): Promise<BuildVm> {
+    this.starts.push(base);
+    return this.#vm();
+  }
+
+  #vm(): BuildVm {
+    const vms = { runs: this.runs, dirs: this.dirs, copies: this.copies, layers: this.layers, sealed: this.sealed, exitCode: () => this.exitCode, destroyed: () => this.destroyed++ };
+    return {
+      async run(argv, env, cwd, onOutput) {
+        vms.runs.push({ argv, env, cwd });
+        onOutput(`ran ${argv.at(-1)}\n`);
+        return vms.exitCode();
+      },
+      async readFile(path) {
+        return Buffer.from(path === '/etc/passwd' ? PASSWD : GROUP);
+      },
+      async makeDir(path) {
+        vms.dirs.push(path);
+      },
+      async writeArchive(dir, tar) {
+        vms.copies.push({ dir, entries: await entriesOf(tar) });
+      },
+      async seal(key) {
+        const id = `cp-${vms.layers.size + 1}`;
+        vms.layers.set(key, id);
+        vms.sealed.push(id);
+        return id;
+      },
+      async destroy() {
+        vms.destroyed();
+      },
+    };
+  }
+}
+
+async function entriesOf(tar: Readable): Promise<Copied['entries']> {
+  const out: Copied['entries'] = [];
+  const parser = new Parser({
+    onReadEntry: (e: ReadEntry) => {
+      const chunks: Buffer[] = [];
+      e.on('data', (c: Buffer) => chunks.push(c));
+      e.on('end', () => out.push({ path: e.path, type: e.type, uid: e.uid!, gid: e.gid!, mode: e.mode!, body: Buffer.concat(chunks).toString() }));
+    },
+  });
+  for await (const chunk of tar) parser.write(chunk as Buffer);
+  await new Promise<void>((resolve) => parser.end(resolve));
+  return out;
+}
+
+async function withBuild(files: Record<string, string>, work: (run: (vms: FakeVms, buildArgs?: Record<string, string>) => Promise<{ events: BuildEvent[]; checkpointId: string | undefined }>) => Promise<void>): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'vessel-dockerfile-build-'));
+  try {
+    const context = join(dir, 'context.tar');
+    writeFileSync(context, tarOf(Object.entries(files).map(([path, body]) => ({ path, body, ...(path.startsWith('bin/') ? { mode: 0o755 } : {}) }))));
+    await work(async (vms, buildArgs = {}) => {
+      const log = new BuildLog();
+      const built = await buildDockerfile({ contextFile: context, blobs: new BlobStore(join(dir, `blobs-${Math.random()}`)), dockerfile: 'Dockerfile', buildArgs, vms, report: log, signal: new AbortController().signal });
+      log.finish('ready', null);
+      const events: BuildEvent[] = [];
+      for await (const e of log.read()) events.push(e);
+      return { events, checkpointId: built.checkpointId };
+    });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const stepsOf = (events: BuildEvent[]) => {
+  const names = new Map<number, string>();
+  return events.flatMap((e) => {
+    if (e.event === 'step') names.set(e.step, e.name);
+    return e.event === 'step_done' ? [[names.get(e.step), e.cached] as const] : [];
+  });
+};
+
+const DOCKERFILE = `FROM vessel
+ARG V=1
+ENV GREETING="hello $V" PATH=/opt/bin:$PATH
+WORKDIR /app
+COPY --chown=app:staff --chmod=0750 src/ bin/tool ./
+COPY notes.txt /etc/notes
+USER nobody
+RUN echo "$GREETING"
+CMD ["python3", "-m", "http.server"]
+`;
+
+test('steps run in the build VM in order: WORKDIR as mkdir, COPY as tar streams with --chown and --chmod, RUN with its env and cwd as USER', async () => {
+  await withBuild({ Dockerfile: DOCKERFILE, 'src/a.py': 'print(1)\n', 'src/lib/b.py': 'x = 2\n', 'bin/tool': '#!/bin/sh\n', 'notes.txt': 'n\n', 'unused.txt': 'u\n' }, async (run) => {
+    const vms = new FakeVms();
+    const { events, checkpointId } = await run(vms, { V: '2' });
+    assert.deepEqual(stepsOf(events), [
+      ['read the build context', false],
+      ['start a build VM from vessel', false],
+      ['WORKDIR /app', false],
+      ['COPY --chown=app:staff src bin/tool /app', false],
+      ['COPY notes.txt /etc/notes', false],
+      ['RUN echo "$GREETING"', false],
+      // finish() ends the last step
+    ]);
+    assert.deepEqual(vms.starts, [{ kind: 'default' }]);
+    assert.deepEqual(vms.dirs, ['/app']);
+    // A directory's contents go into the destination; a file under it; owners and modes from the flags.
+    assert.deepEqual(vms.copies[0], {
+      dir: '/app',
+      entries: [
+        { path: 'a.py', type: 'File', uid: 1000, gid: 50, mode: 0o750, body: 'print(1)\n' },
+        { path: 'lib/', type: 'Directory', uid: 1000, gid: 50, mode: 0o750, body: '' },
+        { path: 'lib/b.py', type: 'File', uid: 1000, gid: 50, mode: 0o750, body: 'x = 2\n' },
+        { path: 'tool', type: 'File', uid: 1000, gid: 50, mode: 0o750, body: '#!/bin/sh\n' },
+      ],
+    });
+    // A file to a path that is not a directory: it lands under that name, root's, its own mode.
+    assert.deepEqual(vms.copies[1], { dir: '/etc', entries: [{ path: 'notes', type: 'File', uid: 0, gid: 0, mode: 0o644, body: 'n\n' }] });
+    assert.equal(vms.runs.length, 1);
+    const r = vms.runs[0]!;
+    assert.deepEqual(r.argv, ['/usr/bin/setpriv', '--reuid=65534', '--regid=65534', '--init-groups', '--', '/bin/sh', '-c', 'echo "$GREETING"']);
+    assert.equal(r.cwd, '/app');
+    assert.equal(r.env.GREETING, 'hello 2');
+    assert.equal(r.env.PATH, '/opt/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin');
+    assert.equal(r.env.V, '2');
+    assert.equal(r.env.HOME, '/nonexistent');
+    assert.deepEqual(vms.sealed, ['cp-1', 'cp-2', 'cp-3', 'cp-4']);
+    assert.equal(checkpointId, 'cp-4');
+    assert.equal(vms.destroyed, 1);
+  });
+});
+
+test('a rebuild finds every unchanged step in the cache and starts its VM on the last one; a fully cached build starts none', async () => {
+  const files = (last: string) => ({ Dockerfile: `FROM vessel\nWORKDIR /app\nCOPY a.txt .\nRUN ${last}\n`, 'a.txt': 'a\n' });
+  const vms = new FakeVms();
+  await withBuild(files('echo one'), async (run) => {
+    await run(vms);
+  });
+  assert.equal(vms.sealed.length, 3);
+  await withBuild(files('echo two'), async (run) => {
+    const { events, checkpointId } = await run(vms);
+    assert.deepEqual(stepsOf(events), [
+      ['read the build context', false],
+      ['WORKDIR /app', true],
+      ['COPY a.txt /app', true],
+      ['start a build VM from the cached layers', false],
+      ['RUN echo two', false],
+    ]);
+    assert.deepEqual(vms.starts.at(-1), { kind: 'layer', checkpointId: 'cp-2' });
+    assert.equal(checkpointId, 'cp-4');
+  });
+  const starts = vms.starts.length;
+  await withBuild(files('echo two'), async (run) => {
+    const { checkpointId } = await run(vms);
+    assert.equal(checkpointId, 'cp-4');
+  });
+  assert.equal(vms.starts.length, starts, 'a build whose every step is cached boots nothing');
+  // A changed file copied changes the COPY's key and everything after it.
+  await withBuild({ ...files('echo two'), 'a.txt': 'changed\n' }, async (run) => {
+    const { events } = await run(vms);
+    assert.deepEqual(stepsOf(events).map(([, cached]) => cached), [false, true, false, false, false]);
+  });
+});
+
+test('a failing RUN is a BuildFailure with its exit code, and its VM is removed', async () => {
+  await withBuild({ Dockerfile: 'FROM vessel\nRUN exit 7\n' }, async (run) => {
+    const vms = new FakeVms();
+    vms.exitCode = 7;
+    await assert.rejects(run(vms), (err: unknown) => err instanceof BuildFailure && err.exitCode === 7 && /RUN exit 7: the command returned a non-zero code: 7/.test(err.message));
+    assert.equal(vms.destroyed, 1);
+    assert.deepEqual(vms.sealed, []);
+  });
+});
+
+test('what builds only on the default image or a template is refused with the reason', async () => {
+  for (const [text, message] of [
+    ['FROM vessel AS a\nRUN true\nFROM vessel\nCOPY --from=a /x /x\n', /multi-stage/],
+    ['FROM scratch\nCOPY a /a\n', /FROM scratch is not supported/],
+    ['FROM vessel\nADD x.tar.gz /opt/\n', /extracting a local archive is not supported yet/],
+    ['FROM vessel\nCOPY --chown=ghost a /a\n', /unable to find user ghost/],
+  ] as const) {
+    await withBuild({ Dockerfile: text, a: 'a', 'x.tar.gz': 'not really' }, async (run) => {
+      await assert.rejects(run(new FakeVms()), (err: unknown) => err instanceof Error && message.test(err.message), text);
+    });
+  }
+});
+
+test("user[:group] resolves against the guest's passwd and group as Docker's does", () => {
+  assert.deepEqual(resolveUser('app', PASSWD, GROUP), { uid: 1000, gid: 1000, name: 'app', home: '/home/app' });
+  assert.deepEqual(resolveUser('app:staff', PASSWD, GROUP), { uid: 1000, gid: 50, name: 'app', home: '/home/app' });
+  assert.deepEqual(resolveUser('1234', PASSWD, GROUP), { uid: 1234, gid: 0, name: null, home: null }, 'a uid without an entry is taken as it is');
+  assert.deepEqual(resolveUser('1000:65534', PASSWD, GROUP), { uid: 1000, gid: 65534, name: 'app', home: '/home/app' });
+  assert.throws(() => resolveUser('app:nogroup-here', PASSWD, GROUP), /unable to find group/);
+  assert.throws(() => resolveUser('ghost', null, null), /unable to find user ghost/);
+  assert.throws(() => resolveUser('9999999999', PASSWD, GROUP), /not a valid id/);
+});
