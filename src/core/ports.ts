@@ -310,6 +310,8 @@ export interface CheckpointDescription {
   manifest: unknown;
   /** The digest of the guest image's files: a checkpoint's disk layers sit on that exact image. */
   image: string;
+  /** The files a copy of it must take, as `open` and readCheckpointFile name them: its layers, 'state', 'ram'. */
+  files: string[];
 }
 
 /** Another VM host's checkpoint, as the host that copies it reads it. */
@@ -317,6 +319,20 @@ export interface RemoteCheckpoint {
   description: CheckpointDescription;
   /** One of its files' frames: 'state', 'ram', or a disk layer's id. */
   open(file: string): Promise<AsyncIterable<Buffer>>;
+}
+
+/**
+ * Object storage for checkpoints, so that one outlives the VM host that captured it
+ * (docs/scaling.md, "Object storage"). The store records the digest `upload` answers: what
+ * `open` is later checked against, so the bucket alone cannot make a checkpoint be something else.
+ */
+export interface CheckpointArchive {
+  /** Stores a ready checkpoint's files (those its description names) and its description; idempotent. Resolves with the digest of what was stored. */
+  upload(checkpointId: string, source: RemoteCheckpoint): Promise<string>;
+  /** The stored checkpoint, read as another host's is by importCheckpoint; every chunk is checked on its way. */
+  open(checkpointId: string, digest: string): Promise<RemoteCheckpoint>;
+  /** Forgets a deleted checkpoint's description; its chunks are left (other checkpoints may share them). */
+  forget(checkpointId: string): Promise<void>;
 }
 
 /*
