@@ -166,6 +166,15 @@ export interface CheckpointRepo {
   moveNode(id: string, from: string, to: string): Promise<boolean>;
   /** Removes the row for good; the core calls it once no runtime needs the files. */
   purge(id: string): Promise<void>;
+  /**
+   * Records that a checkpoint is in object storage, with the digest of its record there
+   * (CheckpointArchive), unless it was deleted meanwhile: false then.
+   */
+  setArchived(id: string, digest: string): Promise<boolean>;
+  /** The digest of a checkpoint's record in object storage; null while it is not stored there. */
+  archiveDigest(id: string): Promise<string | null>;
+  /** The ready tenant checkpoints on this VM host (null: a single host's) not yet in object storage, oldest first. */
+  listUnarchived(node: string | null): Promise<string[]>;
 }
 
 /** A tenant's own limits, where an operator set them; null puts one back to the default. */

@@ -198,4 +198,12 @@ export const MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
       ALTER TABLE checkpoints ADD COLUMN template_id TEXT;
     `,
   },
+  {
+    // Checkpoints in object storage (docs/scaling.md, "Object storage"): the digest of each one's
+    // record in the bucket, once it is stored; a restore reads back only that record.
+    version: 10,
+    sql: `
+      ALTER TABLE checkpoints ADD COLUMN archive_digest TEXT;
+    `,
+  },
 ];

@@ -12,7 +12,14 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DeleteObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
-import { VesselError } from '../../src/core/errors.js';
+import { Core } from '../../src/core/core.js';
+import { VesselError, unavailable } from '../../src/core/errors.js';
+import { SecretBox } from '../../src/core/secret-box.js';
+import type { Checkpoint } from '../../src/core/types.js';
+import { SqliteStore } from '../../src/store/sqlite-store.js';
+import { ROOMY_TENANT_LIMITS, silentLog } from '../support/api-harness.js';
+import { FakeDriver } from '../support/fake-driver.js';
+import { FakeGateway } from '../support/fake-gateway.js';
 import type { RemoteCheckpoint } from '../../src/core/ports.js';
 import { ObjectCheckpointArchive } from '../../src/objects/checkpoint-archive.js';
 import { CHUNK_BYTES, ObjectStoreError } from '../../src/objects/chunk-store.js';
@@ -173,4 +180,60 @@ test('a chunk changed or removed in the bucket, or a record not the one stored, 
   await assert.rejects(archive.open(id, digest), (err: Error) => err instanceof ObjectStoreError && err.kind === 'corrupt' && /is not the one stored/.test(err.message));
   await archive.forget(id);
   await assert.rejects(archive.open(id, digest), (err: Error) => err instanceof ObjectStoreError && err.kind === 'missing');
+});
+
+test('a checkpoint ready on one VM host is uploaded; with that host gone, another host takes it from object storage', async () => {
+  const dir = scratch('fleet');
+  mkdirSync(dir);
+  const store = new SqliteStore(join(dir, 'vessel.db'));
+  const [driverA, driverB] = [new FakeDriver(), new FakeDriver()];
+  const host = (driver: FakeDriver, node: string) =>
+    new Core({ store, driver, gateway: new FakeGateway(), secretBox: new SecretBox(randomBytes(32)), log: silentLog, tenantLimits: ROOMY_TENANT_LIMITS, node, archive });
+  const row = (displayName: string): Checkpoint => ({
+    id: randomUUID(),
+    tenantId: 'acme',
+    displayName,
+    state: 'ready',
+    stateMessage: null,
+    resources: { limits: { memory_mib: 512 }, requests: { memory_mib: 512 }, vcpus: 1 },
+    sourceRuntimeId: null,
+    templateId: null,
+    parentCheckpointId: null,
+    deleted: false,
+    diskBytes: 1000,
+    node: 'host-a',
+    createdAt: new Date().toISOString(),
+  });
+  try {
+    const [a, b] = [host(driverA, 'host-a'), host(driverB, 'host-b')];
+    const cp = row('kept');
+    await store.checkpoints.insert(cp);
+    driverA.checkpoints.add(cp.id);
+    // A start takes up what is pending: this one was ready before any upload began.
+    await a.reconcile();
+    await a.uploadsSettled();
+    const digest = await store.checkpoints.archiveDigest(cp.id);
+    assert.ok(digest !== null, 'the store records it as stored');
+    assert.deepEqual(await store.checkpoints.listUnarchived('host-a'), []);
+
+    // Host a is gone (its files with it): host b's move cannot reach it, and restores from the bucket.
+    const gone = async (): Promise<RemoteCheckpoint> => {
+      throw unavailable("VM host 'host-a', which holds the checkpoint's files, holds no lease");
+    };
+    const moved = await b.checkpoints.moveHere('acme', cp.id, gone);
+    assert.deepEqual([moved.from, moved.checkpoint.node], ['host-a', 'host-b']);
+    assert.ok(driverB.checkpoints.has(cp.id));
+    assert.deepEqual(driverB.importedShapes.get(cp.id), { memoryMib: 512, vcpus: 1 });
+
+    // One never uploaded cannot come back: the host's absence is the answer.
+    const lost = row('lost');
+    await store.checkpoints.insert(lost);
+    await assert.rejects(b.checkpoints.moveHere('acme', lost.id, gone), (err: Error) => err instanceof VesselError && err.code === 'unavailable' && /holds no lease/.test(err.message));
+
+    // Deleted, it leaves the bucket's record behind it.
+    await b.checkpoints.delete('acme', cp.id);
+    await assert.rejects(archive.open(cp.id, digest), (err: Error) => err instanceof ObjectStoreError && err.kind === 'missing');
+  } finally {
+    await store.close();
+  }
 });
