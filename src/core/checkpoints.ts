@@ -4,7 +4,7 @@
  * another checkpoint sits on it, and frees it after the last one goes.
  */
 import { randomUUID } from 'node:crypto';
-import { VesselError, failedPrecondition, invalidArgument, notFound } from './errors.js';
+import { failedPrecondition, invalidArgument, notFound } from './errors.js';
 import type { CheckpointUploads } from './checkpoint-uploads.js';
 import { requireState } from './lifecycle.js';
 import { checkDisplayName } from './names.js';
@@ -151,8 +151,9 @@ export class CheckpointService {
     try {
       return await connect(cp.node!, cp.id);
     } catch (err) {
-      const unreachable = err instanceof VesselError && err.code === 'unavailable';
-      const digest = this.archive === null || !unreachable ? null : await this.store.checkpoints.archiveDigest(cp.id);
+      // Whatever kept the holder from describing it (no lease, a refused connection, a host that
+      // restarted empty): the stored copy is the same checkpoint, checked the same way.
+      const digest = this.archive === null ? null : await this.store.checkpoints.archiveDigest(cp.id);
       if (digest === null) throw err;
       this.log.info({ checkpointId: cp.id, from: cp.node, why: (err as Error).message }, "the checkpoint's host cannot be reached: restoring it from object storage");
       return this.archive!.files.open(cp.id, digest);

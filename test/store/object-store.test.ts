@@ -220,7 +220,11 @@ test('a checkpoint ready on one VM host is uploaded; with that host gone, anothe
     const gone = async (): Promise<RemoteCheckpoint> => {
       throw unavailable("VM host 'host-a', which holds the checkpoint's files, holds no lease");
     };
-    const moved = await b.checkpoints.moveHere('acme', cp.id, gone);
+    // As the hop fails when the holder's lease still runs but its process is gone.
+    const refused = async (): Promise<RemoteCheckpoint> => {
+      throw new Error('connect ECONNREFUSED 127.0.0.1:8082');
+    };
+    const moved = await b.checkpoints.moveHere('acme', cp.id, refused);
     assert.deepEqual([moved.from, moved.checkpoint.node], ['host-a', 'host-b']);
     assert.ok(driverB.checkpoints.has(cp.id));
     assert.deepEqual(driverB.importedShapes.get(cp.id), { memoryMib: 512, vcpus: 1 });

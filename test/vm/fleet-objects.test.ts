@@ -85,7 +85,7 @@ test('a checkpoint whose host is lost, files and all, is forked on another host 
     return row?.archive_digest !== null && row?.state === 'ready' ? true : undefined;
   });
   const holder = (await db.query('SELECT node FROM checkpoints WHERE id = $1', [cp.id])).rows[0].node as string;
-  const lost = holder === 'host-1' ? hosts[0]! : hosts[1]!;
+  const [lost, other] = holder === 'host-1' ? [hosts[0]!, hosts[1]!] : [hosts[1]!, hosts[0]!];
 
   // The host is lost: its process and VMs killed, its data directory gone.
   await lost.kill9();
@@ -95,7 +95,9 @@ test('a checkpoint whose host is lost, files and all, is forked on another host 
     ok(await api.call('GET', '/v1/runtimes/source')).status === 'unavailable' ? true : undefined,
   );
 
-  ok(await api.call('POST', '/v1/runtimes', { display_name: 'fork', checkpoint: 'snap' }), 201);
+  const fork = await api.call('POST', '/v1/runtimes', { display_name: 'fork', checkpoint: 'snap' });
+  // What went wrong is in the services' logs, which go with them.
+  assert.equal(fork.status, 201, `${JSON.stringify(fork.body)}\nAPI node:\n${api.log.slice(-3000)}\nother host:\n${other.log.slice(-6000)}`);
   const node = (await db.query("SELECT node FROM runtimes WHERE display_name = 'fork'")).rows[0].node as string;
   assert.notEqual(node, holder);
   assert.equal((await db.query('SELECT node FROM checkpoints WHERE id = $1', [cp.id])).rows[0].node, node, 'the checkpoint is the new host\'s now');
