@@ -40,7 +40,9 @@ export async function startRadosGateway(): Promise<S3Server> {
   const missing = BINARIES.filter((b) => !['/usr/bin', '/usr/sbin'].some((d) => existsSync(join(d, b))));
   if (missing.length > 0) throw new Error(`Ceph is not installed (no ${missing.join(', ')}): apt-get install ceph-mon ceph-osd radosgw ceph-common`);
   const dir = mkdtempSync(join(tmpdir(), 'vessel-ceph-'));
-  const [monPort, rgwPort] = [await freePort(), await freePort()];
+  const monPort = await freePort();
+  let rgwPort = await freePort();
+  while (rgwPort === monPort) rgwPort = await freePort();
   const conf = join(dir, 'ceph.conf');
   const keyring = join(dir, 'keyring');
   for (const sub of ['run', 'log', 'mon.a', 'osd.0']) mkdirSync(join(dir, sub));
@@ -114,15 +116,29 @@ export async function startRadosGateway(): Promise<S3Server> {
     if (id !== '0') throw new Error(`the monitor gave the OSD id ${id}, not 0`);
     run('ceph-osd', ['-i', '0', '--mkfs', '--osd-uuid', osdUuid]);
     daemon('ceph-osd', ['-i', '0']);
-    daemon('radosgw', ['-n', 'client.rgw', '--rgw-frontends', `beast endpoint=127.0.0.1:${rgwPort}`]);
-    const endpoint = `http://127.0.0.1:${rgwPort}`;
-    // The gateway makes its pools before it listens: an answer means it is ready.
-    for (let tries = 0; ; tries++) {
-      const ok = await fetch(endpoint).then((res) => res.ok, () => false);
-      if (ok) break;
-      if (tries === 240) throw new Error(`radosgw did not answer on ${endpoint} within 60 s; its log: ${join(dir, 'log')}`);
-      if (children.some((c) => c.exitCode !== null)) throw new Error(`a Ceph daemon exited while starting; logs in ${join(dir, 'log')}`);
-      await sleep(250);
+    const endpoint = await startGateway(rgwPort);
+    async function startGateway(port: number, attempt = 1): Promise<string> {
+      const logFile = join(dir, 'log', 'client.rgw.log');
+      const logStart = existsSync(logFile) ? readFileSync(logFile).length : 0;
+      const gateway = spawn('radosgw', ['-c', conf, '-f', '-n', 'client.rgw', '--rgw-frontends', `beast endpoint=127.0.0.1:${port}`], { stdio: 'ignore' });
+      gateway.on('error', () => undefined);
+      children.push(gateway);
+      const url = `http://127.0.0.1:${port}`;
+      // The gateway makes its pools before it listens. Ready is an S3 answer while it runs: the
+      // port was free a moment ago, and another process may have taken it since.
+      for (let tries = 0; ; tries++) {
+        const s3 = await fetch(url).then(async (res) => (await res.text()).includes('ListAllMyBucketsResult'), () => false);
+        if (gateway.exitCode !== null || gateway.signalCode !== null) {
+          const log = existsSync(logFile) ? readFileSync(logFile).subarray(logStart).toString('utf8') : '';
+          children.splice(children.indexOf(gateway), 1);
+          if (attempt < 3 && log.includes('Address already in use')) return startGateway(await freePort(), attempt + 1);
+          throw new Error(`radosgw exited while starting; its log: ${join(dir, 'log')}`);
+        }
+        if (s3) return url;
+        if (tries === 360) throw new Error(`radosgw did not answer on ${url} within 90 s; its log: ${join(dir, 'log')}`);
+        if (children.some((c) => c.exitCode !== null)) throw new Error(`a Ceph daemon exited while starting; logs in ${join(dir, 'log')}`);
+        await sleep(250);
+      }
     }
     const accessKeyId = `VESSEL${randomBytes(7).toString('hex').toUpperCase()}`;
     const secretAccessKey = randomBytes(20).toString('hex');
