@@ -22,7 +22,7 @@ module.exports = {
       comment: 'core is the domain: it declares ports (core/ports.ts) and imports no adapter, nor the API, the fleet or the CLI.',
       severity: 'error',
       from: { path: '^src/core/' },
-      to: { path: '^src/(store|vm|net|api|cluster|cli|host)/' },
+      to: { path: '^src/(store|vm|net|objects|api|cluster|cli|host)/' },
     },
     {
       name: 'core-does-not-import-cluster',
@@ -36,7 +36,7 @@ module.exports = {
       comment: 'api (and e2b, the E2B facade on it) knows the VM driver, the network gateway and the store only through the ports in core; cli/serve.ts wires the adapters.',
       severity: 'error',
       from: { path: '^src/(api|e2b)/' },
-      to: { path: '^src/(vm|net|store|host)/' },
+      to: { path: '^src/(vm|net|store|objects|host)/' },
     },
     {
       name: 'api-does-not-import-cluster',
@@ -54,9 +54,9 @@ module.exports = {
     },
     {
       name: 'adapters-import-only-core-and-platform',
-      comment: 'store, vm and net are adapters of core ports: besides their own folder they import only core and platform.',
+      comment: 'store, vm, net and objects are adapters of core ports: besides their own folder they import only core and platform.',
       severity: 'error',
-      from: { path: '^src/(store|vm|net)/' },
+      from: { path: '^src/(store|vm|net|objects)/' },
       to: { path: '^src/', pathNot: ['^src/(core|platform)/', '^src/$1/'] },
     },
     {

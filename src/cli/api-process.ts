@@ -34,6 +34,7 @@ import { MAX_AUDIT_BATCH } from '../net/gateway-requests.js';
 import { CertificateAuthority } from '../net/certificate-authority.js';
 import type { PartLink } from '../platform/part-link.js';
 import { dropPrivileges, runPart } from '../platform/part-process.js';
+import { ObjectCheckpointArchive } from '../objects/checkpoint-archive.js';
 import { openStore, sqliteDir } from '../store/open-store.js';
 import type { Store } from '../core/ports.js';
 import { RegistryPolicy } from '../templates/registry-policy.js';
@@ -164,7 +165,12 @@ async function startVmHost({ config, role, fleet, hostId, guestAgent }: ApiPartS
   const host = new RemoteHost(link, facts);
   // Templates are built here, as this process's user, and kept by the host (docs/templates.md); single-host for now.
   const templateBuilder = role === 'all' && guestAgent !== null ? imageTemplateBuilder(config, guestAgent, host) : null;
-  const core = new Core({ store, driver: host, gateway: host, secretBox: secrets.box, unsealer: secrets.unsealer, log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize, node, templateBuilder, nodeLeaseSecs: config.fleet.leaseSecs });
+  const archive = config.objectStore === null ? null : new ObjectCheckpointArchive(config.objectStore);
+  if (archive !== null) {
+    // A bucket an operator made is used as it is; a fresh server's is made. Not reachable now is not fatal: uploads retry.
+    await archive.chunks.ensureBucket().catch((err: unknown) => log.warn({ bucket: archive.chunks.bucket, err: (err as Error).message }, 'the object storage bucket could not be checked; checkpoint uploads will retry'));
+  }
+  const core = new Core({ store, driver: host, gateway: host, secretBox: secrets.box, unsealer: secrets.unsealer, log, tenantLimits: config.tenantLimits, warmPoolSize: config.warmPoolSize, node, templateBuilder, nodeLeaseSecs: config.fleet.leaseSecs, archive });
   if (fleet !== null) core.nodes.watch(watchNodesMs(config));
   answerGateway(link, core);
   const { advertiseHost, internalPort, leaseSecs } = config.fleet;
@@ -198,6 +204,7 @@ async function startVmHost({ config, role, fleet, hostId, guestAgent }: ApiPartS
     close: async () => {
       await lease?.stop();
       hop?.tls?.close();
+      archive?.close();
     },
   };
 }

@@ -6,6 +6,7 @@ import { publicIngressAddress, type IngressAddress } from '../core/ingress-urls.
 import type { TenantLimits } from '../core/types.js';
 import { parseCidrList } from '../net/blocked-ranges.js';
 import { parseRegistryList } from '../templates/registry-policy.js';
+import type { ObjectStoreSettings } from '../objects/chunk-store.js';
 import { DEFAULT_MAX_CONNECTIONS_PER_RUNTIME, DEFAULT_MAX_CONNECTIONS_PER_TENANT } from '../net/connection-limits.js';
 
 export interface Config {
@@ -51,6 +52,8 @@ export interface Config {
      */
     ingress: { host: string; port: number; domain: string; publicAddress: IngressAddress };
   };
+  /** S3-compatible object storage for checkpoints (docs/scaling.md, "Object storage"); null: none, files stay on their host. */
+  objectStore: ObjectStoreSettings | null;
   /** A fleet of API nodes and VM hosts on one PostgreSQL (docs/scaling.md); unused by `--role all`. */
   fleet: {
     /** What this VM host registers as, and `vessel node drain` names. */
@@ -100,6 +103,39 @@ export function apiUrls(text: string | undefined): string[] {
     if (!plainOrigin) throw new Error(`VESSEL_API_URL: '${entry.slice(0, 80)}' must be an http:// or https:// address with no path, query or credentials (an API node's, or its Service's)`);
     return url.origin;
   });
+}
+
+/** S3's rules for a bucket's name: 3 to 63 lower-case letters, digits, '.' and '-'. */
+const BUCKET = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
+
+/**
+ * VESSEL_OBJECT_STORE_URL (the S3 endpoint, an http:// or https:// origin), _BUCKET, _REGION
+ * (us-east-1 unless given: what S3-compatible servers take), and the keys: both of
+ * VESSEL_OBJECT_STORE_ACCESS_KEY_ID and _SECRET_ACCESS_KEY, or neither, which leaves them to the
+ * AWS SDK's own chain (AWS_* variables, a web identity token on Kubernetes, an instance role).
+ */
+export function objectStore(env: NodeJS.ProcessEnv): ObjectStoreSettings | null {
+  const url = env.VESSEL_OBJECT_STORE_URL;
+  if (url === undefined || url === '') return null;
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new Error(`VESSEL_OBJECT_STORE_URL: '${url.slice(0, 80)}' is not a URL`);
+  }
+  const origin = (parsed.protocol === 'http:' || parsed.protocol === 'https:') && parsed.username === '' && parsed.password === '' && parsed.pathname === '/' && parsed.search === '';
+  if (!origin) throw new Error('VESSEL_OBJECT_STORE_URL must be an http:// or https:// address with no path or credentials (the S3 endpoint; the bucket is VESSEL_OBJECT_STORE_BUCKET)');
+  const bucket = env.VESSEL_OBJECT_STORE_BUCKET ?? '';
+  if (!BUCKET.test(bucket)) throw new Error(`VESSEL_OBJECT_STORE_BUCKET must name a bucket (3 to 63 lower-case letters, digits, '.' and '-'), got '${bucket.slice(0, 80)}'`);
+  const accessKeyId = env.VESSEL_OBJECT_STORE_ACCESS_KEY_ID || undefined;
+  const secretAccessKey = env.VESSEL_OBJECT_STORE_SECRET_ACCESS_KEY || undefined;
+  if ((accessKeyId === undefined) !== (secretAccessKey === undefined)) throw new Error('VESSEL_OBJECT_STORE_ACCESS_KEY_ID and VESSEL_OBJECT_STORE_SECRET_ACCESS_KEY go together: give both, or neither for the AWS SDK\'s own credentials');
+  return {
+    endpoint: parsed.origin,
+    bucket,
+    region: env.VESSEL_OBJECT_STORE_REGION || 'us-east-1',
+    credentials: accessKeyId === undefined || secretAccessKey === undefined ? null : { accessKeyId, secretAccessKey },
+  };
 }
 
 /** Only a PostgreSQL URL: a typo must not silently fall back to a fresh SQLite file. */
@@ -225,6 +261,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       templateGib: wholeNumber(env, 'VESSEL_TENANT_MAX_TEMPLATE_GIB', DEFAULT_TENANT_LIMITS.templateGib),
     },
     templateRegistriesAllowed: parseRegistryList(env.VESSEL_TEMPLATE_REGISTRIES_ALLOWED),
+    objectStore: objectStore(env),
     egress: {
       allowCidrs: parseCidrList(env.VESSEL_EGRESS_ALLOW_CIDRS),
       extraCaFile: env.VESSEL_EGRESS_EXTRA_CA || undefined,

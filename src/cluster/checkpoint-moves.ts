@@ -48,8 +48,9 @@ export async function moveCheckpoint(client: HopClient & { keys: FleetKeys }, ta
 }
 
 async function readDescription(answer: AsyncIterable<Buffer>): Promise<CheckpointDescription | null> {
-  const parsed = JSON.parse((await readBounded(answer, MAX_DESCRIPTION_BYTES)).toString('utf8')) as { manifest?: unknown; image?: unknown } | null;
-  return typeof parsed?.image === 'string' ? { manifest: parsed.manifest, image: parsed.image } : null;
+  const parsed = JSON.parse((await readBounded(answer, MAX_DESCRIPTION_BYTES)).toString('utf8')) as { manifest?: unknown; image?: unknown; files?: unknown } | null;
+  const files = Array.isArray(parsed?.files) && parsed.files.every((f) => typeof f === 'string') ? (parsed.files as string[]) : null;
+  return typeof parsed?.image === 'string' && files !== null ? { manifest: parsed.manifest, image: parsed.image, files } : null;
 }
 
 /** A live VM host to call for a move; `role` says what it is to the move, for the refusal. */

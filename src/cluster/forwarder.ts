@@ -134,14 +134,20 @@ export class Forwarder {
     const cp = await this.store.checkpoints.find(call.principal.tenantId, wanted.checkpoint, true);
     if (cp === undefined || cp.node === null) return { target: await this.#anyNode(), placed: null };
     const demand = { memoryMib: cp.resources.limits.memory_mib, vcpus: cp.resources.vcpus };
-    const holder = await this.#live(cp.node, `checkpoint '${cp.displayName}' has its files on VM host '${cp.node}'`);
-    if (!holder.draining) return { target: holder, placed: { node: holder.name, demand } };
+    const where = `checkpoint '${cp.displayName}' has its files on VM host '${cp.node}'`;
+    const holder = await this.nodes.find(cp.node);
+    // Where its files are, while that host takes runtimes: a restore from a local file, sharing its pages.
+    if (holder?.alive === true && !holder.draining) return { target: holder, placed: { node: holder.name, demand } };
+    // A host that is gone leaves a checkpoint only object storage can bring back (docs/scaling.md, "Object storage").
+    const stored = holder?.alive !== true && cp.tenantId !== null && (await this.store.checkpoints.archiveDigest(cp.id)) !== null;
+    if (holder?.alive !== true && !stored) await this.#live(cp.node, where);
     if (cp.tenantId === null) {
       // A system template is its host's own and never moves; every host has one of each shape.
       throw failedPrecondition(`checkpoint '${cp.displayName}' is VM host '${cp.node}''s template and that host is draining: create without a checkpoint, with the same resources, for another host's`);
     }
-    // Its host takes no new runtimes: the fork goes where placement says, and the checkpoint's
-    // files go there first (docs/scaling.md, "Moving checkpoints").
+    // Its host takes no new runtimes, or is gone: the fork goes where placement says, and the
+    // checkpoint's files go there first, from that host or from object storage (docs/scaling.md,
+    // "Moving checkpoints").
     const target = await this.#place(demand);
     await moveCheckpoint(this.client, target, cp.node, call.principal, call.requestId, cp.id);
     return { target, placed: { node: target.name, demand } };

@@ -5,9 +5,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import { failedPrecondition, invalidArgument, notFound } from './errors.js';
+import type { CheckpointUploads } from './checkpoint-uploads.js';
 import { requireState } from './lifecycle.js';
 import { checkDisplayName } from './names.js';
-import type { CheckpointDescription, CheckpointFiles, Machines, RemoteCheckpoint, Store } from './ports.js';
+import type { CheckpointArchive, CheckpointDescription, CheckpointFiles, Machines, RemoteCheckpoint, Store } from './ports.js';
 import type { Readable } from 'node:stream';
 import type { TenantQuotas } from './quotas.js';
 import type { Logger, RuntimeService } from './runtimes.js';
@@ -51,6 +52,8 @@ export class CheckpointService {
     private readonly log: Logger,
     /** The VM host this process is; null on a single host. It keeps only its own checkpoints' files. */
     private readonly node: string | null = null,
+    /** Object storage, where the fleet has one (docs/scaling.md, "Object storage"): a checkpoint whose host is gone is restored from it. */
+    private readonly archive: { files: CheckpointArchive; uploads: CheckpointUploads } | null = null,
   ) {}
 
   async create(tenantId: string, runtimeRef: string, input: CheckpointCreateInput): Promise<Checkpoint> {
@@ -143,7 +146,7 @@ export class CheckpointService {
       if (cp.state !== 'ready') throw failedPrecondition(`checkpoint '${cp.displayName}' is ${cp.state}, and only a ready checkpoint moves`);
       if (cp.node === null) throw failedPrecondition(`checkpoint '${cp.displayName}' was made by a single-host service and names no VM host to take it from`);
       const from = cp.node;
-      await this.driver.importCheckpoint(cp.id, await connect(from, cp.id), { memoryMib: cp.resources.limits.memory_mib, vcpus: cp.resources.vcpus });
+      await this.driver.importCheckpoint(cp.id, await this.#sourceOf(cp, connect), { memoryMib: cp.resources.limits.memory_mib, vcpus: cp.resources.vcpus });
       if (!(await this.store.checkpoints.moveNode(cp.id, from, here))) {
         await this.driver.deleteCheckpoint(cp.id);
         throw failedPrecondition(`checkpoint '${cp.displayName}' was deleted or moved elsewhere while its files were copied`);
@@ -152,6 +155,24 @@ export class CheckpointService {
       this.log.info({ checkpointId: cp.id, from, to: here }, 'checkpoint moved here');
       return { checkpoint: { ...cp, node: here }, from };
     });
+  }
+
+  /**
+   * Where a move takes a checkpoint's files from: the host that holds them while it can be
+   * reached (nearer, and no request is paid for), otherwise object storage when the checkpoint
+   * is stored there. Either way the import checks every file against its capture's digest.
+   */
+  async #sourceOf(cp: Checkpoint, connect: (node: string, checkpointId: string) => Promise<RemoteCheckpoint>): Promise<RemoteCheckpoint> {
+    try {
+      return await connect(cp.node!, cp.id);
+    } catch (err) {
+      // Whatever kept the holder from describing it (no lease, a refused connection, a host that
+      // restarted empty): the stored copy is the same checkpoint, checked the same way.
+      const digest = this.archive === null ? null : await this.store.checkpoints.archiveDigest(cp.id);
+      if (digest === null) throw err;
+      this.log.info({ checkpointId: cp.id, from: cp.node, why: (err as Error).message }, "the checkpoint's host cannot be reached: restoring it from object storage");
+      return this.archive!.files.open(cp.id, digest);
+    }
   }
 
   /** Drops this host's copy of a checkpoint that moved to another host; a checkpoint still here is refused. */
@@ -333,6 +354,7 @@ export class CheckpointService {
         await this.store.runtimes.update({ ...rt, baseCheckpointId: cp.id, updatedAt: new Date().toISOString() });
         this.#intact.set(cp.id, Promise.resolve());
         await this.store.checkpoints.update({ ...cp, state: 'ready', resources: rt.resources, diskBytes: bytes });
+        this.archive?.uploads.kick();
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
         this.log.warn({ checkpointId: cp.id, runtimeId, err: message }, 'checkpoint failed');
@@ -351,6 +373,10 @@ export class CheckpointService {
     // The row as it is now: one read earlier could put back a node that a move has changed since.
     await this.store.checkpoints.update({ ...(await this.#current(cp)), deleted: true });
     await this.driver.deleteCheckpoint(cp.id);
+    if (this.archive !== null && (await this.store.checkpoints.archiveDigest(cp.id)) !== null) {
+      // Its chunks stay: other checkpoints may share them (docs/scaling.md, "Object storage").
+      await this.archive.files.forget(cp.id).catch((err: unknown) => this.log.warn({ checkpointId: cp.id, err: (err as Error).message }, "a deleted checkpoint's record stays in object storage"));
+    }
     await this.store.checkpoints.purge(cp.id);
   }
 }

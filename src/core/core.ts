@@ -1,11 +1,12 @@
 /** The core's one public entry: the services, wired over the ports they need. */
 import { AuditService } from './audits.js';
+import { CheckpointUploads } from './checkpoint-uploads.js';
 import { CheckpointService } from './checkpoints.js';
 import { ConsoleLogService } from './console-log.js';
 import { EgressService } from './egress.js';
 import { FileService } from './files.js';
 import { ProcessService } from './processes.js';
-import type { NetworkGateway, SecretUnsealer, Store, TemplateBuilder, VmDriver } from './ports.js';
+import type { CheckpointArchive, NetworkGateway, SecretUnsealer, Store, TemplateBuilder, VmDriver } from './ports.js';
 import { TenantQuotas } from './quotas.js';
 import { RuleService } from './rules.js';
 import { RuntimeMoves } from './runtime-moves.js';
@@ -35,6 +36,8 @@ export interface CorePorts {
   warmPoolSize?: number;
   /** A fleet's VM hosts' lease: no host is taken for lost until the store answered again for this long after an outage. */
   nodeLeaseSecs?: number;
+  /** Object storage for checkpoints (docs/scaling.md, "Object storage"); absent: their files stay on their host alone. */
+  archive?: CheckpointArchive | null;
   /** The VM host this process is in a fleet (`--role node`); absent on a single host. */
   node?: string | null;
   /** What builds templates' root disks; absent where this process builds none (an API node of a fleet). */
@@ -66,6 +69,10 @@ export class Core {
   /** Moves of runtimes between VM hosts; null on a single host. */
   readonly runtimeMoves: RuntimeMoves | null;
   readonly #pool: WarmPool;
+  /** Uploads of ready checkpoints to object storage; null without one. */
+  readonly #uploads: CheckpointUploads | null;
+  /** The upload pass under way (tests wait on it). */
+  uploadsSettled = (): Promise<void> => this.#uploads?.settled() ?? Promise.resolve();
   /** The background check of every checkpoint's files after a start. */
   #verifying: Promise<void> = Promise.resolve();
 
@@ -91,7 +98,9 @@ export class Core {
     this.files = new FileService(this.runtimes, driver);
     this.consoleLogs = new ConsoleLogService(this.runtimes, driver);
     this.rules = new RuleService(store, this.runtimes, this.secrets);
-    this.checkpoints = new CheckpointService(store, this.runtimes, driver, quotas, log, node);
+    const archive = ports.archive ?? null;
+    this.#uploads = archive === null ? null : new CheckpointUploads(store, driver, archive, log, node);
+    this.checkpoints = new CheckpointService(store, this.runtimes, driver, quotas, log, node, archive === null ? null : { files: archive, uploads: this.#uploads! });
     const buildServices = { store, runtimes: this.runtimes, processes: this.processes, files: this.files, checkpoints: this.checkpoints, imageId: () => driver.imageId() };
     this.templates = new TemplateService(store, this.secrets, ports.templateBuilder ?? null, quotas, log, node, ports.templates, (template, policy) => new TenantBuildVms(buildServices, template, policy));
     this.runtimeMoves = node === null ? null : new RuntimeMoves(store, this.runtimes, driver, this.egress, this.audits, log, node);
@@ -114,6 +123,8 @@ export class Core {
       await this.runtimes.delete(rt.tenantId, rt.id).catch((err: unknown) => this.ports.log.warn({ runtimeId: rt.id, err }, 'could not remove the build VM of a build cut short'));
     }
     await this.egress.restore();
+    // What a previous run left to upload (or never started) goes now, in the background.
+    this.#uploads?.kick();
     this.#verifying = this.checkpoints.verifyAll().catch((err: unknown) => this.ports.log.error({ err }, 'checkpoint verification failed'));
     return result;
   }
@@ -123,9 +134,12 @@ export class Core {
     this.nodes.close();
     await this.#pool.close();
     this.checkpoints.close();
+    this.#uploads?.close();
     this.templates.close();
     await this.templates.settled();
     await this.#verifying;
+    // An upload under way is not waited for: cut, it resumes at the next start, and the chunks it
+    // sent are not sent again.
     await this.checkpoints.settled();
     await this.egress.flush();
     await this.ports.gateway.close();

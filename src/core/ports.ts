@@ -166,6 +166,15 @@ export interface CheckpointRepo {
   moveNode(id: string, from: string, to: string): Promise<boolean>;
   /** Removes the row for good; the core calls it once no runtime needs the files. */
   purge(id: string): Promise<void>;
+  /**
+   * Records that a checkpoint is in object storage, with the digest of its record there
+   * (CheckpointArchive), unless it was deleted meanwhile: false then.
+   */
+  setArchived(id: string, digest: string): Promise<boolean>;
+  /** The digest of a checkpoint's record in object storage; null while it is not stored there. */
+  archiveDigest(id: string): Promise<string | null>;
+  /** The ready tenant checkpoints on this VM host (null: a single host's) not yet in object storage, oldest first. */
+  listUnarchived(node: string | null): Promise<string[]>;
 }
 
 /** A tenant's own limits, where an operator set them; null puts one back to the default. */
@@ -310,6 +319,8 @@ export interface CheckpointDescription {
   manifest: unknown;
   /** The digest of the guest image's files: a checkpoint's disk layers sit on that exact image. */
   image: string;
+  /** The files a copy of it must take, as `open` and readCheckpointFile name them: its layers, 'state', 'ram'. */
+  files: string[];
 }
 
 /** Another VM host's checkpoint, as the host that copies it reads it. */
@@ -317,6 +328,20 @@ export interface RemoteCheckpoint {
   description: CheckpointDescription;
   /** One of its files' frames: 'state', 'ram', or a disk layer's id. */
   open(file: string): Promise<AsyncIterable<Buffer>>;
+}
+
+/**
+ * Object storage for checkpoints, so that one outlives the VM host that captured it
+ * (docs/scaling.md, "Object storage"). The store records the digest `upload` answers: what
+ * `open` is later checked against, so the bucket alone cannot make a checkpoint be something else.
+ */
+export interface CheckpointArchive {
+  /** Stores a ready checkpoint's files (those its description names) and its description; idempotent. Resolves with the digest of what was stored. */
+  upload(checkpointId: string, source: RemoteCheckpoint): Promise<string>;
+  /** The stored checkpoint, read as another host's is by importCheckpoint; every chunk is checked on its way. */
+  open(checkpointId: string, digest: string): Promise<RemoteCheckpoint>;
+  /** Forgets a deleted checkpoint's description; its chunks are left (other checkpoints may share them). */
+  forget(checkpointId: string): Promise<void>;
 }
 
 /*

@@ -117,7 +117,10 @@ export const HOST_CALLS = {
   describeCheckpoint: Checkpoint,
   readCheckpointFile: Type.Object({ checkpointId: Uuid, file: Type.String({ pattern: '^[A-Za-z0-9_-]{1,80}$' }), stream: Stream }, { additionalProperties: false }),
   /** The files come from the API on demand: the host calls `openImportFile` with the import's id. */
-  importCheckpoint: Type.Object({ checkpointId: Uuid, importId: Count(2 ** 31), description: Type.Object({ manifest: Type.Unknown(), image: Type.String({ maxLength: 256 }) }, { additionalProperties: false }), expected: Shape }, { additionalProperties: false }),
+  importCheckpoint: Type.Object({ checkpointId: Uuid, importId: Count(2 ** 31), description: Type.Object(
+      { manifest: Type.Unknown(), image: Type.String({ maxLength: 256 }), files: Type.Array(Type.String({ pattern: '^[A-Za-z0-9_-]{1,80}$' }), { maxItems: 100_000 }) },
+      { additionalProperties: false },
+    ), expected: Shape }, { additionalProperties: false }),
   // TemplateDisks: the disk's chunks come on the API's stream, each with its offset in its meta.
   importTemplateDisk: Type.Object(
     { templateId: Uuid, sizeBytes: Type.Integer({ minimum: TEMPLATE_DISK_BLOCK, maximum: MAX_TEMPLATE_DISK_BYTES, multipleOf: TEMPLATE_DISK_BLOCK }), stream: Stream },

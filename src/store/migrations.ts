@@ -249,4 +249,12 @@ export const MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
       ALTER TABLE templates ADD COLUMN checkpoint_id TEXT;
     `,
   },
+  {
+    // Checkpoints in object storage (docs/scaling.md, "Object storage"): the digest of each one's
+    // record in the bucket, once it is stored; a restore reads back only that record.
+    version: 13,
+    sql: `
+      ALTER TABLE checkpoints ADD COLUMN archive_digest TEXT;
+    `,
+  },
 ];

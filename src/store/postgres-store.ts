@@ -49,6 +49,7 @@ import {
   tokenFromRow,
   tokenToRow,
   type Row,
+  strOrNull,
 } from './rows.js';
 
 /** Anything that runs a query: the pool, or one client inside a transaction. */
@@ -428,6 +429,9 @@ function checkpointRepo(db: pg.Pool): CheckpointRepo {
   const all = new Sql('SELECT * FROM checkpoints ORDER BY seq');
   const purge = new Sql('DELETE FROM checkpoints WHERE id = $1');
   const move = new Sql('UPDATE checkpoints SET node = $3 WHERE id = $1 AND node = $2 AND deleted = 0 RETURNING id');
+  const archived = new Sql('UPDATE checkpoints SET archive_digest = $2 WHERE id = $1 AND deleted = 0 RETURNING id');
+  const archiveDigest = new Sql('SELECT archive_digest FROM checkpoints WHERE id = $1');
+  const unarchived = new Sql(`SELECT id FROM checkpoints WHERE node IS NOT DISTINCT FROM $1 AND state = 'ready' AND deleted = 0 AND tenant_id IS NOT NULL AND archive_digest IS NULL ORDER BY seq`);
   const write = async (statement: Sql, c: Parameters<CheckpointRepo['insert']>[0]) => {
     try {
       await statement.rows(db, valuesOf(checkpointToRow(c), cols));
@@ -448,6 +452,9 @@ function checkpointRepo(db: pg.Pool): CheckpointRepo {
     listAll: async () => (await all.rows(db)).map(checkpointFromRow),
     moveNode: async (id, from, to) => (await move.rows(db, [id, from, to])).length > 0,
     purge: async (id) => void (await purge.rows(db, [id])),
+    setArchived: async (id, digest) => (await archived.rows(db, [id, digest])).length > 0,
+    archiveDigest: async (id) => strOrNull((await archiveDigest.one(db, [id]))?.archive_digest ?? null),
+    listUnarchived: async (node) => (await unarchived.rows(db, [node])).map((r) => String(r.id)),
   };
 }
 

@@ -41,6 +41,7 @@ import {
   tokenFromRow,
   tokenToRow,
   type Row,
+  strOrNull,
 } from './rows.js';
 
 type Db = Database;
@@ -371,6 +372,9 @@ function checkpointRepo(db: Db): CheckpointRepo {
   const all = db.prepare('SELECT * FROM checkpoints ORDER BY seq');
   const purge = db.prepare('DELETE FROM checkpoints WHERE id = ?');
   const move = db.prepare('UPDATE checkpoints SET node = @to WHERE id = @id AND node = @from AND deleted = 0');
+  const archived = db.prepare('UPDATE checkpoints SET archive_digest = ? WHERE id = ? AND deleted = 0');
+  const archiveDigest = db.prepare('SELECT archive_digest FROM checkpoints WHERE id = ?');
+  const unarchived = db.prepare(`SELECT id FROM checkpoints WHERE node IS ? AND state = 'ready' AND deleted = 0 AND tenant_id IS NOT NULL AND archive_digest IS NULL ORDER BY seq`);
   const guard = (fn: () => void, name: string) => {
     try {
       fn();
@@ -395,6 +399,9 @@ function checkpointRepo(db: Db): CheckpointRepo {
     listAll: async () => (all.all() as Row[]).map(checkpointFromRow),
     moveNode: async (id, from, to) => move.run({ id, from, to }).changes > 0,
     purge: async (id) => void purge.run(id),
+    setArchived: async (id, digest) => archived.run(digest, id).changes > 0,
+    archiveDigest: async (id) => strOrNull((archiveDigest.get(id) as Row | undefined)?.archive_digest ?? null),
+    listUnarchived: async (node) => (unarchived.all(node) as Row[]).map((r) => String(r.id)),
   };
 }
 

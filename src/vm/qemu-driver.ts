@@ -540,7 +540,10 @@ export class QemuDriver implements VmDriver, TemplateDisks {
   }
 
   async describeCheckpoint(checkpointId: string): Promise<CheckpointDescription> {
-    return { manifest: this.#manifestToMove(checkpointId), image: await this.#imageContent() };
+    const manifest = this.#manifestToMove(checkpointId);
+    // In the order an import takes them (checkpoint-import.ts): the chain, then device state and RAM.
+    const files = [...manifest.chain, 'state', ...(manifest.hasRam ? ['ram'] : [])];
+    return { manifest, image: await this.#imageContent(), files };
   }
 
   async readCheckpointFile(checkpointId: string, file: string): Promise<Readable> {

@@ -429,6 +429,28 @@ export function storeContract(subject: StoreUnderTest): void {
     assert.equal((await store.checkpoints.listAll()).find((c) => c.id === gone.id)?.node, 'host-a');
   });
 
+  withStore('checkpoints: those of a host not yet in object storage are listed until their record digest is set; a deleted one is not set', async (store) => {
+    const [a1, a2, b1] = [checkpoint('acme', 'a1', { node: 'host-a' }), checkpoint('acme', 'a2', { node: 'host-a' }), checkpoint('acme', 'b1', { node: 'host-b' })];
+    const creating = checkpoint('acme', 'a3', { node: 'host-a', state: 'creating', diskBytes: null });
+    const system = checkpoint(null, 'system-x-on-host-a', { node: 'host-a' });
+    const gone = checkpoint('acme', 'gone', { node: 'host-a', deleted: true });
+    const single = checkpoint('acme', 'single', { node: null });
+    for (const c of [a1, a2, b1, creating, system, gone, single]) await store.checkpoints.insert(c);
+    assert.deepEqual(await store.checkpoints.listUnarchived('host-a'), [a1.id, a2.id], 'ready tenant checkpoints of that host, oldest first');
+    assert.deepEqual(await store.checkpoints.listUnarchived(null), [single.id]);
+    assert.equal(await store.checkpoints.archiveDigest(a1.id), null);
+    const digest = 'ab'.repeat(32);
+    assert.equal(await store.checkpoints.setArchived(a1.id, digest), true);
+    assert.equal(await store.checkpoints.archiveDigest(a1.id), digest);
+    assert.deepEqual(await store.checkpoints.listUnarchived('host-a'), [a2.id]);
+    assert.equal(await store.checkpoints.setArchived(gone.id, digest), false, 'a deleted one is not recorded as stored');
+    // An update of the row (a state change, a move) keeps what object storage holds.
+    await store.checkpoints.update({ ...a1, stateMessage: 'moved' });
+    assert.equal(await store.checkpoints.moveNode(a1.id, 'host-a', 'host-b'), true);
+    assert.equal(await store.checkpoints.archiveDigest(a1.id), digest);
+    assert.equal(await store.checkpoints.archiveDigest('00000000-0000-4000-8000-000000000000'), null);
+  });
+
   withStore('runtimes: a hand-over to another VM host is a compare-and-swap on node and updated_at, never for a runtime being deleted', async (store) => {
     const rt = { ...runtime('acme', 'mover'), node: 'host-a' };
     const dying = { ...runtime('acme', 'dying', 'deleting'), node: 'host-a' };

@@ -298,7 +298,7 @@ export class FakeDriver implements VmDriver {
   }
   async describeCheckpoint(checkpointId: string): Promise<CheckpointDescription> {
     if (!this.checkpoints.has(checkpointId)) throw new Error('its files are missing');
-    return { manifest: { checkpoint: checkpointId }, image: 'fake-image' };
+    return { manifest: { checkpoint: checkpointId }, image: 'fake-image', files: ['state'] };
   }
   async readCheckpointFile(checkpointId: string, file: string): Promise<Readable> {
     if (!this.checkpoints.has(checkpointId)) throw new Error('its files are missing');

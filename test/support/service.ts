@@ -220,7 +220,9 @@ export class Service {
 
   async #signal(signal: NodeJS.Signals): Promise<void> {
     const child = this.#child;
-    if (child === null || child.exitCode !== null) return;
+    // Gone already: a child killed by a signal (kill9) has a signalCode and no exitCode, and its
+    // 'exit' has been emitted, so waiting for it would never end.
+    if (child === null || child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise((r) => child.once('exit', r));
     if (this.wrapper.length === 0) child.kill(signal);
     else process.kill(Number(readFileSync(join(this.dataDir, 'service.pid'), 'utf8')), signal);
@@ -241,7 +243,7 @@ export class Service {
   /** Deletes every runtime (killing its VM) and the data directory (kept under VESSEL_TEST_DATA_ROOT). */
   async destroy(): Promise<void> {
     try {
-      if (this.#child !== null && this.#child.exitCode === null) {
+      if (this.#child !== null && this.#child.exitCode === null && this.#child.signalCode === null) {
         const list = await this.call('GET', '/v1/runtimes?limit=1000');
         // Side by side: each is a VM and files of its own (egress.test.ts leaves about 25).
         await Promise.all(((list.body.data ?? []) as Array<{ id: string }>).map((rt) => this.call('DELETE', `/v1/runtimes/${rt.id}`)));

@@ -101,7 +101,7 @@ async function capturedCheckpoint(layers: DiskLayers): Promise<{ id: string; man
 /** What the holding host serves, with what a test changes on the way. */
 function sourceOf(layers: DiskLayers, id: string, manifest: unknown, opts: { image?: string; tamper?: string; served?: string[] } = {}): RemoteCheckpoint {
   return {
-    description: { manifest, image: opts.image ?? 'image-1' },
+    description: { manifest, image: opts.image ?? 'image-1', files: [] },
     open: async (file) => {
       opts.served?.push(file);
       const path = file === 'state' || file === 'ram' ? join(layers.checkpointDir(id), file) : layers.layerFile(file);

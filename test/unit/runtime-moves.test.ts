@@ -46,7 +46,7 @@ async function fleetOf(work: (fleet: Fleet) => Promise<void>): Promise<void> {
 
 /** What host b's `take` route does: reads host a's capture through its core, as the hop would carry it. */
 const captureOf = (a: Core, offer: MoveOffer): RemoteCheckpoint => ({
-  description: { manifest: null, image: 'fake-image' },
+  description: { manifest: null, image: 'fake-image', files: ['state'] },
   open: (file) => a.runtimeMoves!.readCapture('acme', offer.runtimeId, offer.captureId, file),
 });
 const take = (a: Core, b: Core, offer: MoveOffer, stillWanted = () => true) => b.runtimeMoves!.takeHere('acme', offer.runtimeId, offer, captureOf(a, offer), stillWanted);
@@ -196,7 +196,7 @@ test('an answer lost before the commit: the moving host keeps it, and a late com
       a.runtimeMoves!.moveOut('acme', 'late', 'host-b', async (offer) => {
         offered = offer;
         // Host b got the offer and read the capture's description; then the call broke.
-        capture = { description: { manifest: null, image: 'fake-image' }, open: async () => (async function* () { yield Buffer.from('state'); })() };
+        capture = { description: { manifest: null, image: 'fake-image', files: ['state'] }, open: async () => (async function* () { yield Buffer.from('state'); })() };
         throw new Error('socket hang up');
       }),
       /socket hang up/,

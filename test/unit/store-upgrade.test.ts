@@ -279,3 +279,34 @@ test("a version 9 store's runtimes gain an empty environment", async () => {
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("a version 9 store's checkpoints gain archive_digest, null: none is in object storage yet, and each ready one is pending", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'vessel-upgrade-'));
+  try {
+    const file = join(dir, 'vessel.db');
+    const old = databaseAt(file, 9);
+    old
+      .prepare(
+        `INSERT INTO checkpoints (id, tenant_id, display_name, state, resources, deleted, created_at, node)
+         VALUES ('6f1c3f36-8a0e-4bde-9d8e-0d3f5c2b1a0b', 'acme', 'old-cp', 'ready', '{"limits":{"memory_mib":512},"requests":{"memory_mib":512},"vcpus":1}', 0, '2025-01-01T00:00:00Z', 'host-a')`,
+      )
+      .run();
+    old.close();
+    const store = new SqliteStore(file);
+    try {
+      assert.equal(await store.checkpoints.archiveDigest('6f1c3f36-8a0e-4bde-9d8e-0d3f5c2b1a0b'), null);
+      assert.deepEqual(await store.checkpoints.listUnarchived('host-a'), ['6f1c3f36-8a0e-4bde-9d8e-0d3f5c2b1a0b']);
+    } finally {
+      await store.close();
+    }
+    const versions = new Database(file);
+    try {
+      const { v } = versions.prepare('SELECT max(version) AS v FROM schema_migrations').get() as { v: number };
+      assert.equal(v, MIGRATIONS.at(-1)!.version, 'this test covers the latest migration');
+    } finally {
+      versions.close();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
