@@ -13,8 +13,7 @@
  *                                                    without the files whose verdict is the same on
  *                                                    every Node (NODE_INDEPENDENT): a second Node's pass
  *
- * VESSEL_TEST_CONCURRENCY sets how many host files run at once (default: the machine's cores);
- * the slowest of the last run start first (DURATIONS_CACHE).
+ * VESSEL_TEST_CONCURRENCY sets how many host files run at once (default: the machine's cores).
  *
  * Before the VM files, the run makes one system template (test/support/template-seed.ts), and
  * each VM file's service starts from a copy of it instead of booting its own
@@ -22,8 +21,8 @@
  */
 import { spawn } from 'node:child_process';
 import { availableParallelism, tmpdir } from 'node:os';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { dirname, join, relative } from 'node:path';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { join, relative } from 'node:path';
 import { parseArgs } from 'node:util';
 import { REPO_ROOT, SHARED_IMAGE_DIR, TEMPLATE_SEED_ENV } from '../test/support/service.js';
 import { makeTemplateSeed } from '../test/support/template-seed.js';
@@ -38,51 +37,15 @@ const TEST_ROOT = 'dist/test';
 const HOST_DIRS = ['unit', 'api', 'store'];
 const REPORTER = join(TEST_ROOT, 'support/durations-reporter.js');
 
+/**
+ * A folder's compiled test files whose source still exists: tsc never removes what it once wrote,
+ * so a test deleted or renamed in test/ would otherwise run on from an old dist/.
+ */
 const testFiles = (dir: string): string[] =>
   readdirSync(join(TEST_ROOT, dir))
-    .filter((f) => f.endsWith('.test.js'))
+    .filter((f) => f.endsWith('.test.js') && existsSync(join(REPO_ROOT, 'test', dir, f.replace(/\.js$/, '.ts'))))
     .sort()
     .map((f) => join(TEST_ROOT, dir, f));
-
-/**
- * Each file's duration in the last run that ran it, so the next run starts the slowest first: a
- * group of N at a time then ends when its total allows, not when a long file taken up last ends
- * alone (the host group's wall time was 1.5x its total / N in alphabetical order). A cache, in
- * node_modules/.cache like other tools' (a fresh clone runs alphabetically once); the order it
- * gives changes nothing but when a file starts.
- */
-const DURATIONS_CACHE = join(REPO_ROOT, 'node_modules/.cache/vessel/test-durations.json');
-
-function lastDurations(): Map<string, number> {
-  try {
-    const parsed: unknown = JSON.parse(readFileSync(DURATIONS_CACHE, 'utf8'));
-    if (typeof parsed !== 'object' || parsed === null) return new Map();
-    return new Map(Object.entries(parsed).filter((e): e is [string, number] => typeof e[1] === 'number'));
-  } catch {
-    return new Map();
-  }
-}
-
-/** Records the files' durations as the reporter printed them (`  dist/test/… 12.3 s`), kept with the other files' last ones. */
-function recordDurations(output: string): void {
-  const durations = lastDurations();
-  for (const m of output.matchAll(/^ {2}(dist\/test\/\S+\.test\.js) +([0-9.]+) s/gm)) durations.set(m[1]!, Number(m[2]));
-  try {
-    mkdirSync(dirname(DURATIONS_CACHE), { recursive: true });
-    // Written whole and renamed, so a run beside this one never reads half a file.
-    const temp = `${DURATIONS_CACHE}.${process.pid}`;
-    writeFileSync(temp, JSON.stringify(Object.fromEntries([...durations].sort()), null, 1));
-    renameSync(temp, DURATIONS_CACHE);
-  } catch {
-    // No cache (a read-only checkout): the next run starts in name order.
-  }
-}
-
-/** Slowest first by the last run; files it did not run (new ones) first of all, by name. */
-function slowestFirst(files: string[]): string[] {
-  const last = lastDurations();
-  return [...files].sort((a, b) => (last.get(b) ?? Infinity) - (last.get(a) ?? Infinity) || a.localeCompare(b));
-}
 
 const isVmFile = (file: string): boolean => relative(TEST_ROOT, file).startsWith(`vm/`);
 
@@ -109,6 +72,7 @@ const NODE_INDEPENDENT = [
   // Pure functions.
   'unit/acknowledged-notes',
   'unit/config-database-url',
+  'unit/config-object-store',
   'unit/config-rate-limit',
   'unit/console-logic',
   'unit/console-visible-text',
@@ -135,7 +99,7 @@ function groups(args: string[], only: string | undefined, skipNodeIndependent: b
   const chosen = skipNodeIndependent ? named.filter((f) => !NODE_INDEPENDENT.includes(f)) : named;
   const hostConcurrency = Number(process.env.VESSEL_TEST_CONCURRENCY ?? availableParallelism());
   const all: Group[] = [
-    { name: 'host', files: slowestFirst(chosen.filter((f) => !isVmFile(f))), concurrency: Math.max(1, hostConcurrency) },
+    { name: 'host', files: chosen.filter((f) => !isVmFile(f)), concurrency: Math.max(1, hostConcurrency) },
     { name: 'vm', files: chosen.filter(isVmFile), concurrency: 1 },
   ];
   return all.filter((g) => g.files.length > 0 && (only === undefined || g.name === only));
@@ -158,12 +122,10 @@ function runGroup(group: Group): Promise<{ passed: number; failed: number; exitC
     let tail = '';
     child.stdout.on('data', (chunk: Buffer) => {
       process.stdout.write(chunk);
-      // The durations table and the counts close the output: a tail of it holds both.
-      tail = (tail + chunk.toString('utf8')).slice(-64 * 1024);
+      tail = (tail + chunk.toString('utf8')).slice(-4096);
     });
     child.on('error', reject);
     child.on('close', (code) => {
-      recordDurations(tail);
       const counts = /^(\d+) passed, (\d+) failed$/m.exec(tail.split('\n').filter((l) => l !== '').slice(-1)[0] ?? '');
       resolve({ passed: Number(counts?.[1] ?? 0), failed: counts === null ? 1 : Number(counts[2]), exitCode: code ?? 1 });
     });
