@@ -42,15 +42,7 @@ export interface GatewayOptions {
   extraCaFile: string | undefined;
   injectPlainHttp: boolean;
   icmpAuditSecs: number;
-  /** `fleet`: a fleet's VM host, whose ingress believes signed PROXY headers from API nodes' entries (ingress.ts). */
-  ingress: {
-    host: string;
-    port: number;
-    domain: string;
-    fleet?: { secret: string; node: string } | undefined;
-    /** A single host's API, which serves envd's port of every runtime (ingress.ts, docs/e2b.md). */
-    envd?: { host: string; port: number; pathPrefix: string; runtimePort: number } | undefined;
-  };
+  ingress: ListenerSettings['ingress'];
   /** Egress connections one runtime may hold open at once (default DEFAULT_MAX_CONNECTIONS_PER_RUNTIME). */
   maxConnectionsPerRuntime?: number;
   /** Egress connections all of one tenant's runtimes may hold open at once (default DEFAULT_MAX_CONNECTIONS_PER_TENANT). */

@@ -14,6 +14,7 @@ import pg from 'pg';
 import { startPostgres, type PostgresCluster } from '../support/postgres-cluster.js';
 import { startRadosGateway, type S3Server } from '../support/ceph-rgw.js';
 import { killProcessesUnder, Service, type Reply } from '../support/service.js';
+import { until } from '../support/waiting.js';
 
 const TIMEOUT = { timeout: 900_000 };
 /** Short, so the lost host's lease runs out soon. */
@@ -64,16 +65,6 @@ const ok = (r: Reply, status = 200): any => {
   assert.equal(r.status, status, JSON.stringify(r.body));
   return r.body.data;
 };
-
-async function until<T>(what: string, ms: number, probe: () => Promise<T | undefined>): Promise<T> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    const got = await probe();
-    if (got !== undefined) return got;
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  throw new Error(`never happened within ${ms} ms: ${what}`);
-}
 
 test('a checkpoint whose host is lost, files and all, is forked on another host from object storage', TIMEOUT, async () => {
   ok(await api.call('POST', '/v1/runtimes', { display_name: 'source' }), 201);

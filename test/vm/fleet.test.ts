@@ -29,6 +29,7 @@ import { HopTls } from '../../src/cluster/fleet-tls.js';
 import { callHop } from '../../src/cluster/hop-proxy.js';
 import { REPO_ROOT, Service, type Reply } from '../support/service.js';
 import { Upstreams } from '../support/upstream.js';
+import { until } from '../support/waiting.js';
 
 const TIMEOUT = { timeout: 900_000 };
 /** Short, so the test sees a lost host quickly; renewed every 2 s. */
@@ -96,16 +97,6 @@ after(async () => {
 });
 
 const nodeOf = async (name: string): Promise<string> => (await db.query('SELECT node FROM runtimes WHERE display_name = $1', [name])).rows[0]?.node;
-
-async function until<T>(what: string, ms: number, probe: () => Promise<T | undefined>): Promise<T> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    const got = await probe();
-    if (got !== undefined) return got;
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  throw new Error(`never happened within ${ms} ms: ${what}`);
-}
 
 const ok = (r: Reply, status = 200): any => {
   assert.equal(r.status, status, JSON.stringify(r.body));
