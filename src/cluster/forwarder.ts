@@ -18,6 +18,7 @@ import type { FleetRole, VmHostOf } from '../api/fleet.js';
 import { forwardRequest, forwardUpgrade, HopUnreachable, type HopCall, type HopClient, type HopTarget } from './hop-proxy.js';
 import type { FleetKeys } from './fleet-keys.js';
 import { moveCheckpoint } from './checkpoint-moves.js';
+import { LastKnown } from './last-known.js';
 import { addLoad, placeRuntime, type Demand } from './placement.js';
 
 /** How long a caller is told to wait before it tries a host that is away again. */
@@ -26,6 +27,8 @@ const RETRY_AFTER_SECS = 5;
 export class Forwarder {
   /** Creates this API node has sent on and not yet seen answered: the store does not count them yet. */
   readonly #placing = new Map<string, NodeLoad>();
+  /** Each runtime's host as last read, for calls to it while the store is away. */
+  readonly #routes = new LastKnown<{ displayName: string; node: string | null }>();
   #next = 0;
 
   constructor(
@@ -103,7 +106,10 @@ export class Forwarder {
   }
 
   async #ownerOfRuntime(tenantId: string, ref: string): Promise<VmNode> {
-    const rt = await this.store.runtimes.find(tenantId, ref);
+    const rt = await this.#routes.get(`${tenantId}\0${ref}`, async () => {
+      const found = await this.store.runtimes.find(tenantId, ref);
+      return found === undefined ? undefined : { displayName: found.displayName, node: found.node };
+    });
     if (rt === undefined) throw notFound('runtime', ref);
     if (rt.node === null) throw unavailable(`runtime '${rt.displayName}' records no VM host: it was made by a single-host service`);
     return this.#live(rt.node, `runtime '${rt.displayName}' runs on VM host '${rt.node}'`);

@@ -30,6 +30,7 @@ import { pipeline, type Duplex } from 'node:stream';
 import type { NodeDirectory } from '../core/node-directory.js';
 import type { Store } from '../core/ports.js';
 import type { Logger } from '../core/runtimes.js';
+import type { IngressSpec } from '../core/types.js';
 import { endToEndHeaders, headerValues, requestFraming, responseLength, writeRelayedHead } from '../net/forwarded-headers.js';
 import { MAX_INGRESS_CONNECTIONS, MAX_INGRESS_CONNECTIONS_PER_SOURCE, parseIngressHost } from '../net/ingress.js';
 import { closeListener, listenOn } from '../net/listeners.js';
@@ -38,6 +39,7 @@ import { closeRelays, relaySockets, sniffSocket } from '../net/socket-ops.js';
 import { ConnectionsPerSource } from '../net/source-caps.js';
 import { proxyHeader } from '../net/proxy-header.js';
 import type { FleetKeys } from './fleet-keys.js';
+import { LastKnown } from './last-known.js';
 import { ClientUpstreams, openUpstream, type Endpoint, type HostTarget, type UpstreamKey, type UpstreamOptions } from './ingress-upstreams.js';
 
 /** The longest request head the entry reads (a host's ingress takes the same). */
@@ -88,6 +90,8 @@ export class IngressEntry {
   readonly #upstreamOptions: UpstreamOptions;
   /** Each plain HTTP client connection's connections to hosts. */
   readonly #upstreams = new WeakMap<Socket, ClientUpstreams>();
+  /** Each runtime's host and ports as last read, for requests to it while the store is away. */
+  readonly #routes = new LastKnown<{ id: string; node: string | null; ingressSpecs: IngressSpec[] }>();
   /** Each plain HTTP client connection's requests not yet answered (MAX_PENDING_PER_CLIENT). */
   readonly #pending = new WeakMap<Socket, number>();
 
@@ -189,7 +193,10 @@ export class IngressEntry {
     const notFound = { status: 404, message: `no runtime exposes ${protocol} at '${name.slice(0, 300)}'` } as const;
     const target = parseIngressHost(name, this.opts.domain);
     if (target === null) return notFound;
-    const rt = await this.opts.store.runtimes.findById(target.runtimeId);
+    const rt = await this.#routes.get(target.runtimeId, async () => {
+      const found = await this.opts.store.runtimes.findById(target.runtimeId);
+      return found === undefined ? undefined : { id: found.id, node: found.node, ingressSpecs: found.ingressSpecs };
+    });
     if (rt === undefined || rt.node === null) return notFound;
     if (!rt.ingressSpecs.some((spec) => spec.runtime_port === target.port && spec.protocol === protocol)) return notFound;
     const node = await this.opts.nodes.find(rt.node);

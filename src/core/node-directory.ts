@@ -28,6 +28,8 @@ export class NodeDirectory {
   /** The last outage seen, once the store answered again. */
   #lastOutage: { began: number; ended: number } | null = null;
   #watch: NodeJS.Timeout | null = null;
+  /** The hosts as the last read that succeeded found them. */
+  #lastRead: Map<string, VmNode> | null = null;
   readonly #now: () => number;
 
   constructor(
@@ -46,14 +48,18 @@ export class NodeDirectory {
             this.#lastOutage = { began: this.#failingSince, ended: this.#now() };
             this.#failingSince = null;
           }
-          return new Map(list.map((n) => [n.name, this.#withGrace(n)]));
+          this.#lastRead = new Map(list.map((n) => [n.name, this.#withGrace(n)]));
+          return this.#lastRead;
         },
         (err: unknown) => {
           this.#failingSince ??= now;
-          throw err;
+          // While the store is away the hosts are as last read: none can renew, nor be taken
+          // for lost, until it is back (the grace above). With nothing read yet, the failure.
+          if (this.#lastRead === null) throw err;
+          return this.#lastRead;
         },
       );
-      // A failed read is not kept: the next call reads again.
+      // A failed read with nothing to stand in is not kept: the next call reads again.
       byName.catch(() => (this.#read = null));
       this.#read = { at: now, byName };
     }

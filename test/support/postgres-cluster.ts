@@ -26,6 +26,10 @@ export function postgresBinDir(): string {
 export interface PostgresCluster {
   /** A URL for a database of its own, made fresh: each test gets an empty schema. */
   createDatabase(name: string): Promise<string>;
+  /** Stops the server, its files kept, as an outage or a failover does: every connection is cut. */
+  pause(): void;
+  /** Starts the paused server again on the same socket and data. */
+  resume(): void;
   /** Stops the server and removes its files. Idempotent. */
   stop(): void;
 }
@@ -72,12 +76,13 @@ export function startPostgres(options: PostgresClusterOptions = {}): PostgresClu
   process.on('exit', stop);
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
+  // No TCP at all: the socket sits in the cluster's directory. fsync off: a test cluster that
+  // crashes is thrown away anyway, and it keeps the tests off the shared disk's queue.
+  const settings = `-k ${dir} -c listen_addresses='' -c fsync=${options.durable === true ? 'on' : 'off'} -c max_connections=200`;
+  const start = (): void => run('pg_ctl', ['-D', data, '-l', join(dir, 'log'), '-o', settings, '-w', '-t', '60', 'start']);
   try {
     run('initdb', ['-D', data, '-U', 'vessel', '-A', 'trust', '--no-sync', '-E', 'UTF8', '--locale=C']);
-    // No TCP at all: the socket sits in the cluster's directory. fsync off: a test cluster that
-    // crashes is thrown away anyway, and it keeps the tests off the shared disk's queue.
-    const settings = `-k ${dir} -c listen_addresses='' -c fsync=${options.durable === true ? 'on' : 'off'} -c max_connections=200`;
-    run('pg_ctl', ['-D', data, '-l', join(dir, 'log'), '-o', settings, '-w', '-t', '60', 'start']);
+    start();
   } catch (err) {
     stop();
     throw err;
@@ -94,6 +99,8 @@ export function startPostgres(options: PostgresClusterOptions = {}): PostgresClu
       }
       return urlFor(name);
     },
+    pause: () => run('pg_ctl', ['-D', data, '-m', 'fast', '-w', 'stop']),
+    resume: start,
     stop,
   };
 }
