@@ -80,6 +80,7 @@ const NODE_INDEPENDENT = [
   'unit/fleet-placement',
   'unit/host-pattern',
   'unit/ingress-urls',
+  'unit/last-known',
   'unit/lifecycle',
   'unit/lifecycle-timers',
   'unit/loopback',
