@@ -12,7 +12,7 @@
  * Everything here comes from unauthenticated clients: every handler catches its failures and
  * closes the connection, and a leaf is signed only for a route that exists (or for envd's names).
  */
-import { Agent as HttpAgent, createServer as createHttpServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
+import { Agent as HttpAgent, createServer as createHttpServer, request, type IncomingMessage, type RequestOptions, type ServerResponse } from 'node:http';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { pipeline } from 'node:stream';
 import { TLSSocket } from 'node:tls';
@@ -232,16 +232,11 @@ export class Ingress {
       'X-Forwarded-Proto', this.#overTls.has(req.socket) ? 'https' : 'http',
       'X-Forwarded-For', this.#clientOf(req.socket),
     ];
-    const upstream = request({ host: envd.host, port: envd.port, method: req.method, path: `${envd.pathPrefix}${req.url}`, headers, setHost: false, agent: this.#envdAgent }, (up) => {
-      if (!writeRelayedHead(res, up.statusCode, up.statusMessage, [...endToEndHeaders(up.rawHeaders), ...responseLength(up.headers)])) {
-        up.destroy();
-        return fail(502, 'the API sent a response for envd that cannot be passed on');
-      }
-      pipeline(up, res, () => undefined);
+    this.#relay(req, res, { host: envd.host, port: envd.port, method: req.method, path: `${envd.pathPrefix}${req.url}`, headers, setHost: false, agent: this.#envdAgent }, endToEndHeaders, fail, {
+      unrelayable: 'the API sent a response for envd that cannot be passed on',
+      invalid: 'the API sent an invalid response for envd',
+      silent: 'envd is not answering: the API is not running',
     });
-    upstream.on('error', () => (res.headersSent ? res.destroy() : fail(503, 'envd is not answering: the API is not running')));
-    req.on('close', () => req.complete || upstream.destroy());
-    req.pipe(upstream);
   }
 
   async #routesHttps(name: string): Promise<boolean> {
@@ -300,12 +295,32 @@ export class Ingress {
     if (envd !== null) return this.#forwardEnvd(req, res, envd, fail);
     const to = await this.#target(req);
     if ('status' in to) return fail(to.status, to.message);
-    const upstream = request({ host: to.net.identity, port: to.port, method: req.method, path: req.url, headers: this.#headersFor(req), setHost: false, agent: to.net.ingressAgent }, (up) => {
-      // Every cookie host-only: a Domain would reach every other runtime under the ingress domain.
-      if (!writeRelayedHead(res, up.statusCode, up.statusMessage, [...hostOnlyCookies(endToEndHeaders(up.rawHeaders)), ...responseLength(up.headers)])) {
+    // Every cookie host-only: a Domain would reach every other runtime under the ingress domain.
+    const responseHeaders = (raw: string[]): string[] => hostOnlyCookies(endToEndHeaders(raw));
+    this.#relay(req, res, { host: to.net.identity, port: to.port, method: req.method, path: req.url, headers: this.#headersFor(req), setHost: false, agent: to.net.ingressAgent }, responseHeaders, fail, {
+      unrelayable: `the runtime sent a response on port ${to.port} that cannot be passed on`,
+      invalid: `the runtime sent an invalid response on port ${to.port}`,
+      silent: `the runtime is not answering on port ${to.port}`,
+    });
+  }
+
+  /**
+   * Sends a request on (`options`) and its answer back, with the response headers `responseHeaders`
+   * keeps; what goes wrong before the answer's head is answered with `fail` and `messages`.
+   */
+  #relay(
+    req: IncomingMessage,
+    res: ServerResponse,
+    options: RequestOptions,
+    responseHeaders: (raw: string[]) => string[],
+    fail: (status: number, message: string) => void,
+    messages: { unrelayable: string; invalid: string; silent: string },
+  ): void {
+    const upstream = request(options, (up) => {
+      if (!writeRelayedHead(res, up.statusCode, up.statusMessage, [...responseHeaders(up.rawHeaders), ...responseLength(up.headers)])) {
         // Not a response we can pass on (see writeRelayedHead): its connection is not reused either.
         up.destroy();
-        return fail(502, `the runtime sent a response on port ${to.port} that cannot be passed on`);
+        return fail(502, messages.unrelayable);
       }
       // A response cut short closes the client's connection rather than leave it mid-message.
       pipeline(up, res, () => undefined);
@@ -313,8 +328,8 @@ export class Ingress {
     upstream.on('error', (err: NodeJS.ErrnoException) => {
       if (res.headersSent) return void res.destroy();
       // A parser error (HPE_*) is a response that was no HTTP: 502; otherwise nothing answered: 503.
-      if (err.code?.startsWith('HPE_') === true) fail(502, `the runtime sent an invalid response on port ${to.port}`);
-      else fail(503, `the runtime is not answering on port ${to.port}`);
+      const invalid = err.code?.startsWith('HPE_') === true;
+      fail(invalid ? 502 : 503, invalid ? messages.invalid : messages.silent);
     });
     // A request body cut short must not leave a half-sent request on a pooled connection.
     req.on('close', () => req.complete || upstream.destroy());
