@@ -105,8 +105,8 @@ export class Core {
     this.templates = new TemplateService(store, this.secrets, ports.templateBuilder ?? null, quotas, log, node, ports.templates, (template, policy) => new TenantBuildVms(buildServices, template, policy));
     this.runtimeMoves = node === null ? null : new RuntimeMoves(store, this.runtimes, driver, this.egress, this.audits, log, node);
     // A PATCHed policy or a rule change applies to the gateway's next connection.
-    this.runtimes.observe({ policyChanged: (rt) => void this.egress.refresh(rt.id) });
-    this.rules.onChange((runtimeId) => void this.egress.refresh(runtimeId));
+    this.runtimes.observe({ policyChanged: (rt) => this.egress.refresh(rt.id) });
+    this.rules.onChange((runtimeId) => this.egress.refresh(runtimeId));
     this.runtimes.useCheckpoints(this.checkpoints);
     this.nodes = new NodeDirectory(store.nodes, { leaseMs: (ports.nodeLeaseSecs ?? 0) * 1000 });
     this.shown = new ShownRuntimes(this.nodes);

@@ -92,10 +92,10 @@ export class EgressService implements GatewayHooks {
 
   detach = (runtimeId: string): Promise<void> => this.gateway.detach(runtimeId);
 
-  /** Policy or rules changed: the gateway applies them to the next connection. */
+  /** Policy or rules changed: resolves once the gateway applies them to the next connection. */
   async refresh(runtimeId: string): Promise<void> {
     const rt = await this.store.runtimes.findById(runtimeId);
-    if (rt !== undefined && rt.node === this.node) this.gateway.update(await this.subject(rt));
+    if (rt !== undefined && rt.node === this.node) await this.gateway.update(await this.subject(rt));
   }
 
   async restore(): Promise<void> {

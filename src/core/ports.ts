@@ -297,8 +297,8 @@ export interface NetworkGateway {
    * policy. Idempotent: a runtime keeps its TAP across stop and start. Returns the TAP name.
    */
   attach(subject: EgressSubject): Promise<string>;
-  /** A new policy or rule set: applies to the next connection and the next request. */
-  update(subject: EgressSubject): void;
+  /** A new policy or rule set: once this resolves, the next connection and the next request see it. */
+  update(subject: EgressSubject): Promise<void>;
   /** Removes the runtime's TAP and rules. Idempotent. */
   detach(runtimeId: string): Promise<void>;
   /** At start-up: keeps the TAPs of these runtimes, removes every other one, rewrites the rules. */

@@ -24,7 +24,7 @@ export interface RuleView {
 }
 
 export class RuleService {
-  readonly #listeners: Array<(runtimeId: string) => void> = [];
+  readonly #listeners: Array<(runtimeId: string) => Promise<void>> = [];
 
   constructor(
     private readonly store: Store,
@@ -32,8 +32,8 @@ export class RuleService {
     private readonly secrets: SecretService,
   ) {}
 
-  /** The egress gateway listens so that rule changes apply to the next request at once. */
-  onChange(listener: (runtimeId: string) => void): void {
+  /** The egress gateway listens so that a rule applies to the next request once its change is answered. */
+  onChange(listener: (runtimeId: string) => Promise<void>): void {
     this.#listeners.push(listener);
   }
 
@@ -51,7 +51,7 @@ export class RuleService {
       createdAt: new Date().toISOString(),
     };
     await this.store.rules.insert(rule);
-    this.#changed(runtime.id);
+    await this.#changed(runtime.id);
     return { rule, secretName: secret.displayName, runtimeName: runtime.displayName };
   }
 
@@ -74,7 +74,7 @@ export class RuleService {
   async delete(tenantId: string, ruleId: string, runtimeRef?: string): Promise<void> {
     const { rule } = await this.get(tenantId, ruleId, runtimeRef);
     await this.store.rules.delete(tenantId, rule.id);
-    this.#changed(rule.runtimeId);
+    await this.#changed(rule.runtimeId);
   }
 
   async #view(rule: InjectionRule): Promise<RuleView> {
@@ -85,7 +85,7 @@ export class RuleService {
     return { rule, secretName: secret?.displayName ?? '', runtimeName: runtime?.displayName ?? '' };
   }
 
-  #changed(runtimeId: string): void {
-    for (const l of this.#listeners) l(runtimeId);
+  async #changed(runtimeId: string): Promise<void> {
+    for (const l of this.#listeners) await l(runtimeId);
   }
 }

@@ -58,7 +58,8 @@ export interface CreateCheckpoints {
 
 /** Hooks for other parts of the service that must follow runtime changes (the egress gateway). */
 export interface RuntimeObserver {
-  policyChanged(runtime: Runtime): void;
+  /** Resolves once the new policy is in force. */
+  policyChanged(runtime: Runtime): Promise<void>;
 }
 
 /** Gives runtimes their network (the core's EgressService over the gateway). */
@@ -286,7 +287,7 @@ export class RuntimeService {
         }
       }
       const saved = await this.#save(rt, changes);
-      if (changes.egressPolicy !== undefined) this.#observer?.policyChanged(saved);
+      if (changes.egressPolicy !== undefined) await this.#observer?.policyChanged(saved);
       return saved;
     });
   }

@@ -215,8 +215,8 @@ export class RemoteHost implements VmDriver, NetworkGateway, TemplateDisks {
   attach(subject: EgressSubject): Promise<string> {
     return this.#call('attach', subject);
   }
-  update(subject: EgressSubject): void {
-    this.#call('update', subject).catch(() => undefined);
+  update(subject: EgressSubject): Promise<void> {
+    return this.#call('update', subject);
   }
   detach(runtimeId: string): Promise<void> {
     return this.#call('detach', { runtimeId });

@@ -150,11 +150,12 @@ export class Gateway implements NetworkGateway {
     return tap;
   }
 
-  update(subject: EgressSubject): void {
+  async update(subject: EgressSubject): Promise<void> {
     const attachment = this.#attached.get(subject.runtimeId);
     if (attachment === undefined) return;
     attachment.subject = subject;
-    this.#listeners.link?.notify('update', subject);
+    // Answered once the listeners hold it: the API's answer to a rule or policy change comes after.
+    await this.#tell('update', subject);
   }
 
   detach(runtimeId: string): Promise<void> {
@@ -217,7 +218,7 @@ export class Gateway implements NetworkGateway {
    * Tells the listeners of a change. While their process is being started again the change is
    * not lost: the new process is given every attached runtime before anything else.
    */
-  async #tell(method: 'add' | 'remove' | 'replaceAll', args: unknown): Promise<void> {
+  async #tell(method: 'add' | 'update' | 'remove' | 'replaceAll', args: unknown): Promise<void> {
     const link = await this.#listeners.ready();
     try {
       await link?.call(method, args);

@@ -7,12 +7,26 @@
  * to when it completes, as this reporter receives them: that includes its before/after hooks
  * (where VM tests boot their guests), which the tests' own durations leave out. The last line repeats the run's counts as `N passed, N failed`, so
  * the closing line of the log is the counts whichever reporter finishes last.
+ *
+ * With VESSEL_TEST_FAILURES naming a file, each failed test's file, name and error are appended
+ * to it: CI prints them at the very end, where a log cut to its tail still shows why.
  */
+import { appendFileSync } from 'node:fs';
 import { relative, resolve } from 'node:path';
 
 interface TestEvent {
   type: string;
-  data?: { file?: string; name?: string; nesting?: number; message?: string };
+  data?: { file?: string; name?: string; nesting?: number; message?: string; details?: { error?: unknown } };
+}
+
+/** Enough of an error to say why, not a whole dump of a large actual value. */
+const MAX_FAILURE_CHARS = 2000;
+
+/** The assertion's own message: node:test wraps a test's error, with the thrown one as its cause. */
+function failureText(error: unknown): string {
+  const thrown = error instanceof Error && error.cause !== undefined ? error.cause : error;
+  const text = thrown instanceof Error ? `${thrown.name}: ${thrown.message}` : String(thrown);
+  return text.length > MAX_FAILURE_CHARS ? `${text.slice(0, MAX_FAILURE_CHARS)}…` : text;
 }
 
 interface Span {
@@ -43,7 +57,16 @@ export default async function* durations(source: AsyncIterable<TestEvent>): Asyn
     const span = spans.get(file);
     if (span === undefined) continue;
     if (event.type === 'test:complete' && isFileWrapper(data)) span.last = now;
-    if (event.type === 'test:fail') span.failed = true;
+    if (event.type === 'test:fail') {
+      span.failed = true;
+      const failures = process.env.VESSEL_TEST_FAILURES;
+      // A file fails when one of its tests did (already written), or on its own, as when it crashes.
+      const forItsTests = isFileWrapper(data) && (data.details?.error as { failureType?: string } | undefined)?.failureType === 'subtestsFailed';
+      if (failures !== undefined && failures !== '' && !forItsTests) {
+        const indented = failureText(data.details?.error).replace(/\n/g, '\n    ');
+        appendFileSync(failures, `${relative(process.cwd(), file)} › ${data.name ?? '?'} (Node ${process.version})\n    ${indented}\n`);
+      }
+    }
   }
   const rows = [...spans].map(([file, s]) => ({ file: relative(process.cwd(), file), ms: s.last - s.first, failed: s.failed }));
   rows.sort((a, b) => b.ms - a.ms);

@@ -13,7 +13,7 @@ export class FakeGateway implements NetworkGateway {
     return tap;
   }
 
-  update(subject: EgressSubject): void {
+  async update(subject: EgressSubject): Promise<void> {
     if (this.subjects.has(subject.runtimeId)) this.subjects.set(subject.runtimeId, subject);
   }
 
