@@ -111,7 +111,7 @@ type PortPath = Pick<GuestAgent, 'statPath' | 'spawnProcess' | 'writeFile' | 're
 
 /** One path's numbers: request p50 (a stat), /bin/true p50, output, write and read MiB/s. */
 async function measure(port: PortPath): Promise<number[]> {
-  const spec = (command: string): ProcessSpec => ({ command, args: [], cwd: null, env: {}, pty: null, stdin: false, ringBytes: 1 << 20, hold: true, forgetOnExit: true });
+  const spec = (command: string): ProcessSpec => ({ command, args: [], cwd: null, env: {}, user: null, pty: null, stdin: false, ringBytes: 1 << 20, hold: true, forgetOnExit: true });
   const stats: number[] = [];
   for (let i = 0; i < PINGS; i++) {
     const t = performance.now();

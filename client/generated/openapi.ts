@@ -2038,6 +2038,8 @@ export interface operations {
                     env?: {
                         [key: string]: string;
                     };
+                    /** @description user[:group], by name or id, as `docker exec --user`; default: the template's USER, else root. HOME becomes the user's home unless env sets it */
+                    user?: string | null;
                     /** @description UTF-8 text */
                     stdin?: string | null;
                     /**
@@ -2149,6 +2151,8 @@ export interface operations {
                     env?: {
                         [key: string]: string;
                     };
+                    /** @description user[:group], by name or id, as `docker exec --user`; default: the template's USER, else root. HOME becomes the user's home unless env sets it */
+                    user?: string | null;
                     /** @description run on a terminal of this size; stdout then carries all it shows */
                     pty?: {
                         /** Format: int32 */
@@ -2379,6 +2383,8 @@ export interface operations {
                 cols?: number;
                 /** @description attach to this pty process instead of starting a login shell */
                 process_id?: number;
+                /** @description user[:group], by name or id, as `docker exec --user`; default: the template's USER, else root. HOME becomes the user's home unless env sets it */
+                user?: string;
             };
             header?: never;
             path: {

@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,6 +221,22 @@ void proc_spawn(uint32_t sid, const uint8_t *p, size_t n) {
   const char **argv = strs + 1, **envp = strs + 1 + argc + 1;
   const uint8_t *rest = split_strings(p + SPAWN_FIXED_BYTES, p + n, strs, 1 + (size_t)argc);
   if (rest != NULL) rest = split_strings(rest, p + n, envp, envc);
+  /* SPAWN_AS_USER: the ids the child takes before it enters cwd, as runc's user does. */
+  int as_user = (flags & SPAWN_AS_USER) != 0;
+  uint32_t uid = 0, gid = 0;
+  uint16_t ngroups = 0;
+  gid_t groups[SPAWN_MAX_GROUPS];
+  if (rest != NULL && as_user) {
+    if ((size_t)(p + n - rest) < 10 || (ngroups = get_u16(rest + 8)) > SPAWN_MAX_GROUPS || (size_t)(p + n - rest) != 10 + 4 * (size_t)ngroups) {
+      free(strs);
+      send_error(sid, E_BAD_REQUEST, 0, "SPAWN's user does not match its group count (at most %d groups)", SPAWN_MAX_GROUPS);
+      return;
+    }
+    uid = get_u32(rest);
+    gid = get_u32(rest + 4);
+    for (uint16_t i = 0; i < ngroups; i++) groups[i] = (gid_t)get_u32(rest + 10 + 4 * (size_t)i);
+    rest = p + n;
+  }
   if (rest != p + n) {
     free(strs);
     send_error(sid, E_BAD_REQUEST, 0, "SPAWN strings do not match argc/envc");
@@ -269,6 +286,7 @@ void proc_spawn(uint32_t sid, const uint8_t *p, size_t n) {
       dup2(out_pipe[1], 1);
       dup2(err_pipe[1], 2);
     }
+    if (as_user && (setgroups(ngroups, groups) != 0 || setgid((gid_t)gid) != 0 || setuid((uid_t)uid) != 0)) child_fail(report[1], E_USER);
     if (cwd[0] != '\0' && chdir(cwd) != 0) child_fail(report[1], E_CWD);
     environ = (char **)envp;
     execvp(argv[0], (char *const *)argv);
@@ -302,7 +320,8 @@ void proc_spawn(uint32_t sid, const uint8_t *p, size_t n) {
     else {
       uint32_t stage = get_u32(failure);
       int e = (int)get_u32(failure + 4);
-      send_error(sid, (int)stage, e, stage == E_CWD ? "cannot enter '%s': %s" : "cannot execute '%s': %s", stage == E_CWD ? cwd : argv[0], strerror(e));
+      if (stage == E_USER) send_error(sid, E_USER, e, "cannot become user %u (group %u): %s", uid, gid, strerror(e));
+      else send_error(sid, (int)stage, e, stage == E_CWD ? "cannot enter '%s': %s" : "cannot execute '%s': %s", stage == E_CWD ? cwd : argv[0], strerror(e));
     }
     free(strs);
     return;

@@ -16,6 +16,8 @@
 #define HELLO_ACK_BYTES 40 /* HELLO_ACK: the nonce, version, the agent's limits */
 #define FLAG_EOF 0x01 /* on DATA: the last bytes of the stream (stdin closed, file complete) */
 #define SPAWN_FIXED_BYTES 20 /* SPAWN's fixed part: flags, ring, window (u32 each), rows, cols, argc, envc (u16 each) */
+#define SPAWN_AS_USER 0x10 /* SPAWN flag: the strings are followed by uid, gid (u32 each), a group count (u16) and the groups (u32 each) */
+#define SPAWN_MAX_GROUPS 256 /* supplementary groups SPAWN_AS_USER may carry */
 #define SYNC_MAGIC "VSYNC!\r\n" /* what the agent hunts for after a malformed frame */
 #define SYNC_MAGIC_BYTES 8
 
@@ -60,6 +62,7 @@ enum error_kind {
   E_CWD = 6, /* SPAWN: the working directory could not be entered (errno) */
   E_EXEC = 7, /* SPAWN: the program could not be executed (errno) */
   E_PROTOCOL = 8, /* stream 0: a malformed frame; the agent is hunting for SYNC_MAGIC */
+  E_USER = 9, /* SPAWN: the process could not take the user's groups or ids (errno) */
 };
 
 #endif

@@ -546,12 +546,21 @@ export const MAX_OUTPUT_BYTES = 4194304;
 export const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
 export const DEFAULT_EXEC_TIMEOUT_SECS = 60;
 
+/** Docker's `--user`: a name or id, with a group after a colon; looked up in the guest's own /etc/passwd and /etc/group. */
+const CommandUser = Type.String({
+  minLength: 1,
+  maxLength: 256,
+  pattern: '^[A-Za-z0-9_.][A-Za-z0-9_.-]*\\$?(:[A-Za-z0-9_.][A-Za-z0-9_.-]*)?$',
+  description: "user[:group], by name or id, as `docker exec --user`; default: the template's USER, else root. HOME becomes the user's home unless env sets it",
+});
+
 export const ExecBody = Type.Object(
   {
     command: Type.String({ minLength: 1, maxLength: 131072, description: 'without args, run by /bin/sh -c; with args, the executable, found on PATH' }),
     args: Type.Optional(Type.Array(Type.String({ maxLength: 131072 }), { maxItems: 4096, default: [] })),
     cwd: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 4096 }))),
     env: Type.Optional(Type.Record(Type.String(), Type.String({ maxLength: 131072 }), { description: 'overlaid on PATH, HOME=/root, LANG=C.UTF-8, TERM=xterm' })),
+    user: Type.Optional(Nullable(CommandUser)),
     stdin: Type.Optional(Nullable(Type.String({ description: 'UTF-8 text' }))),
     max_output_bytes: Type.Optional(
       Nullable(Int32({ minimum: 0, maximum: MAX_OUTPUT_BYTES, default: DEFAULT_MAX_OUTPUT_BYTES, description: 'bytes kept per stream; buffered exec only' })),
@@ -577,6 +586,7 @@ export const ProcessCreateBody = Type.Object(
     args: ExecBody.properties.args,
     cwd: ExecBody.properties.cwd,
     env: ExecBody.properties.env,
+    user: ExecBody.properties.user,
     pty: Type.Optional(Nullable(Type.Object(TerminalSize, { additionalProperties: false, description: 'run on a terminal of this size; stdout then carries all it shows' }))),
     stdin: Type.Optional(Type.Boolean({ default: false, description: 'keep stdin open for POST .../stdin (a terminal always takes input)' })),
     ring_bytes: Type.Optional(Int32({ minimum: MIN_RING_BYTES, maximum: MAX_RING_BYTES, default: DEFAULT_RING_BYTES, description: 'output kept per channel for readers' })),
@@ -629,6 +639,7 @@ export const TerminalQuery = Type.Object({
   rows: Type.Optional(Int32({ ...TerminalSize.rows, default: 24 })),
   cols: Type.Optional(Int32({ ...TerminalSize.cols, default: 80 })),
   process_id: Type.Optional(Int64({ ...ProcessId, description: 'attach to this pty process instead of starting a login shell' })),
+  user: Type.Optional(CommandUser),
 });
 
 export const TemplateCreateBody = Type.Object(

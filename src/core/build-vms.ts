@@ -85,12 +85,12 @@ class TenantBuildVm implements BuildVm {
     private readonly runtimeId: string,
   ) {}
 
-  async run(argv: string[], env: Record<string, string>, cwd: string, onOutput: (text: string) => void, signal: AbortSignal): Promise<number> {
+  async run(argv: string[], env: Record<string, string>, cwd: string, user: string, onOutput: (text: string) => void, signal: AbortSignal): Promise<number> {
     const [command, ...args] = argv;
     if (command === undefined) throw failedPrecondition('a RUN with an empty command');
     // An exec of one word with no args is the shell form; `sh -c word` runs the same program.
     const session = await this.services.processes.execStream(this.tenantId, this.runtimeId, {
-      command, args, cwd, env, stdin: null, maxOutputBytes: 0, timeoutSecs: RUN_TIMEOUT_SECS, background: false,
+      command, args, cwd, env, user, stdin: null, maxOutputBytes: 0, timeoutSecs: RUN_TIMEOUT_SECS, background: false,
     });
     // A build stopped (its template deleted, the service closing) kills the command's tree.
     const stop = () => session.abandon();

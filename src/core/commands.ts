@@ -62,6 +62,7 @@ export async function startCommand(guest: CommandGuest, req: ExecRequest & Strea
       args: req.args,
       cwd: req.cwd,
       env: req.env,
+      user: req.user,
       pty: req.pty ?? null,
       stdin: req.stdin !== null || req.openStdin === true,
       ringBytes: req.background ? DEFAULT_RING_BYTES : STREAM_RING_BYTES,

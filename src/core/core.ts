@@ -5,7 +5,7 @@ import { CheckpointService } from './checkpoints.js';
 import { ConsoleLogService } from './console-log.js';
 import { EgressService } from './egress.js';
 import { FileService } from './files.js';
-import { ProcessService } from './processes.js';
+import { NO_COMMAND_DEFAULTS, ProcessService } from './processes.js';
 import type { CheckpointArchive, NetworkGateway, SecretUnsealer, Store, TemplateBuilder, VmDriver } from './ports.js';
 import { TenantQuotas } from './quotas.js';
 import { RuleService } from './rules.js';
@@ -94,7 +94,7 @@ export class Core {
       );
     });
     this.runtimes = new RuntimeService(store, driver, this.egress, quotas, this.audits, log, this.#pool, node);
-    this.processes = new ProcessService(this.runtimes, driver, (rt) => (rt.templateId === null ? Promise.resolve({ env: {}, cwd: null }) : this.templates.commandDefaults(rt.tenantId, rt.templateId)));
+    this.processes = new ProcessService(this.runtimes, driver, (rt) => (rt.templateId === null ? Promise.resolve(NO_COMMAND_DEFAULTS) : this.templates.commandDefaults(rt.tenantId, rt.templateId)));
     this.files = new FileService(this.runtimes, driver);
     this.consoleLogs = new ConsoleLogService(this.runtimes, driver);
     this.rules = new RuleService(store, this.runtimes, this.secrets);

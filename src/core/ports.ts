@@ -521,8 +521,8 @@ export interface BuildVms {
 
 /** A running build VM. */
 export interface BuildVm {
-  /** Runs a command to its end, its output (both channels) to `onOutput`; resolves with its exit code. */
-  run(argv: string[], env: Record<string, string>, cwd: string, onOutput: (text: string) => void, signal: AbortSignal): Promise<number>;
+  /** Runs a command as `user` (Docker's user[:group]) to its end, its output (both channels) to `onOutput`; resolves with its exit code. */
+  run(argv: string[], env: Record<string, string>, cwd: string, user: string, onOutput: (text: string) => void, signal: AbortSignal): Promise<number>;
   /** A small file of the guest's (at most `maxBytes`), or null when there is none. */
   readFile(path: string, maxBytes: number): Promise<Buffer | null>;
   makeDir(path: string): Promise<void>;

@@ -40,28 +40,29 @@ export interface Attachment {
   close(): void;
 }
 
-/** What a runtime's commands get unless the request says otherwise: its template's ENV and WORKDIR. */
+/** What a runtime's commands get unless the request says otherwise: its template's ENV, WORKDIR and USER. */
 export interface CommandDefaults {
   env: Record<string, string>;
   cwd: string | null;
+  user: string | null;
 }
-const NO_DEFAULTS: CommandDefaults = { env: {}, cwd: null };
+export const NO_COMMAND_DEFAULTS: CommandDefaults = { env: {}, cwd: null, user: null };
 
 export class ProcessService {
   constructor(
     private readonly runtimes: RuntimeService,
     private readonly guests: GuestAgents,
     /** A runtime's defaults, from the template it was created from. */
-    private readonly defaultsOf: (rt: Runtime) => Promise<CommandDefaults> = async () => NO_DEFAULTS,
+    private readonly defaultsOf: (rt: Runtime) => Promise<CommandDefaults> = async () => NO_COMMAND_DEFAULTS,
   ) {}
 
   /**
    * The request's env laid over the runtime's (from its create), laid over the template's, as
-   * `docker exec` does; its cwd, or the template's WORKDIR.
+   * `docker exec` does; its cwd, or the template's WORKDIR; its user, or the template's USER.
    */
-  async #withDefaults<R extends { env: Record<string, string>; cwd: string | null }>(rt: Runtime, req: R): Promise<R> {
-    const d = rt.templateId === null ? NO_DEFAULTS : await this.defaultsOf(rt);
-    return { ...req, env: { ...d.env, ...rt.env, ...req.env }, cwd: req.cwd ?? d.cwd };
+  async #withDefaults<R extends { env: Record<string, string>; cwd: string | null; user?: string | null }>(rt: Runtime, req: R): Promise<R> {
+    const d = rt.templateId === null ? NO_COMMAND_DEFAULTS : await this.defaultsOf(rt);
+    return { ...req, env: { ...d.env, ...rt.env, ...req.env }, cwd: req.cwd ?? d.cwd, user: req.user ?? d.user };
   }
 
   /**
@@ -160,7 +161,7 @@ export class ProcessService {
    * attachment closes; or, with `processId`, an existing PTY process, replaying what its ring
    * holds, which runs on when the attachment closes.
    */
-  async terminal(tenantId: string, ref: string, opts: { processId: number | null; size: { rows: number; cols: number }; command: { command: string; args: string[] } | null }): Promise<Attachment> {
+  async terminal(tenantId: string, ref: string, opts: { processId: number | null; size: { rows: number; cols: number }; command: { command: string; args: string[] } | null; user?: string | null }): Promise<Attachment> {
     const rt = await this.#runningRuntime(tenantId, ref);
     const runtimeId = rt.id;
     if (opts.processId !== null) {
@@ -170,7 +171,7 @@ export class ProcessService {
       if (known.status === 'running') await this.guests.guest(runtimeId).resizeTerminal(opts.processId, opts.size.rows, opts.size.cols).catch(() => undefined);
       return attachment;
     }
-    const { env, cwd } = await this.#withDefaults(rt, { env: { TERM: 'xterm-256color', COLORTERM: 'truecolor' }, cwd: null });
+    const { env, cwd, user } = await this.#withDefaults(rt, { env: { TERM: 'xterm-256color', COLORTERM: 'truecolor' }, cwd: null, user: opts.user ?? null });
     const release = this.runtimes.hold(runtimeId);
     let stream: ProcessStream;
     try {
@@ -178,6 +179,7 @@ export class ProcessService {
         ...(opts.command ?? TERMINAL_SHELL),
         cwd,
         env,
+        user,
         pty: opts.size,
         stdin: true,
         ringBytes: TERMINAL_RING_BYTES,

@@ -13,7 +13,7 @@ import type { BuildSource, BuildVms, Store, TemplateBuilder } from './ports.js';
 import type { TenantQuotas } from './quotas.js';
 import type { Logger } from './runtimes.js';
 import type { SecretService } from './secrets.js';
-import type { CommandDefaults } from './processes.js';
+import { NO_COMMAND_DEFAULTS, type CommandDefaults } from './processes.js';
 import { normalizeEgressPolicy } from './runtimes.js';
 import type { EgressPolicy, Page, PageRequest, Template, TemplateConfig, TemplateFailure, TemplateSource } from './types.js';
 
@@ -153,9 +153,8 @@ export class TemplateService {
   list = (tenantId: string, page: PageRequest): Promise<Page<Template>> => this.store.templates.list(tenantId, page);
 
   /**
-   * What commands in a runtime from the template default to: its ENV and WORKDIR. A ready
-   * template's config never changes, so it is read once. (USER is not applied: the guest agent
-   * runs every command as root for now; docs/templates.md.)
+   * What commands in a runtime from the template default to: its ENV, WORKDIR and USER. A ready
+   * template's config never changes, so it is read once.
    */
   async commandDefaults(tenantId: string, templateId: string): Promise<CommandDefaults> {
     let config: TemplateConfig | null = this.#configs.get(templateId) ?? null;
@@ -163,7 +162,7 @@ export class TemplateService {
       config = (await this.store.templates.find(tenantId, templateId))?.config ?? null;
       if (config !== null) this.#configs.set(templateId, config);
     }
-    return config === null ? { env: {}, cwd: null } : { env: config.env, cwd: config.workdir };
+    return config === null ? NO_COMMAND_DEFAULTS : { env: config.env, cwd: config.workdir, user: config.user };
   }
 
   /**

@@ -360,6 +360,8 @@ export interface ExecRequest {
   args: string[];
   cwd: string | null;
   env: Record<string, string>;
+  /** Docker's `user[:group]`, resolved in the guest's own /etc/passwd and /etc/group; null: the runtime's default (its template's USER, else root). */
+  user: string | null;
   stdin: string | null;
   maxOutputBytes: number;
   timeoutSecs: number;
@@ -380,6 +382,8 @@ export interface ProcessSpec {
   args: string[];
   cwd: string | null;
   env: Record<string, string>;
+  /** As ExecRequest's; null here is root (the runtime's default is applied before: ProcessService). */
+  user: string | null;
   /** A terminal of this size instead of pipes; stdout then carries everything it shows. */
   pty: { rows: number; cols: number } | null;
   /** Keep stdin open for writes (a terminal always takes input). */

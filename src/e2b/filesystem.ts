@@ -94,7 +94,7 @@ export function filesystemService(core: Core, callerOf: (ctx: HandlerContext) =>
         // As envd does, the destination's directory is made; the rename itself is the guest's mv
         // (the agent has no rename of its own), run with fixed arguments, never through a shell.
         await files.makeDir(t, r, posix.dirname(destination));
-        const mv = await core.processes.exec(t, r, { command: 'mv', args: ['-T', '--', source, destination], cwd: null, env: {}, stdin: null, maxOutputBytes: 4096, timeoutSecs: 60 });
+        const mv = await core.processes.exec(t, r, { command: 'mv', args: ['-T', '--', source, destination], cwd: null, env: {}, user: null, stdin: null, maxOutputBytes: 4096, timeoutSecs: 60 });
         if (mv.exit_code !== 0) throw new VesselError('failed_precondition', `could not move '${source.slice(0, 200)}': ${mv.stderr.trim().slice(0, MAX_MOVE_ERROR_CHARS)}`);
         return { entry: entryOf(await stat(t, r, destination)) };
       }),

@@ -76,6 +76,7 @@ export function processService(core: Core, callerOf: (ctx: HandlerContext) => En
           args: config.args,
           cwd: config.cwd ?? null,
           env: config.envs,
+          user: null,
           stdin: null,
           openStdin: req.stdin === true,
           pty,

@@ -5,7 +5,7 @@
  * there as a layer under its cache key (step-keys.ts). A step whose key is cached already is not
  * run: the build goes on from its layer. The template is the last step's layer.
  *
- *   RUN      the step's argv, env and cwd through the guest agent; as USER through setpriv
+ *   RUN      the step's argv, env, cwd and USER through the guest agent (which takes the user's ids)
  *   COPY     a tar stream of the matched context (copy-archive.ts), --chown and --chmod applied
  *   WORKDIR  mkdir -p
  *   ENV, ARG, USER, LABEL, CMD, ENTRYPOINT, EXPOSE: the plan's config, no layer
@@ -20,7 +20,7 @@ import type { BlobStore } from './blob-store.js';
 import { readBuildContext } from './build-context.js';
 import { copyArchives, CopyError, copyTar } from './copy-archive.js';
 import { baseImages, emptyConfig, parseDockerfile, planBuild, type ImageConfig, type Step } from './dockerfile.js';
-import { isRoot, resolveUser, UserError, type ResolvedUser } from './guest-users.js';
+import { isRoot, resolveUser, UserError, type ResolvedUser } from '../core/guest-users.js';
 import { baseKey, matchSources, stepKey, type BaseLayer } from './step-keys.js';
 
 /** `FROM vessel`: the service's default image, the one a runtime without a template runs. */
@@ -29,7 +29,6 @@ export const DEFAULT_IMAGE_NAME = 'vessel';
 const DEFAULT_IMAGE_ENV: [string, string][] = [['PATH', '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin']];
 /** /etc/passwd and /etc/group are read from the build VM for USER and --chown: bounded. */
 const MAX_ACCOUNT_FILE_BYTES = 1024 * 1024;
-const SETPRIV = '/usr/bin/setpriv';
 
 export interface DockerfileBuildOptions {
   /** The uploaded build context (a tar stream, gzip or not). */
@@ -114,15 +113,16 @@ export async function buildDockerfile(opts: DockerfileBuildOptions): Promise<Bui
 async function runStep(vm: BuildVm, step: Step, sources: ReturnType<typeof matchSources> | undefined, opts: DockerfileBuildOptions, report: BuildReporter): Promise<void> {
   switch (step.kind) {
     case 'run': {
-      const env = Object.fromEntries(step.env);
-      let argv = step.argv;
-      if (!isRoot(step.user)) {
-        const user = await userOf(vm, step.user);
-        // The agent runs commands as root; setpriv (util-linux) becomes the user, as Docker's runc would.
-        argv = [SETPRIV, `--reuid=${user.uid}`, `--regid=${user.gid}`, user.name === null ? '--clear-groups' : '--init-groups', '--', ...argv];
-        if (!Object.hasOwn(env, 'HOME')) env.HOME = user.home ?? '/';
+      // Root by name when USER is unset: the FROM template's own USER must not apply twice.
+      const user = isRoot(step.user) ? 'root' : step.user;
+      let code: number;
+      try {
+        code = await vm.run(step.argv, Object.fromEntries(step.env), step.workdir, user, (text) => report.output(text), opts.signal);
+      } catch (err) {
+        // The command could not start (no such program, directory or user): the step's failure.
+        if (err instanceof VesselError && err.code === 'command_failed') throw new BuildFailure(`${stepName(step)}: ${err.message}`);
+        throw err;
       }
-      const code = await vm.run(argv, env, step.workdir, (text) => report.output(text), opts.signal);
       if (opts.signal.aborted) throw new BuildFailure('the build was cancelled');
       if (code !== 0) throw new BuildFailure(`${stepName(step)}: the command returned a non-zero code: ${code}`, code);
       return;

@@ -623,7 +623,7 @@ export class QemuDriver implements VmDriver, TemplateDisks {
     const result = await runBuffered(this.guest(runtimeId), {
       // Constant paths only, no quoting needed.
       command: `cat ${GUEST_CA_FILE} >> ${GUEST_CA_ENV.SSL_CERT_FILE} && ln -sf ${GUEST_CA_FILE} /etc/ssl/certs/vessel-egress-ca.pem && echo '${profile}' > /etc/profile.d/vessel-ca.sh`,
-      args: [], cwd: null, env: {}, stdin: null, maxOutputBytes: 4096, timeoutSecs: 60,
+      args: [], cwd: null, env: {}, user: null, stdin: null, maxOutputBytes: 4096, timeoutSecs: 60,
     });
     if (result.exit_code !== 0) throw new Error(`could not install the gateway CA in the guest: ${result.stderr.trim()}`);
   }

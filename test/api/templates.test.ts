@@ -59,7 +59,7 @@ test('create from an image answers 201 building; the build log streams steps and
   const ready = (await h.call('GET', `/v1/templates/${t.id}`)).body.data;
   assert.equal(ready.state, 'ready');
   assert.equal(ready.disk_bytes, FAKE_DISK_BYTES);
-  assert.deepEqual(ready.config, { env: { PATH: '/usr/bin:/bin' }, workdir: '/', user: null, entrypoint: null, cmd: ['sh'] });
+  assert.deepEqual(ready.config, { env: { PATH: '/usr/bin:/bin' }, workdir: '/', user: 'app', entrypoint: null, cmd: ['sh'] });
 });
 
 test('a failed build shows its step, exit code and output tail, in the record and at the end of its log', async () => {
@@ -171,7 +171,7 @@ test('delete during a build stops it; a reader of its log sees it end failed', a
   assert.equal((await h.call('GET', '/v1/templates/slow')).status, 404);
 });
 
-test('a runtime from a ready template boots on it, shows it, and its execs default to its ENV and WORKDIR; building, failed, unknown and other tenants\' templates are refused', async () => {
+test('a runtime from a ready template boots on it, shows it, and its execs default to its ENV, WORKDIR and USER; building, failed, unknown and other tenants\' templates are refused', async () => {
   const driver = h.driver as unknown as { create(spec: VmSpec): Promise<void>; spawnProcess(runtimeId: string, spec: ProcessSpec): Promise<unknown> };
   const specs: VmSpec[] = [];
   const spawned: ProcessSpec[] = [];
@@ -193,11 +193,18 @@ test('a runtime from a ready template boots on it, shows it, and its execs defau
   assert.equal(plain.body.data.template_id, undefined);
 
   assert.equal((await h.call('POST', '/v1/runtimes/from-template/exec', { command: 'env' })).status, 200);
-  assert.deepEqual([spawned.at(-1)!.env, spawned.at(-1)!.cwd], [{ PATH: '/usr/bin:/bin' }, '/']);
-  assert.equal((await h.call('POST', '/v1/runtimes/from-template/exec', { command: 'env', env: { PATH: '/mine', X: '1' }, cwd: '/' })).status, 200);
-  assert.deepEqual(spawned.at(-1)!.env, { PATH: '/mine', X: '1' }, "the request's env wins");
+  assert.deepEqual([spawned.at(-1)!.env, spawned.at(-1)!.cwd, spawned.at(-1)!.user], [{ PATH: '/usr/bin:/bin' }, '/', 'app']);
+  assert.equal((await h.call('POST', '/v1/runtimes/from-template/exec', { command: 'env', env: { PATH: '/mine', X: '1' }, cwd: '/', user: 'root' })).status, 200);
+  assert.deepEqual([spawned.at(-1)!.env, spawned.at(-1)!.user], [{ PATH: '/mine', X: '1' }, 'root'], "the request's env and user win");
+  assert.equal((await h.call('POST', '/v1/runtimes/from-template/processes', { command: 'sleep 1', user: '1000:50' })).status, 201);
+  assert.equal(spawned.at(-1)!.user, '1000:50');
   assert.equal((await h.call('POST', '/v1/runtimes/from-default/exec', { command: 'env' })).status, 200);
-  assert.deepEqual([spawned.at(-1)!.env, spawned.at(-1)!.cwd], [{}, null], 'a runtime of the built-in image gets no defaults');
+  assert.deepEqual([spawned.at(-1)!.env, spawned.at(-1)!.cwd, spawned.at(-1)!.user], [{}, null, null], 'a runtime of the built-in image gets no defaults');
+  for (const user of ['', 'a b', 'x:y:z', 'me\n', ':g', 'x'.repeat(257)]) {
+    const bad = await h.call('POST', '/v1/runtimes/from-default/exec', { command: 'true', user });
+    assert.equal(bad.status, 400, `user ${JSON.stringify(user)}`);
+    assert.equal(bad.body.error.code, 'invalid_argument');
+  }
 
   const release = builder.hold();
   await h.call('POST', '/v1/templates', { name: 'rt-building', image: 'debian:12' });

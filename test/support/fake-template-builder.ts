@@ -71,7 +71,7 @@ export class FakeTemplateBuilder implements TemplateBuilder {
       throw new BuildFailure('the layers could not be applied', Number(failing[1]));
     }
     report.step('write the root disk');
-    return { config: { env: { PATH: '/usr/bin:/bin' }, workdir: '/', user: null, entrypoint: null, cmd: ['sh'] }, diskBytes: FAKE_DISK_BYTES };
+    return { config: { env: { PATH: '/usr/bin:/bin' }, workdir: '/', user: 'app', entrypoint: null, cmd: ['sh'] }, diskBytes: FAKE_DISK_BYTES };
   }
 
   async discard(templateId: string): Promise<void> {

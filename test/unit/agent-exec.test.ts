@@ -23,7 +23,7 @@ const fx = agentFixture('exec', build);
 /** A buffered exec through the core's one exec path, the driver's process code and the real agent. */
 const guest = new HostAgentDriver(() => fx.client).guest('host');
 const exec = (req: Partial<ExecRequest> & { command: string }) =>
-  runBuffered(guest, { args: [], cwd: null, env: {}, stdin: null, maxOutputBytes: 1 << 20, timeoutSecs: 30, ...req });
+  runBuffered(guest, { args: [], cwd: null, env: {}, user: null, stdin: null, maxOutputBytes: 1 << 20, timeoutSecs: 30, ...req });
 
 async function collect(proc: AgentProcess): Promise<{ stdout: string; stderr: string }> {
   const out = { stdout: '', stderr: '' };
@@ -61,6 +61,25 @@ test('a command that cannot start is command_failed: no executable, no working d
   await assert.rejects(exec({ command: '/no/such/program', args: ['x'] }), failed(/^cannot start '\/no\/such\/program': executable was not found/));
   await assert.rejects(exec({ command: 'true', cwd: '/no/such/fx.dir' }), failed(/^cannot start command: working directory '\/no\/such\/fx.dir' does not exist$/));
   await assert.rejects(exec({ command: 'no-such-program-on-path', args: ['x'] }), failed(/^cannot start 'no-such-program-on-path'/));
+});
+
+test("a command as a user: the agent takes the ids /etc/passwd and /etc/group give, before the cwd, with the user's HOME", { skip }, async () => {
+  // The agent runs on this host here, so the accounts are the host's: Debian's nobody and nogroup.
+  const ids = "id -u; id -g; id -G; echo \"$HOME\"";
+  assert.equal((await exec({ command: ids, user: 'nobody' })).stdout, '65534\n65534\n65534\n/nonexistent\n');
+  assert.equal((await exec({ command: ids, user: '1234:4321' })).stdout, '1234\n4321\n4321\n/\n', 'ids without entries are taken as they are, with no other groups');
+  assert.equal((await exec({ command: ids, user: 'nobody', env: { HOME: '/tmp' } })).stdout, '65534\n65534\n65534\n/tmp\n', "the request's HOME wins");
+  assert.equal((await exec({ command: 'id -u', user: 'root' })).stdout, '0\n');
+  const failed = (why: RegExp) => (e: unknown) => e instanceof VesselError && e.code === 'command_failed' && why.test(e.message);
+  await assert.rejects(exec({ command: 'true', user: 'ghost' }), failed(/^cannot start command: unable to find user ghost/));
+  await assert.rejects(exec({ command: 'true', user: 'nobody:ghosts' }), failed(/unable to find group ghosts/));
+  // /root is root's alone (0700): the user enters the directory as itself, as Docker's USER does.
+  await assert.rejects(exec({ command: 'true', user: 'nobody', cwd: '/root' }), failed(/working directory '\/root' cannot be entered/));
+});
+
+test('SPAWN_AS_USER: a user with too many groups is refused before it is sent', { skip }, () => {
+  assert.throws(() => fx.client.spawn({ argv: ['true'], user: { uid: 1, gid: 1, groups: Array.from({ length: 257 }, (_, i) => i) } }), /at most 256 supplementary groups/);
+  assert.throws(() => fx.client.spawn({ argv: ['true'], user: { uid: -1, gid: 1, groups: [] } }), /not a user or group id/);
 });
 
 test('streaming: the first chunk arrives before the command ends', { skip }, async () => {

@@ -41,6 +41,7 @@ const spec = (command: string, over: Partial<ProcessSpec> = {}): ProcessSpec => 
   args: [],
   cwd: null,
   env: {},
+  user: null,
   pty: null,
   stdin: false,
   ringBytes: 1 << 20,
@@ -50,7 +51,7 @@ const spec = (command: string, over: Partial<ProcessSpec> = {}): ProcessSpec => 
 });
 
 const exec = (command: string, stdin: string | null = null) =>
-  runBuffered(guest, { command, args: [], cwd: null, env: {}, stdin, maxOutputBytes: 1 << 20, timeoutSecs: 30 });
+  runBuffered(guest, { command, args: [], cwd: null, env: {}, user: null, stdin, maxOutputBytes: 1 << 20, timeoutSecs: 30 });
 
 async function newPid(old: number): Promise<number> {
   for (let i = 0; i < 600; i++) {

@@ -65,9 +65,11 @@ test('the wire values are the ones deployed agents speak', () => {
     HELLO_ACK_BYTES: 40,
     FLAG_EOF: 0x01,
     SPAWN_FIXED_BYTES: 20,
+    SPAWN_AS_USER: 0x10,
+    SPAWN_MAX_GROUPS: 256,
   });
   assert.equal(SYNC_MAGIC_TEXT, 'VSYNC!\r\n');
   assert.deepEqual(Object.values(HOST_FRAME_TYPES), [0x01, 0x02, 0x03, 0x04, 0x05, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x20, 0x21, 0x22, 0x23, 0x24, 0x25, 0x30, 0x31]);
   assert.deepEqual(Object.values(AGENT_FRAME_TYPES_BY_NAME), [0x03, 0x04, 0x81, 0x85, 0x86, 0x87, 0x88, 0x89, 0x8e, 0x8f]);
-  assert.deepEqual(Object.values(ERROR_KINDS).map((k) => k.value), [1, 2, 3, 4, 5, 6, 7, 8]);
+  assert.deepEqual(Object.values(ERROR_KINDS).map((k) => k.value), [1, 2, 3, 4, 5, 6, 7, 8, 9]);
 });

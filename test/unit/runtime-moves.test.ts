@@ -78,7 +78,7 @@ test('a running runtime moves with its id; calls meanwhile are told to retry; no
   await fleetOf(async ({ a, b, driverA, driverB, store }) => {
     const rt = await a.runtimes.create('acme', { display_name: 'mover' });
     const moved = await a.runtimeMoves!.moveOut('acme', 'mover', 'host-b', async (offer) => {
-      await assert.rejects(a.processes.exec('acme', 'mover', { command: 'true', args: [], cwd: null, env: {}, stdin: null, maxOutputBytes: 10, timeoutSecs: 1 }), refused('unavailable', /moving to VM host 'host-b'; retry/));
+      await assert.rejects(a.processes.exec('acme', 'mover', { command: 'true', args: [], cwd: null, env: {}, user: null, stdin: null, maxOutputBytes: 10, timeoutSecs: 1 }), refused('unavailable', /moving to VM host 'host-b'; retry/));
       assert.equal((await store.runtimes.findById(rt.id))?.statusMessage, "moving to VM host 'host-b'", 'what a GET shows meanwhile');
       assert.equal(driverA.vms.get(rt.id)?.state, 'paused', 'it runs nowhere while its files are copied');
       await assert.rejects(a.runtimeMoves!.readCapture('acme', rt.id, randomUUID(), 'state'), refused('failed_precondition', /not moving away .* with capture/));
@@ -111,7 +111,7 @@ test('a running runtime moves with its id; calls meanwhile are told to retry; no
     const audits = (await a.audits.list('acme', { runtime: rt.id, category: 'lifecycle', limit: 10 })).items;
     assert.deepEqual(audits.map((x) => x.payload), [{ lifecycle: { action: 'move', reason: "moved from VM host 'host-a' to 'host-b'", runtime_name: 'mover' } }]);
     // Host b owns it now; host a refuses it, and the API nodes route it to b.
-    assert.equal((await b.processes.exec('acme', rt.id, { command: 'true', args: [], cwd: null, env: {}, stdin: null, maxOutputBytes: 10, timeoutSecs: 1 })).exit_code, 0);
+    assert.equal((await b.processes.exec('acme', rt.id, { command: 'true', args: [], cwd: null, env: {}, user: null, stdin: null, maxOutputBytes: 10, timeoutSecs: 1 })).exit_code, 0);
     await assert.rejects(a.runtimes.get('acme', rt.id), refused('unavailable', /not on this VM host/));
   });
 });

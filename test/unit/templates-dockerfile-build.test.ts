@@ -15,11 +15,11 @@ import type { BuildVm, BuildVmBase, BuildVms } from '../../src/core/ports.js';
 import { BuildFailure } from '../../src/core/templates.js';
 import { BlobStore } from '../../src/templates/blob-store.js';
 import { buildDockerfile } from '../../src/templates/dockerfile-build.js';
-import { resolveUser } from '../../src/templates/guest-users.js';
+import { resolveUser } from '../../src/core/guest-users.js';
 import { tarOf } from '../support/tar-stream.js';
 
 const PASSWD = 'root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\napp:x:1000:1000::/home/app:/bin/sh\n';
-const GROUP = 'root:x:0:\nnogroup:x:65534:\nstaff:x:50:\n';
+const GROUP = 'root:x:0:\nnogroup:x:65534:\nstaff:x:50:\ndocker:x:999:bob,app\nwheel:x:10:bob\n';
 
 interface Copied {
   dir: string;
@@ -29,7 +29,7 @@ interface Copied {
 class FakeVms implements BuildVms {
   readonly layers = new Map<string, string>();
   readonly starts: BuildVmBase[] = [];
-  readonly runs: { argv: string[]; env: Record<string, string>; cwd: string }[] = [];
+  readonly runs: { argv: string[]; env: Record<string, string>; cwd: string; user: string }[] = [];
   readonly dirs: string[] = [];
   readonly copies: Copied[] = [];
   readonly sealed: string[] = [];
@@ -50,8 +50,8 @@ class FakeVms implements BuildVms {
   #vm(): BuildVm {
     const vms = { runs: this.runs, dirs: this.dirs, copies: this.copies, layers: this.layers, sealed: this.sealed, exitCode: () => this.exitCode, destroyed: () => this.destroyed++ };
     return {
-      async run(argv, env, cwd, onOutput) {
-        vms.runs.push({ argv, env, cwd });
+      async run(argv, env, cwd, user, onOutput) {
+        vms.runs.push({ argv, env, cwd, user });
         onOutput(`ran ${argv.at(-1)}\n`);
         return vms.exitCode();
       },
@@ -157,12 +157,12 @@ test('steps run in the build VM in order: WORKDIR as mkdir, COPY as tar streams 
     assert.deepEqual(vms.copies[1], { dir: '/etc', entries: [{ path: 'notes', type: 'File', uid: 0, gid: 0, mode: 0o644, body: 'n\n' }] });
     assert.equal(vms.runs.length, 1);
     const r = vms.runs[0]!;
-    assert.deepEqual(r.argv, ['/usr/bin/setpriv', '--reuid=65534', '--regid=65534', '--init-groups', '--', '/bin/sh', '-c', 'echo "$GREETING"']);
+    assert.deepEqual(r.argv, ['/bin/sh', '-c', 'echo "$GREETING"']);
+    assert.equal(r.user, 'nobody', 'the agent becomes USER (its ids are looked up in the guest)');
     assert.equal(r.cwd, '/app');
     assert.equal(r.env.GREETING, 'hello 2');
     assert.equal(r.env.PATH, '/opt/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin');
     assert.equal(r.env.V, '2');
-    assert.equal(r.env.HOME, '/nonexistent');
     assert.deepEqual(vms.sealed, ['cp-1', 'cp-2', 'cp-3', 'cp-4']);
     assert.equal(checkpointId, 'cp-4');
     assert.equal(vms.destroyed, 1);
@@ -225,10 +225,11 @@ test('what builds only on the default image or a template is refused with the re
 });
 
 test("user[:group] resolves against the guest's passwd and group as Docker's does", () => {
-  assert.deepEqual(resolveUser('app', PASSWD, GROUP), { uid: 1000, gid: 1000, name: 'app', home: '/home/app' });
-  assert.deepEqual(resolveUser('app:staff', PASSWD, GROUP), { uid: 1000, gid: 50, name: 'app', home: '/home/app' });
-  assert.deepEqual(resolveUser('1234', PASSWD, GROUP), { uid: 1234, gid: 0, name: null, home: null }, 'a uid without an entry is taken as it is');
-  assert.deepEqual(resolveUser('1000:65534', PASSWD, GROUP), { uid: 1000, gid: 65534, name: 'app', home: '/home/app' });
+  assert.deepEqual(resolveUser('app', PASSWD, GROUP), { uid: 1000, gid: 1000, name: 'app', home: '/home/app', groups: [1000, 999] });
+  assert.deepEqual(resolveUser('app:staff', PASSWD, GROUP), { uid: 1000, gid: 50, name: 'app', home: '/home/app', groups: [50, 999] });
+  assert.deepEqual(resolveUser('1234', PASSWD, GROUP), { uid: 1234, gid: 0, name: null, home: null, groups: [] }, 'a uid without an entry is taken as it is');
+  assert.deepEqual(resolveUser('1000:65534', PASSWD, GROUP), { uid: 1000, gid: 65534, name: 'app', home: '/home/app', groups: [65534, 999] });
+  assert.deepEqual(resolveUser('nobody', PASSWD, null).groups, [65534], "no /etc/group: the user's own group alone");
   assert.throws(() => resolveUser('app:nogroup-here', PASSWD, GROUP), /unable to find group/);
   assert.throws(() => resolveUser('ghost', null, null), /unable to find user ghost/);
   assert.throws(() => resolveUser('9999999999', PASSWD, GROUP), /not a valid id/);

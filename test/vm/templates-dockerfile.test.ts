@@ -70,9 +70,9 @@ function steps(events: Sse[]): [string, boolean][] {
   return out;
 }
 
-const exec = async (runtime: string, command: string) => (await svc.call('POST', `/v1/runtimes/${runtime}/exec`, { command })).body.data;
+const exec = async (runtime: string, command: string, user?: string) => (await svc.call('POST', `/v1/runtimes/${runtime}/exec`, { command, ...(user === undefined ? {} : { user }) })).body.data;
 
-test('a Dockerfile builds in build VMs; a runtime from it sees its files, owners, ENV and WORKDIR; a rebuild of its last step hits the cache', TIMEOUT, async () => {
+test('a Dockerfile builds in build VMs; a runtime from it sees its files, owners, ENV, WORKDIR and USER; a rebuild of its last step hits the cache', TIMEOUT, async () => {
   const first = await build('app', dockerfile('RUN id -un > /tmp/who'), `&build_args=${encodeURIComponent(JSON.stringify({ GREETING: 'hi' }))}`);
   assert.deepEqual(first.at(-1)!.data, { state: 'ready', failure: null }, JSON.stringify(first.slice(-4)));
   assert.deepEqual(steps(first), [
@@ -96,9 +96,13 @@ test('a Dockerfile builds in build VMs; a runtime from it sees its files, owners
 
   const rt = await svc.call('POST', '/v1/runtimes', { display_name: 'from-app', template: 'app' });
   assert.equal(rt.status, 201, JSON.stringify(rt.body));
-  const r = await exec('from-app', 'cat made.txt; stat -c %U:%G hello.txt; cat /tmp/who; ls; echo "$APP_GREETING"');
+  const r = await exec('from-app', 'cat made.txt; stat -c %U:%G hello.txt; cat /tmp/who; ls; echo "$APP_GREETING"; id -un; echo "$HOME"');
   assert.equal(r.exit_code, 0, r.stderr);
-  assert.equal(r.stdout, 'hi world from /app\nnobody:nogroup\nnobody\nhello.txt\nmade.txt\nhi world\n');
+  assert.equal(r.stdout, 'hi world from /app\nnobody:nogroup\nnobody\nhello.txt\nmade.txt\nhi world\nnobody\n/nonexistent\n', 'execs run as USER, with its HOME');
+  const asRoot = await exec('from-app', 'id -un; echo "$HOME"; touch /app/by-root', 'root');
+  assert.deepEqual([asRoot.exit_code, asRoot.stdout], [0, 'root\n/root\n'], "a request's user wins");
+  const denied = await exec('from-app', 'touch /app/by-nobody');
+  assert.notEqual(denied.exit_code, 0, 'nobody cannot write where root owns the directory');
 
   const second = await build('app-2', dockerfile('RUN id -un > /tmp/who-2'), `&build_args=${encodeURIComponent(JSON.stringify({ GREETING: 'hi' }))}`);
   assert.deepEqual(second.at(-1)!.data, { state: 'ready', failure: null });

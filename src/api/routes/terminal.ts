@@ -135,6 +135,7 @@ export const terminalRoutes: RoutePlugin = async (app, { core }) => {
         processId: q.process_id ?? null,
         size: { rows: q.rows ?? 24, cols: q.cols ?? 80 },
         command: null,
+        user: q.user ?? null,
       });
       attachments.set(req, attachment);
       // Whatever happens next (the upgrade fails, the client goes), the socket's end is ours.

@@ -4,9 +4,10 @@
  * payload that is too short or inconsistent; the caller ends the channel.
  */
 import { AgentProtocolError, HELLO_ACK_BYTES, MAX_PAYLOAD, NONCE_BYTES, SPAWN_FIXED_BYTES } from './frames.js';
-import { ERROR_KINDS } from './protocol.js';
+import { ERROR_KINDS, WIRE } from './protocol.js';
 
-export const SpawnFlags = { PTY: 1, STDIN: 2, HOLD: 4, FORGET_ON_EXIT: 8 } as const;
+export const SpawnFlags = { PTY: 1, STDIN: 2, HOLD: 4, FORGET_ON_EXIT: 8, AS_USER: WIRE.SPAWN_AS_USER.value } as const;
+export const SPAWN_MAX_GROUPS = WIRE.SPAWN_MAX_GROUPS.value;
 export const AttachFlags = { FOLLOW: 1, INPUT: 2, FROM_OLDEST: 4, FROM_END: 8 } as const;
 /** ERROR kinds by name, from protocol.ts (the C agent's protocol.h is generated from it). */
 export const ErrorKind = Object.fromEntries(Object.entries(ERROR_KINDS).map(([k, v]) => [k, v.value])) as {
@@ -89,6 +90,29 @@ export interface SpawnRequest {
   /** Per output channel; 0 for the agent's default. */
   ringBytes?: number;
   window: number;
+  /** The ids the process runs as (the agent's own, root, without). */
+  user?: SpawnUser;
+}
+
+/** A user as the kernel knows one: what SPAWN_AS_USER carries. */
+export interface SpawnUser {
+  uid: number;
+  gid: number;
+  /** Supplementary groups, at most SPAWN_MAX_GROUPS. */
+  groups: number[];
+}
+
+const ID_MAX = 0xffffffff;
+
+function userTrailer(user: SpawnUser): Buffer {
+  if (user.groups.length > SPAWN_MAX_GROUPS) throw new RangeError(`a user has at most ${SPAWN_MAX_GROUPS} supplementary groups here`);
+  for (const id of [user.uid, user.gid, ...user.groups]) if (!Number.isInteger(id) || id < 0 || id > ID_MAX) throw new RangeError(`${id} is not a user or group id`);
+  const b = Buffer.alloc(10 + 4 * user.groups.length);
+  b.writeUInt32LE(user.uid, 0);
+  b.writeUInt32LE(user.gid, 4);
+  b.writeUInt16LE(user.groups.length, 8);
+  user.groups.forEach((g, i) => b.writeUInt32LE(g, 10 + 4 * i));
+  return b;
 }
 
 function short(what: string, payload: Buffer, need: number): void {
@@ -111,7 +135,8 @@ export function encodeSpawn(req: SpawnRequest): Buffer {
   const env = req.env ?? [];
   if (env.length > 0xffff) throw new RangeError('env holds at most 65535 entries');
   const fixed = Buffer.alloc(SPAWN_FIXED_BYTES);
-  const flags = (req.pty ? SpawnFlags.PTY : 0) | (req.stdin ? SpawnFlags.STDIN : 0) | (req.hold ? SpawnFlags.HOLD : 0) | (req.forgetOnExit ? SpawnFlags.FORGET_ON_EXIT : 0);
+  const flags =
+    (req.pty ? SpawnFlags.PTY : 0) | (req.stdin ? SpawnFlags.STDIN : 0) | (req.hold ? SpawnFlags.HOLD : 0) | (req.forgetOnExit ? SpawnFlags.FORGET_ON_EXIT : 0) | (req.user ? SpawnFlags.AS_USER : 0);
   fixed.writeUInt32LE(flags, 0);
   fixed.writeUInt32LE(req.ringBytes ?? 0, 4);
   fixed.writeUInt32LE(req.window, 8);
@@ -119,7 +144,8 @@ export function encodeSpawn(req: SpawnRequest): Buffer {
   fixed.writeUInt16LE(req.pty?.cols ?? 0, 14);
   fixed.writeUInt16LE(req.argv.length, 16);
   fixed.writeUInt16LE(env.length, 18);
-  return checkedPayload([fixed, cString(req.cwd ?? '', 'cwd'), ...req.argv.map((a) => cString(a, 'argv')), ...env.map((e) => cString(e, 'env'))], 'SPAWN');
+  const strings = [cString(req.cwd ?? '', 'cwd'), ...req.argv.map((a) => cString(a, 'argv')), ...env.map((e) => cString(e, 'env'))];
+  return checkedPayload([fixed, ...strings, ...(req.user ? [userTrailer(req.user)] : [])], 'SPAWN');
 }
 
 export function encodeAttach(id: number, flags: number, window: number, stdoutOffset: bigint, stderrOffset: bigint): Buffer {

@@ -34,6 +34,8 @@ export const WIRE = {
   HELLO_ACK_BYTES: { value: 40, doc: "HELLO_ACK: the nonce, version, the agent's limits" },
   FLAG_EOF: { value: 0x01, doc: 'on DATA: the last bytes of the stream (stdin closed, file complete)', c: 'hex' },
   SPAWN_FIXED_BYTES: { value: 20, doc: "SPAWN's fixed part: flags, ring, window (u32 each), rows, cols, argc, envc (u16 each)" },
+  SPAWN_AS_USER: { value: 0x10, doc: 'SPAWN flag: the strings are followed by uid, gid (u32 each), a group count (u16) and the groups (u32 each)', c: 'hex' },
+  SPAWN_MAX_GROUPS: { value: 256, doc: 'supplementary groups SPAWN_AS_USER may carry' },
 } as const satisfies Record<string, Constant>;
 
 /** What the agent hunts for after a malformed frame or a disconnection ('V' occurs once in it, so a restartable scan finds it). */
@@ -86,4 +88,5 @@ export const ERROR_KINDS = {
   CWD: { value: 6, doc: 'SPAWN: the working directory could not be entered (errno)' },
   EXEC: { value: 7, doc: 'SPAWN: the program could not be executed (errno)' },
   PROTOCOL: { value: 8, doc: 'stream 0: a malformed frame; the agent is hunting for SYNC_MAGIC' },
+  USER: { value: 9, doc: "SPAWN: the process could not take the user's groups or ids (errno)" },
 } as const satisfies Record<string, Constant>;

@@ -3,6 +3,7 @@
  * and /etc/group, as Docker resolves them against the image's: names to numbers, a user's primary
  * group when no group is given, and numbers taken as they are (a uid without an entry is fine).
  * The files come from the guest: they are parsed line by line, bounded by the caller's read.
+ * Used for the build's USER and COPY --chown, and for the user commands run as in a runtime.
  */
 
 export interface ResolvedUser {
@@ -11,6 +12,11 @@ export interface ResolvedUser {
   /** The user's name when /etc/passwd has it (supplementary groups come from it). */
   name: string | null;
   home: string | null;
+  /**
+   * The groups /etc/group lists the user's name in, with its own group, as runc's exec gives a
+   * named user; none for a bare uid.
+   */
+  groups: number[];
 }
 
 export class UserError extends Error {}
@@ -63,7 +69,17 @@ export function resolveUser(spec: string, passwd: string | null, group: string |
     if (found === undefined && gidNumber === null) throw new UserError(`unable to find group ${groupWord}: no matching entries in the image's /etc/group`);
     gid = found?.id ?? gidNumber!;
   }
-  return { uid, gid, name: user?.name ?? null, home: user === undefined || user.home === '' ? null : user.home };
+  return { uid, gid, name: user?.name ?? null, home: user === undefined || user.home === '' ? null : user.home, groups: user === undefined ? [] : groupsOf(user.name, gid, group) };
+}
+
+/** The distinct gids of the groups that name `name` as a member, `gid` first. */
+function groupsOf(name: string, gid: number, group: string | null): number[] {
+  const ids = new Set([gid]);
+  for (const line of (group ?? '').split('\n')) {
+    const f = line.split(':');
+    if (f.length >= 4 && ID.test(f[2]!) && f[3]!.split(',').includes(name)) ids.add(Number(f[2]));
+  }
+  return [...ids];
 }
 
 /** Root, however USER says it: commands run as they always do. */
