@@ -1,13 +1,14 @@
 /**
  * The rest of E2B's control plane (src/e2b/control-plane.ts, docs/e2b.md) over the fake driver:
- * pause and resume, and keep-alive refreshes, driven by E2B's own SDK, unmodified
+ * pause and resume, keep-alive refreshes, metrics and logs, driven by E2B's own SDK, unmodified
  * and configured only through its options (its typed API client for the routes its Sandbox class
  * does not call), and read back through Vessel's own API.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type { AddressInfo } from 'node:net';
-import { ApiClient, ConnectionConfig, Sandbox, SandboxError } from 'e2b';
+import { ApiClient, ConnectionConfig, Sandbox, SandboxError, SandboxNotFoundError } from 'e2b';
+import type { FakeDriver } from '../support/fake-driver.js';
 import { apiHarness, type ApiHarness } from '../support/api-harness.js';
 
 let api: ApiHarness;
@@ -129,4 +130,129 @@ test('refreshes keep a running sandbox alive: a longer duration raises its timeo
   } finally {
     await sbx.kill();
   }
+});
+
+test('metrics are what Vessel knows of the VM (its vCPUs and RAM), while it runs; no usage is made up', async () => {
+  const sbx = await Sandbox.create(opts());
+  try {
+    const [metric, ...more] = await sbx.getMetrics();
+    assert.deepEqual(more, []);
+    const rt = (await api.call('GET', `/v1/runtimes/${sbx.sandboxId}`, undefined, key)).body.data;
+    assert.equal(metric!.cpuCount, rt.resources.vcpus);
+    assert.equal(metric!.memTotal, rt.resources.limits.memory_mib * 1024 * 1024);
+    assert.ok(metric!.timestamp instanceof Date && !Number.isNaN(metric!.timestamp.getTime()));
+    // Vessel samples no usage: those fields are absent, not zeros.
+    for (const field of ['cpuUsedPct', 'memUsed', 'memCache', 'diskUsed', 'diskTotal'] as const) assert.equal(metric![field], undefined, field);
+
+    // The one metric is of now: a window that ends in the past, or starts in the future, holds none.
+    assert.deepEqual(await sbx.getMetrics({ end: new Date(0) }), []);
+    assert.deepEqual(await sbx.getMetrics({ start: new Date(Date.now() + 3600_000) }), []);
+
+    const batch = await e2bClient().GET('/sandboxes/metrics', { params: { query: { sandbox_ids: [sbx.sandboxId, 'no-such-sandbox'] } } });
+    assert.deepEqual(Object.keys(batch.data?.sandboxes ?? {}), [sbx.sandboxId]);
+    assert.equal(batch.data?.sandboxes[sbx.sandboxId]?.cpuCount, rt.resources.vcpus);
+
+    // A paused sandbox has no VM running to measure.
+    await sbx.pause();
+    assert.deepEqual(await sbx.getMetrics(), []);
+    assert.deepEqual((await e2bClient().GET('/sandboxes/metrics', { params: { query: { sandbox_ids: [sbx.sandboxId] } } })).data, { sandboxes: {} });
+  } finally {
+    await sbx.kill();
+  }
+});
+
+test('logs are the runtime\'s console, a line an entry, bounded and filtered as E2B\'s query asks', async () => {
+  const sbx = await Sandbox.create(opts());
+  const driver = api.driver as unknown as FakeDriver;
+  const logsV2 = async (query: { cursor?: number; direction?: 'forward' | 'backward'; level?: 'debug' | 'info' | 'warn' | 'error'; limit?: number; search?: string } = {}) => {
+    const res = await e2bClient().GET('/v2/sandboxes/{sandboxID}/logs', { params: { path: { sandboxID: sbx.sandboxId }, query } });
+    assert.equal(res.response.status, 200);
+    return res.data!.logs;
+  };
+  try {
+    const boot = await logsV2();
+    assert.deepEqual(boot.map((e) => e.message), ['Linux version 6.1.0-fake', `vessel-init: ${sbx.sandboxId} up`]);
+    assert.deepEqual(boot.map((e) => [e.level, e.fields]), [['info', {}], ['info', {}]]);
+    assert.ok(boot.every((e) => e.timestamp === boot[0]!.timestamp && !Number.isNaN(Date.parse(e.timestamp))));
+
+    driver.consoleLogs.set(sbx.sandboxId, Buffer.from('one\r\ntwo\nthree\nfour two\n'));
+    assert.deepEqual((await logsV2({ limit: 2 })).map((e) => e.message), ['one', 'two']);
+    assert.deepEqual((await logsV2({ direction: 'backward', limit: 2 })).map((e) => e.message), ['four two', 'three']);
+    assert.deepEqual((await logsV2({ search: 'two' })).map((e) => e.message), ['two', 'four two']);
+    // Every console line is info: asking for warnings and worse finds none.
+    assert.deepEqual(await logsV2({ level: 'warn' }), []);
+    assert.equal((await logsV2({ level: 'debug' })).length, 4);
+    // Entries are stamped when read: a cursor in the future has none after it, and all before it.
+    const future = Date.now() + 3600_000;
+    assert.deepEqual(await logsV2({ cursor: future }), []);
+    assert.equal((await logsV2({ cursor: future, direction: 'backward' })).length, 4);
+
+    const v1 = await e2bClient().GET('/sandboxes/{sandboxID}/logs', { params: { path: { sandboxID: sbx.sandboxId }, query: { limit: 3 } } });
+    assert.deepEqual(v1.data?.logs.map((l) => l.line), ['one', 'two', 'three']);
+    assert.deepEqual(v1.data?.logEntries.map((e) => e.message), ['one', 'two', 'three']);
+
+    // A log longer than what is read: its cut first line is left out.
+    driver.consoleLogs.set(sbx.sandboxId, Buffer.concat([Buffer.from('x'.repeat(70 * 1024)), Buffer.from('\nlast\n')]));
+    assert.deepEqual((await logsV2()).map((e) => e.message), ['last']);
+    // A runtime whose console is gone has no logs; the sandbox is still found.
+    driver.consoleLogs.delete(sbx.sandboxId);
+    assert.deepEqual(await logsV2(), []);
+
+    const overLimit = await api.call('GET', `/e2b/v2/sandboxes/${sbx.sandboxId}/logs?limit=1001`, undefined, key);
+    assert.deepEqual([overLimit.status, overLimit.body.code], [400, 400]);
+  } finally {
+    await sbx.kill();
+  }
+});
+
+test('another tenant\'s sandbox is not found by pause, resume, refreshes, metrics or logs', async () => {
+  const sbx = await Sandbox.create(opts());
+  try {
+    const other = await api.token('globex', ['runtimes:read', 'runtimes:write']);
+    await assert.rejects(Sandbox.pause(sbx.sandboxId, opts(other)), SandboxNotFoundError);
+    await assert.rejects(Sandbox.getMetrics(sbx.sandboxId, opts(other)), SandboxNotFoundError);
+    const notFound = { code: 404, message: `sandbox '${sbx.sandboxId}' not found` };
+    for (const [method, path] of [['POST', 'resume'], ['POST', 'refreshes'], ['GET', 'logs']] as const) {
+      const res = await api.call(method, `/e2b/sandboxes/${sbx.sandboxId}/${path}`, method === 'POST' ? {} : undefined, other);
+      assert.deepEqual([res.status, res.body], [404, notFound], path);
+    }
+    assert.deepEqual((await api.call('GET', `/e2b/v2/sandboxes/${sbx.sandboxId}/logs`, undefined, other)).body, notFound);
+    assert.deepEqual((await e2bClient(other).GET('/sandboxes/metrics', { params: { query: { sandbox_ids: [sbx.sandboxId] } } })).data, { sandboxes: {} });
+    assert.equal(await statusOf(sbx.sandboxId), 'running');
+  } finally {
+    await sbx.kill();
+  }
+});
+
+test('scopes: a read-only key reads metrics and logs but cannot pause, resume or refresh', async () => {
+  const reader = await api.token('acme', ['runtimes:read']);
+  const sbx = await Sandbox.create(opts());
+  try {
+    const lacksWrite = (err: unknown) => err instanceof SandboxError && /^403: .*lacks the 'runtimes:write' scope/.test(err.message);
+    await assert.rejects(Sandbox.pause(sbx.sandboxId, opts(reader)), lacksWrite);
+    assert.equal(await statusOf(sbx.sandboxId), 'running');
+    for (const path of ['resume', 'refreshes']) {
+      const res = await api.call('POST', `/e2b/sandboxes/${sbx.sandboxId}/${path}`, {}, reader);
+      assert.deepEqual([res.status, res.body.code], [403, 403], path);
+    }
+    assert.equal((await Sandbox.getMetrics(sbx.sandboxId, opts(reader))).length, 1);
+    assert.equal((await api.call('GET', `/e2b/v2/sandboxes/${sbx.sandboxId}/logs`, undefined, reader)).status, 200);
+  } finally {
+    await sbx.kill();
+  }
+});
+
+test('unknown sandbox ids get E2B\'s 404 on every new route; malformed queries a 400', async () => {
+  await assert.rejects(Sandbox.pause('no-such-sandbox', opts()), SandboxNotFoundError);
+  await assert.rejects(Sandbox.getMetrics('no-such-sandbox', opts()), SandboxNotFoundError);
+  const notFound = { code: 404, message: "sandbox 'no-such-sandbox' not found" };
+  for (const [method, path] of [['POST', 'pause'], ['POST', 'resume'], ['POST', 'refreshes'], ['GET', 'metrics'], ['GET', 'logs']] as const) {
+    const res = await api.call(method, `/e2b/sandboxes/no-such-sandbox/${path}`, method === 'POST' ? {} : undefined, key);
+    assert.deepEqual([res.status, res.body], [404, notFound], path);
+  }
+  assert.deepEqual((await api.call('GET', '/e2b/v2/sandboxes/no-such-sandbox/logs', undefined, key)).body, notFound);
+  const badQuery = await api.call('GET', '/e2b/sandboxes/no-such-sandbox/metrics?start=yesterday', undefined, key);
+  assert.deepEqual([badQuery.status, badQuery.body.code], [400, 400]);
+  const tooMany = await api.call('GET', `/e2b/sandboxes/metrics?sandbox_ids=${Array.from({ length: 101 }, (_, i) => `s${i}`).join(',')}`, undefined, key);
+  assert.deepEqual([tooMany.status, tooMany.body.code], [400, 400]);
 });
