@@ -44,6 +44,9 @@ test('pause: the sandbox is a paused runtime, listed by the paused state only; c
     assert.equal(await sbx.pause(), true);
     assert.equal(await statusOf(sbx.sandboxId), 'paused');
     assert.equal((await sbx.getInfo()).state, 'paused');
+    // A paused sandbox does not time out, as E2B's do not: a lifecycle sweep a day on leaves it.
+    await api.core.runtimes.runLifecycleTimers(Date.now() + 86_400_000);
+    assert.equal(await statusOf(sbx.sandboxId), 'paused');
     const query = (state: Array<'running' | 'paused'>) => ({ ...opts(), query: { metadata: { case: 'pause' }, state } });
     assert.deepEqual(idsOf(await listAll(query(['paused']))), [sbx.sandboxId]);
     assert.deepEqual(idsOf(await listAll(query(['running']))), []);
@@ -64,6 +67,9 @@ test('pause: the sandbox is a paused runtime, listed by the paused state only; c
 test('pausing a paused sandbox is E2B\'s 409, which the SDK reads as false; a pause without memory is refused', async () => {
   const sbx = await Sandbox.create(opts());
   try {
+    // Two pauses at once: whichever comes second finds the sandbox paused.
+    assert.deepEqual((await Promise.all([sbx.pause(), sbx.pause()])).sort(), [false, true]);
+    await Sandbox.connect(sbx.sandboxId, opts());
     assert.equal(await Sandbox.betaPause(sbx.sandboxId, opts()), true);
     assert.equal(await sbx.pause(), false);
     const again = await api.call('POST', `/e2b/sandboxes/${sbx.sandboxId}/pause`, {}, key);
@@ -111,12 +117,26 @@ test('the legacy resume: a paused sandbox comes back (201, its timeout set as E2
   }
 });
 
-test('refreshes keep a running sandbox alive: a longer duration raises its timeout, a shorter never lowers it; a paused one is not found', async () => {
+test('refreshes keep a running sandbox alive: its idle clock restarts, a longer duration raises its timeout, a shorter never lowers it; a paused one is not found', async () => {
   const sbx = await Sandbox.create({ ...opts(), timeoutMs: 60_000 });
   const refresh = (body: { duration?: number } | undefined, id = sbx.sandboxId) => e2bClient().POST('/sandboxes/{sandboxID}/refreshes', { params: { path: { sandboxID: id } }, ...(body === undefined ? {} : { body }) });
   const idleTimeout = async () => (await api.call('GET', `/v1/runtimes/${sbx.sandboxId}`, undefined, key)).body.data.lifecycle.idle_timeout_secs as number;
   try {
+    // The idle clock: the first sweep that sees the sandbox takes its time as the last activity, an
+    // hour ago here; a refresh now is activity, so a sweep half a minute on leaves the sandbox running.
+    const t0 = Date.now();
+    await api.core.runtimes.runLifecycleTimers(t0 - 3_600_000);
     assert.equal((await refresh(undefined)).response.status, 204);
+    await api.core.runtimes.runLifecycleTimers(t0 + 30_000);
+    assert.equal(await statusOf(sbx.sandboxId), 'running');
+    // Without activity since, its 60 s timeout stops it (what the refresh above kept from happening).
+    const other = await Sandbox.create({ ...opts(), timeoutMs: 60_000 });
+    await api.core.runtimes.runLifecycleTimers(t0 - 3_600_000);
+    await api.core.runtimes.runLifecycleTimers(t0 + 30_000);
+    assert.equal(await statusOf(other.sandboxId), 'shutdown');
+    await other.kill();
+
+    assert.equal((await refresh({ duration: 30 })).response.status, 204);
     assert.equal((await refresh({ duration: 30 })).response.status, 204);
     assert.equal(await idleTimeout(), 60, 'a shorter keep-alive never shortens the timeout');
     assert.equal((await refresh({ duration: 900 })).response.status, 204);
