@@ -41,6 +41,9 @@ export function answerE2bErrors(app: FastifyInstance): void {
   });
 }
 
+/** E2B's 404 for a sandbox id: the SDK's SandboxNotFoundError (or `false` from kill). */
+export const sandboxNotFound = (id: string) => new VesselError('not_found', `sandbox '${id.slice(0, 80)}' not found`);
+
 /** The Connect code envd's SDK turns into the error class the same failure has with E2B. */
 const CONNECT_CODE: Record<ErrorCode, Code> = {
   invalid_argument: Code.InvalidArgument,

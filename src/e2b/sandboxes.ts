@@ -17,6 +17,10 @@ export const DEFAULT_TEMPLATE = 'base';
 export const ENVD_VERSION = '0.5.7';
 /** What E2B's create takes when no timeout is given (NewSandbox's default in E2B's spec v2). */
 export const DEFAULT_TIMEOUT_SECS = 300;
+/** The timeout E2B's legacy resume sets when it is given none (ResumedSandbox's default). */
+export const RESUME_TIMEOUT_SECS = 15;
+/** E2B's shortest keep-alive: a refresh asks for at least this long (its sandbox timeout default). */
+export const REFRESH_MIN_SECS = 15;
 /** E2B's longest sandbox life (24 h), and so the longest timeout taken. */
 export const MAX_TIMEOUT_SECS = 24 * 3600;
 
