@@ -53,7 +53,28 @@ const RPC_SCOPES: Record<string, Scope> = {
 /** The sandbox's unreachability as E2B's proxy answers it (502), which the SDK reads as a sandbox gone. */
 const sandboxGone = (id: string) => new VesselError('unavailable', `sandbox '${id.slice(0, 80)}' is not running or does not exist`, { httpStatus: 502 });
 
+/**
+ * The user envd's SDK names in `Authorization: Basic base64("<user>:")` (sent when a call gives
+ * `user`), as it is (process.ts checks it), or null when the header is not Basic. The password
+ * part is always empty and ignored.
+ */
+export function basicUser(header: string | undefined): string | null {
+  const m = /^Basic ([A-Za-z0-9+/=]{1,1024})$/i.exec(header ?? '');
+  if (m === null) return null;
+  const decoded = Buffer.from(m[1]!, 'base64').toString('utf8');
+  const colon = decoded.indexOf(':');
+  const user = colon < 0 ? decoded : decoded.slice(0, colon);
+  return user === '' ? null : user;
+}
+
 export const e2bEnvd: RoutePlugin<{ maxFileBytes: number }> = async (app, { core, maxFileBytes }) => {
+  // Read before acceptTokenHeader puts the access token in its place.
+  const users = new WeakMap<object, string>();
+  app.addHook('onRequest', (request, _reply, done) => {
+    const user = basicUser(request.headers.authorization);
+    if (user !== null) users.set(request.raw, user);
+    done();
+  });
   acceptTokenHeader(app, 'x-access-token');
   answerE2bErrors(app);
   acceptRawBodies(app);
@@ -70,7 +91,7 @@ export const e2bEnvd: RoutePlugin<{ maxFileBytes: number }> = async (app, { core
       throw err instanceof VesselError && err.code === 'not_found' ? sandboxGone(id) : err;
     });
     if (rt.status !== 'running') throw sandboxGone(id);
-    return { tenantId: rt.tenantId, runtimeId: rt.id };
+    return { tenantId: rt.tenantId, runtimeId: rt.id, user: users.get(req.raw) ?? null };
   };
 
   // The Connect handler sees the node request only: the caller found by the route goes with it.

@@ -19,8 +19,13 @@ import { Process, Signal, type PTY, type ProcessSelector, type StartRequest, typ
 export interface EnvdCaller {
   tenantId: string;
   runtimeId: string;
+  /** The user the SDK names (`Authorization: Basic <user>:`, its `user` option); null: the runtime's default. */
+  user: string | null;
 }
 
+
+/** A user name or id, with a group after a colon: what the exec API's `user` takes. */
+const USER_SPEC = /^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,255}\$?(:[A-Za-z0-9_.][A-Za-z0-9_.-]{0,255})?$/;
 
 /** The header in which E2B's SDK asks for keepalives, in seconds. */
 export const KEEPALIVE_HEADER = 'keepalive-ping-interval';
@@ -65,6 +70,7 @@ export function processService(core: Core, callerOf: (ctx: HandlerContext) => En
       const config = req.process;
       if (config === undefined || config.cmd === '') throw new ConnectError('process.cmd is required', Code.InvalidArgument);
       if (req.tag !== undefined) throw new ConnectError('processes are named by pid here: tags are not served (docs/e2b.md)', Code.Unimplemented);
+      if (caller.user !== null && !USER_SPEC.test(caller.user)) throw new ConnectError('the Authorization header names no valid user', Code.InvalidArgument);
       const pty = req.pty === undefined ? null : ptySizeOf(req.pty);
       const remainingMs = ctx.timeoutMs();
       let session;
@@ -76,7 +82,7 @@ export function processService(core: Core, callerOf: (ctx: HandlerContext) => En
           args: config.args,
           cwd: config.cwd ?? null,
           env: config.envs,
-          user: null,
+          user: caller.user,
           stdin: null,
           openStdin: req.stdin === true,
           pty,

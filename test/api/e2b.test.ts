@@ -362,7 +362,7 @@ test('processes: background commands with stdin, list, connect, close stdin and 
   }
 });
 
-test('envVars at create are the defaults of every command in the sandbox, under the command\'s own envs', async () => {
+test('envVars at create are the defaults of every command in the sandbox, under the command\'s own envs; its user is the SDK\'s', async () => {
   const driver = api.driver as unknown as { spawnProcess(runtimeId: string, spec: ProcessSpec): Promise<unknown> };
   const spawned: ProcessSpec[] = [];
   const spawn = driver.spawnProcess.bind(driver);
@@ -375,6 +375,12 @@ test('envVars at create are the defaults of every command in the sandbox, under 
     assert.deepEqual(spawned.at(-1)!.env, { GREETING: 'hi', SHARED: 'sandbox', TERM: 'xterm-256color', LANG: 'C.UTF-8', LC_ALL: 'C.UTF-8' });
     // The native API shows the names only: values may be secrets.
     assert.deepEqual((await api.call('GET', `/v1/runtimes/${sbx.sandboxId}`, undefined, key)).body.data.env_names, ['GREETING', 'SHARED']);
+    // The SDK's `user` (sent as Authorization: Basic) is the user the command runs as; none: the runtime's default.
+    await sbx.commands.run('id', { user: 'nobody' });
+    assert.equal(spawned.at(-1)!.user, 'nobody');
+    await sbx.commands.run('id');
+    assert.equal(spawned.at(-1)!.user, null);
+    await assert.rejects(sbx.commands.run('id', { user: 'no body' }), (err: unknown) => err instanceof SandboxError && /names no valid user/.test(err.message));
     // Names a shell cannot use are refused, and nothing is made.
     await assert.rejects(Sandbox.create({ ...opts(), envs: { 'NOT-A-NAME': 'x' } }), (err: unknown) => err instanceof SandboxError && /not a variable name/.test(err.message));
   } finally {
