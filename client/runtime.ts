@@ -27,7 +27,7 @@ export interface TerminalOptions extends CallOptions {
   onExit?: ExitListener | undefined;
 }
 
-type Lifecycle = 'start' | 'stop' | 'pause' | 'resume';
+type Lifecycle = 'start' | 'stop' | 'pause' | 'resume' | 'suspend';
 
 export class Runtime {
   readonly #t: Transport;
@@ -94,6 +94,11 @@ export class Runtime {
 
   resume(options?: CallOptions): Promise<this> {
     return this.#lifecycle('resume', options);
+  }
+
+  /** Saves a running runtime (memory, devices, processes) to disk and ends its VM; resume() brings it back. */
+  suspend(options?: CallOptions): Promise<this> {
+    return this.#lifecycle('suspend', options);
   }
 
   /** Deletes the runtime, its VM, its disk and its rules, from any state. */

@@ -112,6 +112,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runtimes/{runtime_id}/suspend": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Save a running runtime (memory, devices, processes) to disk and end its VM; resume or start restores it */
+        post: operations["suspendRuntime"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runtimes/{runtime_id}/stop": {
         parameters: {
             query?: never;
@@ -1943,6 +1960,43 @@ export interface operations {
         };
     };
     resumeRuntime: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the runtime: its UUID or its display name */
+                runtime_id: components["parameters"]["runtime_id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the runtime in its new state */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["x-request-id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["Runtime"];
+                    };
+                };
+            };
+            400: components["responses"]["InvalidArgument"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            504: components["responses"]["DeadlineExceeded"];
+            default: components["responses"]["Error"];
+        };
+    };
+    suspendRuntime: {
         parameters: {
             query?: never;
             header?: never;

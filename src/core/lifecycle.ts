@@ -5,13 +5,14 @@
 import { failedPrecondition } from './errors.js';
 import type { RuntimeStatus } from './types.js';
 
-export type LifecycleOp = 'start' | 'pause' | 'resume' | 'stop';
+export type LifecycleOp = 'start' | 'pause' | 'resume' | 'suspend' | 'stop';
 export type GatedOp = LifecycleOp | 'exec' | 'files' | 'checkpoint' | 'patch_memory';
 
 const ALLOWED_FROM: Record<GatedOp, readonly RuntimeStatus[]> = {
   start: ['shutdown', 'crashed', 'suspended'],
   pause: ['running'],
   resume: ['paused', 'suspended'],
+  suspend: ['running'],
   stop: ['running', 'paused'],
   exec: ['running'],
   files: ['running'],
@@ -23,6 +24,7 @@ export const RESULT_OF: Record<LifecycleOp, RuntimeStatus> = {
   start: 'running',
   pause: 'paused',
   resume: 'running',
+  suspend: 'suspended',
   stop: 'shutdown',
 };
 

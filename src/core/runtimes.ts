@@ -308,6 +308,9 @@ export class RuntimeService {
           // Time spent paused is not idle time: the idle timer starts again.
           this.touch(rt.id);
           break;
+        case 'suspend':
+          await this.machines.suspend(rt.id);
+          break;
         case 'stop':
           await this.machines.stop(rt.id, STOP_DEADLINE_MS);
           break;

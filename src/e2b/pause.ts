@@ -1,8 +1,8 @@
 /**
  * E2B's pause and resume over Vessel's lifecycle (docs/e2b.md, "Pause and resume"): a paused
- * sandbox is a `paused` runtime, its VM stopped in memory, because the core suspends to disk only
- * on an idle timer, not on request. Runtimes that are `suspended` or `shutdown` read as paused
- * sandboxes too, and resume (from disk, or by booting) the same way.
+ * sandbox is a `suspended` runtime, its memory, devices and processes saved to disk and its VM
+ * ended, as E2B keeps a paused sandbox's snapshot and frees its machine. Runtimes that are
+ * `paused` (in memory) or `shutdown` read as paused sandboxes too, and resume the same way.
  */
 import { VesselError, invalidArgument } from '../core/errors.js';
 import type { RuntimeService } from '../core/runtimes.js';
@@ -20,8 +20,16 @@ const conflict = (message: string) => new VesselError('failed_precondition', mes
 export async function pauseSandbox(runtimes: RuntimeService, rt: Runtime, keepMemory: boolean): Promise<Runtime> {
   if (!keepMemory) throw invalidArgument('a pause without memory (memory: false) is not served: a paused sandbox keeps its memory (docs/e2b.md)');
   if (stateOf(rt.status) === 'paused') throw conflict(`sandbox '${rt.id}' is already paused`);
+  // A paused sandbox stays until it is resumed or killed, as E2B keeps its snapshot: the delete
+  // that a timed-out sandbox gets (sandboxes.ts, lifecycleOf) is off while it is paused.
+  if (rt.lifecycle.autoDeleteSecs !== null) await runtimes.patch(rt.tenantId, rt.id, { lifecycle: { auto_delete_secs: null } });
   // The core checks the status again under the runtime's lock: a racing pause gets the same 409.
-  return runtimes.lifecycle(rt.tenantId, rt.id, 'pause');
+  return runtimes.lifecycle(rt.tenantId, rt.id, 'suspend');
+}
+
+/** Back from a pause: a sandbox without autoPause is killed at its timeout again. */
+async function timedOutIsKilled(runtimes: RuntimeService, rt: Runtime): Promise<Runtime> {
+  return rt.lifecycle.onIdle === 'stop' && rt.lifecycle.autoDeleteSecs === null ? runtimes.patch(rt.tenantId, rt.id, { lifecycle: { auto_delete_secs: 0 } }) : rt;
 }
 
 /**
@@ -37,9 +45,9 @@ export async function wakeSandbox(runtimes: RuntimeService, rt: Runtime, keepMem
     case 'paused':
     case 'suspended':
       if (!keepMemory) throw invalidArgument('a resume without memory (memory: false) is not served: a paused sandbox resumes with its memory (docs/e2b.md)');
-      return runtimes.lifecycle(rt.tenantId, rt.id, 'resume');
+      return timedOutIsKilled(runtimes, await runtimes.lifecycle(rt.tenantId, rt.id, 'resume'));
     case 'shutdown':
-      return runtimes.lifecycle(rt.tenantId, rt.id, 'start');
+      return timedOutIsKilled(runtimes, await runtimes.lifecycle(rt.tenantId, rt.id, 'start'));
     default:
       throw sandboxNotFound(rt.id);
   }

@@ -51,6 +51,7 @@ const SPEC_OPERATIONS = [
 
 /** Beyond the spec: directories, console logs, tokens and templates (docs/api.md), background processes and terminals (docs/processes.md). */
 const EXTENSION_OPERATIONS = [
+  'POST /v1/runtimes/{runtime_id}/suspend',
   'GET /v1/runtimes/{runtime_id}/files/list',
   'GET /v1/runtimes/{runtime_id}/files/stat',
   'POST /v1/runtimes/{runtime_id}/files/mkdir',
@@ -267,6 +268,16 @@ describe('runtimes', () => {
     await step('stop', 200, 'shutdown');
     await step('stop', 409);
     await step('pause', 409);
+    await step('start', 200, 'running');
+    // suspend (beyond the spec): from running alone, back by resume or start.
+    await step('suspend', 200, 'suspended');
+    await step('suspend', 409);
+    await step('pause', 409);
+    await step('resume', 200, 'running');
+    await step('pause', 200, 'paused');
+    await step('suspend', 409);
+    await step('resume', 200, 'running');
+    await step('suspend', 200, 'suspended');
     await step('start', 200, 'running');
     const ex = await h.call('POST', '/v1/runtimes/life/stop');
     assert.equal(ex.body.data.status, 'shutdown');

@@ -38,23 +38,26 @@ const listAll = async (o: Parameters<typeof Sandbox.list>[0]) => {
 const idsOf = (items: Array<{ sandboxId: string }>) => items.map((s) => s.sandboxId);
 const statusOf = async (id: string) => (await api.call('GET', `/v1/runtimes/${id}`, undefined, key)).body.data.status as string;
 
-test('pause: the sandbox is a paused runtime, listed by the paused state only; connect resumes it', async () => {
+test('pause: the sandbox is a suspended runtime (saved to disk, kept past its timeout), listed by the paused state only; connect resumes it', async () => {
   const sbx = await Sandbox.create({ ...opts(), metadata: { case: 'pause' } });
   try {
     assert.equal(await sbx.pause(), true);
-    assert.equal(await statusOf(sbx.sandboxId), 'paused');
+    assert.equal(await statusOf(sbx.sandboxId), 'suspended');
     assert.equal((await sbx.getInfo()).state, 'paused');
     // A paused sandbox does not time out, as E2B's do not: a lifecycle sweep a day on leaves it.
     await api.core.runtimes.runLifecycleTimers(Date.now() + 86_400_000);
-    assert.equal(await statusOf(sbx.sandboxId), 'paused');
+    assert.equal(await statusOf(sbx.sandboxId), 'suspended');
     const query = (state: Array<'running' | 'paused'>) => ({ ...opts(), query: { metadata: { case: 'pause' }, state } });
     assert.deepEqual(idsOf(await listAll(query(['paused']))), [sbx.sandboxId]);
     assert.deepEqual(idsOf(await listAll(query(['running']))), []);
     // v1 lists running sandboxes only.
     assert.deepEqual((await e2bClient().GET('/sandboxes', { params: { query: { metadata: 'case=pause' } } })).data, []);
 
+    const lifecycle = async () => (await api.call('GET', `/v1/runtimes/${sbx.sandboxId}`, undefined, key)).body.data.lifecycle;
+    assert.equal((await lifecycle()).auto_delete_secs, null, 'no delete while paused');
     const back = await Sandbox.connect(sbx.sandboxId, opts());
     assert.equal(await statusOf(sbx.sandboxId), 'running');
+    assert.equal((await lifecycle()).auto_delete_secs, 0, 'killed at its timeout again once resumed');
     assert.equal((await back.getInfo()).state, 'running');
     assert.deepEqual(idsOf(await listAll(query(['running']))), [sbx.sandboxId]);
     // The fake guest answers a command with its command line: the resumed sandbox runs commands.
@@ -80,7 +83,7 @@ test('pausing a paused sandbox is E2B\'s 409, which the SDK reads as false; a pa
     assert.equal(await statusOf(sbx.sandboxId), 'running');
     // A pause with no body at all is a pause with memory.
     assert.equal((await api.call('POST', `/e2b/sandboxes/${sbx.sandboxId}/pause`, undefined, key)).status, 204);
-    assert.equal(await statusOf(sbx.sandboxId), 'paused');
+    assert.equal(await statusOf(sbx.sandboxId), 'suspended');
   } finally {
     await sbx.kill();
   }
@@ -109,7 +112,7 @@ test('the legacy resume: a paused sandbox comes back (201, its timeout set as E2
     await sbx.pause();
     const cold = await api.call('POST', `/e2b/sandboxes/${sbx.sandboxId}/resume`, { memory: false }, key);
     assert.deepEqual([cold.status, cold.body.code], [400, 400]);
-    assert.equal(await statusOf(sbx.sandboxId), 'paused');
+    assert.equal(await statusOf(sbx.sandboxId), 'suspended');
     // connect's cold boot (onResume: 'reboot' sends memory: false) is refused the same way.
     await assert.rejects(Sandbox.connect(sbx.sandboxId, { ...opts(), onResume: 'reboot' }), (err: unknown) => err instanceof SandboxError && /^400: /.test(err.message));
   } finally {

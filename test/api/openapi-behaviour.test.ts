@@ -157,7 +157,7 @@ test('every operation answers as the document declares: status, headers and body
   assert.equal((await send('DELETE', `/v1/tokens/${randomUUID()}`)).status, 404);
 
   // Lifecycle, then the errors each kind of failure gets.
-  for (const op of ['pause', 'resume', 'stop', 'start']) assert.equal((await send('POST', `${rt}/${op}`)).status, 200, op);
+  for (const op of ['pause', 'resume', 'suspend', 'resume', 'stop', 'start']) assert.equal((await send('POST', `${rt}/${op}`)).status, 200, op);
   assert.equal((await send('POST', `${rt}/resume`)).status, 409);
   assert.equal((await send('GET', '/v1/secrets', { token: null })).status, 401);
   assert.equal((await send('GET', '/v1/secrets', { token: await h.token('default', ['runtimes:read']) })).status, 403);

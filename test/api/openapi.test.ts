@@ -37,6 +37,7 @@ const OPERATION_IDS: Record<string, string> = {
   'DELETE /v1/runtimes/{runtime_id}': 'deleteRuntime',
   'POST /v1/runtimes/{runtime_id}/start': 'startRuntime',
   'POST /v1/runtimes/{runtime_id}/stop': 'stopRuntime',
+  'POST /v1/runtimes/{runtime_id}/suspend': 'suspendRuntime',
   'POST /v1/runtimes/{runtime_id}/pause': 'pauseRuntime',
   'POST /v1/runtimes/{runtime_id}/resume': 'resumeRuntime',
   'POST /v1/runtimes/{runtime_id}/exec': 'execCommand',

@@ -9,11 +9,12 @@ test('the transition table of DESIGN.md', () => {
   assert.deepEqual(allowed('start'), ['shutdown', 'crashed', 'suspended']);
   assert.deepEqual(allowed('pause'), ['running']);
   assert.deepEqual(allowed('resume'), ['paused', 'suspended']);
+  assert.deepEqual(allowed('suspend'), ['running']);
   assert.deepEqual(allowed('stop'), ['running', 'paused']);
   assert.deepEqual(allowed('exec'), ['running']);
   assert.deepEqual(allowed('files'), ['running']);
   assert.deepEqual(allowed('checkpoint'), ['running', 'paused']);
-  assert.deepEqual(RESULT_OF, { start: 'running', pause: 'paused', resume: 'running', stop: 'shutdown' });
+  assert.deepEqual(RESULT_OF, { start: 'running', pause: 'paused', resume: 'running', suspend: 'suspended', stop: 'shutdown' });
 });
 
 test('a refused transition is failed_precondition naming the states', () => {

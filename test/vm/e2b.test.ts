@@ -115,6 +115,16 @@ test('Sandbox.connect gives another handle on the same VM', TIMEOUT, async () =>
   assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'running');
 });
 
+test('pause saves the sandbox to disk and frees its VM; connect brings back its memory and processes', TIMEOUT, async () => {
+  const sleeper = await sbx.commands.run('echo only-in-memory > /dev/shm/kept; exec sleep 600', { background: true });
+  assert.equal(await sbx.pause(), true);
+  assert.equal((await svc.call('GET', `/v1/runtimes/${sbx.sandboxId}`)).body.data.status, 'suspended');
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused');
+  const back = await Sandbox.connect(sbx.sandboxId);
+  assert.equal((await back.commands.run('cat /dev/shm/kept')).stdout, 'only-in-memory\n', 'tmpfs is memory: it came back with it');
+  assert.equal((await back.commands.run(`kill -0 ${sleeper.pid} && echo alive`)).stdout, 'alive\n');
+});
+
 test('kill: the sandbox is gone from both APIs', TIMEOUT, async () => {
   await sbx.kill();
   assert.deepEqual(await Sandbox.list({ query: { metadata: { suite: 'e2b-vm' } } }).nextItems(), []);

@@ -81,6 +81,7 @@ export const runtimeRoutes: RoutePlugin<{ ingress: IngressAddress | null }> = as
     ['start', 'startRuntime', 'Boot a shut-down, crashed or suspended runtime'],
     ['pause', 'pauseRuntime', 'Pause a running runtime'],
     ['resume', 'resumeRuntime', 'Resume a paused or suspended runtime'],
+    ['suspend', 'suspendRuntime', 'Save a running runtime (memory, devices, processes) to disk and end its VM; resume or start restores it'],
     ['stop', 'stopRuntime', 'Gracefully shut a running or paused runtime down'],
   ];
   const InNewState = DataOf(Type.Ref(Runtime), 'the runtime in its new state');

@@ -1,4 +1,4 @@
-/** `vessel runtime create|ls|get|rm|start|stop|pause|resume|patch`. */
+/** `vessel runtime create|ls|get|rm|start|stop|pause|resume|suspend|patch`. */
 import { Option, type Command } from 'commander';
 import type { Runtime, RuntimeCreateRequest, RuntimeInfo, RuntimePatchRequest, RuntimeStatus } from 'vessel/client';
 import { clientAction, pageSize, removeEach, take, withJson, type Context } from '../shared/client.js';
@@ -118,6 +118,7 @@ const LIFECYCLE = {
   stop: 'shut a running or paused runtime down (its disk is kept)',
   pause: 'freeze a running runtime in memory',
   resume: 'carry on a paused or suspended runtime',
+  suspend: 'save a running runtime to disk (memory and processes) and free its VM; resume brings it back',
 } as const;
 
 export function registerRuntimeCommands(program: Command): void {
