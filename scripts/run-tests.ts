@@ -193,16 +193,22 @@ function guestImage(): Promise<string> {
 let passed = 0;
 let failed = 0;
 let exitCode = 0;
+/** Seconds into the run, for the log: which of the image build and the host group held the VM files up. */
+const runStarted = Date.now();
+const secondsIn = (): string => `${((Date.now() - runStarted) / 1000).toFixed(1)} s`;
 const chosenGroups = groups(positionals, values.group, values['skip-node-independent'] === true);
-const image = chosenGroups.some((g) => g.name === 'vm') ? guestImage() : null;
+let imageReadyAt = '';
+const image = chosenGroups.some((g) => g.name === 'vm') ? guestImage().finally(() => (imageReadyAt = secondsIn())) : null;
 image?.catch(() => undefined);
 for (const group of chosenGroups) {
   if (group.name === 'vm' && image !== null) {
+    const askedAt = secondsIn();
     const built = await image.then(
       (log) => ({ ok: true, log }),
       (err: Error) => ({ ok: false, log: err.message }),
     );
     process.stdout.write(`\n# guest image (built beside the host's tests if it was missing)\n${built.log}`);
+    process.stdout.write(`ready ${imageReadyAt} into the run; the VM files asked for it at ${askedAt}\n`);
     if (!built.ok) {
       failed += group.files.length;
       continue;

@@ -3,7 +3,7 @@
  * API's own process (api-process.ts, the composition root of the store, the core and the HTTP
  * facade), wired over the host link (src/host).
  */
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -19,6 +19,7 @@ import { CertificateAuthority } from '../net/certificate-authority.js';
 import { E2B_ENVD_PREFIX, ENVD_PORT } from '../e2b/addresses.js';
 import { Gateway } from '../net/gateway.js';
 import { MAX_AUDIT_BATCH } from '../net/gateway-requests.js';
+import { instanceIdOf } from '../platform/instance-id.js';
 import { ChildPart } from '../platform/child-part.js';
 import { AcknowledgedNotes } from '../platform/acknowledged-notes.js';
 import type { PartLink } from '../platform/part-link.js';
@@ -157,7 +158,7 @@ async function endLeftoverApi(dataDir: string): Promise<void> {
 async function startHost(config: Config, fleet: FleetKeySettings | null, prepared: PreparedHost, egressCa: { certPem: string; keyPem: string } | null, api: ChildPart, log: pino.Logger): Promise<HostParts> {
   const ca = egressCa !== null ? await CertificateAuthority.fromPem(egressCa.certPem, egressCa.keyPem) : await CertificateAuthority.loadOrCreate(config.dataDir);
   // Its VMs' cgroups and its gateway's TAPs and nftables table are named after the data directory.
-  const instance = createHash('sha256').update(config.dataDir).digest('hex').slice(0, 8);
+  const instance = instanceIdOf(config.dataDir);
   const detected = VmCgroups.detect(instance);
   if (detected.cgroups === null) log.warn({ reason: detected.reason }, 'VMs run without cgroup limits');
   else log.info({ version: detected.cgroups.version }, 'each VM runs in a cgroup of its own');

@@ -3,7 +3,7 @@
  * again when it changes; the service reads it, since the gateway's process may not), then the host's resolvers. Answers are cached for their TTL, within
  * bounds, so a guest cannot make the gateway query upstream at will.
  */
-import { readFileSync, statSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { Resolver } from 'node:dns/promises';
 import { isIP } from 'node:net';
 import { normalizeHostName } from '../core/host-pattern.js';
@@ -47,26 +47,24 @@ export class NameResolver {
   }
 }
 
-/** The overrides file, read again whenever its size or time changes. */
+/**
+ * The overrides file, read at every lookup. A stamp of its time and size cannot tell two writes
+ * apart within one tick of the file system's clock when they leave the same size, and a lookup
+ * kept stale that way falls through to real DNS; the file is small and set only in tests and
+ * development, so reading it each time costs nothing that matters. Writers replace it whole
+ * (write a temporary file, rename it over): a read never sees half of one.
+ */
 export class OverridesFile {
-  #overrides = new Map<string, string[]>();
-  #overridesStamp = '';
-
   constructor(private readonly overridesFile: string) {}
 
   readonly lookup = (name: string): string[] | undefined => {
-    let stamp = '';
+    let text: string;
     try {
-      const st = statSync(this.overridesFile);
-      stamp = `${st.mtimeMs}:${st.size}`;
+      text = readFileSync(this.overridesFile, 'utf8');
     } catch {
-      stamp = 'missing';
+      return undefined;
     }
-    if (stamp !== this.#overridesStamp) {
-      this.#overridesStamp = stamp;
-      this.#overrides = stamp === 'missing' ? new Map<string, string[]>() : parseOverrides(readFileSync(this.overridesFile, 'utf8'));
-    }
-    return this.#overrides.get(name);
+    return parseOverrides(text).get(name);
   };
 }
 

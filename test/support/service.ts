@@ -11,6 +11,9 @@ import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
+import { instanceIdOf } from '../../src/platform/instance-id.js';
+import { deleteTap, listTaps } from '../../src/net/taps.js';
+import { removeRuleset } from '../../src/net/nftables.js';
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
 export const SHARED_IMAGE_DIR = process.env.VESSEL_IMAGE_DIR ?? join(REPO_ROOT, 'data/images');
@@ -251,9 +254,21 @@ export class Service {
     } finally {
       await this.stop();
       killProcessesUnder(this.dataDir);
+      await removeNetworkOf(this.dataDir);
       if (!this.#keepDataDir) rmSync(this.dataDir, { recursive: true, force: true });
     }
   }
+}
+
+/**
+ * Removes the TAPs and the nftables table of the service on `dir`. The service keeps them when it
+ * stops, for the VMs that run on (its next start adopts them); a test's service has none left, and
+ * another file's service on the host would otherwise count its TAPs among the host's.
+ */
+export async function removeNetworkOf(dir: string): Promise<void> {
+  const instance = instanceIdOf(dir);
+  for (const { tap, owner } of await listTaps()) if (owner?.instance === instance) await deleteTap(tap);
+  await removeRuleset(`vessel_${instance}`).catch(() => undefined);
 }
 
 /**

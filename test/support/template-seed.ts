@@ -15,7 +15,7 @@
  */
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { killProcessesUnder, SEED_ENTRIES, Service } from './service.js';
+import { killProcessesUnder, removeNetworkOf, SEED_ENTRIES, Service } from './service.js';
 
 /** Makes a seed in `dir` (empty or missing): a service that makes the default template, then stops. */
 export async function makeTemplateSeed(dir: string): Promise<void> {
@@ -31,6 +31,7 @@ export async function makeTemplateSeed(dir: string): Promise<void> {
   } finally {
     await svc.stop();
     killProcessesUnder(dir);
+    await removeNetworkOf(dir);
   }
   for (const entry of SEED_ENTRIES) if (!existsSync(join(dir, entry))) throw new Error(`the seed has no ${entry}`);
   // The store is copied as its one file: a WAL left beside it would hold rows the copy lacks.

@@ -3,7 +3,7 @@
  * certificates from a test CA of its own), a raw TCP echo server, and a recorder in front of the
  * HTTP echo server that keeps every byte it was sent. Each records what reached it.
  */
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, renameSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import { connect, createServer as createTcpServer, type AddressInfo, type Server, type Socket } from 'node:net';
@@ -99,9 +99,11 @@ export class Upstreams {
     for (const s of [this.http, this.https, this.tcp, this.recorded, this.scripted, this.scriptedTls]) await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
   }
 
-  /** Names the gateway resolves (VESSEL_DNS_OVERRIDES). */
+  /** Names the gateway resolves (VESSEL_DNS_OVERRIDES): the file replaced whole, never rewritten where the gateway reads it. */
   setNames(names: Record<string, string>): void {
-    writeFileSync(this.overridesFile, Object.entries(names).map(([n, ip]) => `${n} ${ip}`).join('\n') + '\n');
+    const next = `${this.overridesFile}.next`;
+    writeFileSync(next, Object.entries(names).map(([n, ip]) => `${n} ${ip}`).join('\n') + '\n');
+    renameSync(next, this.overridesFile);
   }
 
   hits = (pathPrefix: string): Seen[] => this.seen.filter((s) => s.url.startsWith(pathPrefix));

@@ -118,7 +118,7 @@ test('Sandbox.connect gives another handle on the same VM', TIMEOUT, async () =>
 test('pause saves the sandbox to disk and frees its VM; connect brings back its memory and processes', TIMEOUT, async () => {
   const sleeper = await sbx.commands.run('echo only-in-memory > /dev/shm/kept; exec sleep 600', { background: true });
   assert.equal(await sbx.pause(), true);
-  assert.equal((await svc.call('GET', `/v1/runtimes/${sbx.sandboxId}`)).body.data.status, 'suspended');
+  assert.equal((await svc.call('GET', `/v1/runtimes/${sbx.sandboxId}`, undefined, process.env.E2B_API_KEY)).body.data.status, 'suspended', 'saved to disk, its VM ended');
   assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused');
   const back = await Sandbox.connect(sbx.sandboxId);
   assert.equal((await back.commands.run('cat /dev/shm/kept')).stdout, 'only-in-memory\n', 'tmpfs is memory: it came back with it');
@@ -128,6 +128,6 @@ test('pause saves the sandbox to disk and frees its VM; connect brings back its 
 test('kill: the sandbox is gone from both APIs', TIMEOUT, async () => {
   await sbx.kill();
   assert.deepEqual(await Sandbox.list({ query: { metadata: { suite: 'e2b-vm' } } }).nextItems(), []);
-  assert.equal((await svc.call('GET', `/v1/runtimes/${sbx.sandboxId}`)).status, 404);
+  assert.equal((await svc.call('GET', `/v1/runtimes/${sbx.sandboxId}`, undefined, process.env.E2B_API_KEY)).status, 404, 'not found by its own tenant either');
   await assert.rejects(sbx.commands.run('true'), SandboxNotFoundError);
 });
