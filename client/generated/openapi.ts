@@ -3495,6 +3495,12 @@ export interface operations {
                 build_args?: string;
                 /** @description with dockerfile: a JSON egress policy for the build's RUN steps, as a runtime's; default {"enabled":true,"allowed_hosts":[]}: intercepted, no host allowed */
                 egress_policy?: string;
+                /** @description with dockerfile: a shell command run in the build VM (as the template's USER, with its ENV and WORKDIR) every second until it exits 0; the template is sealed then, its start command (CMD/ENTRYPOINT) running. Not with ready_port */
+                ready_cmd?: string;
+                /** @description with dockerfile: the template is sealed once this TCP port in the guest accepts a connection (checked from inside the guest), its start command running. Not with ready_cmd */
+                ready_port?: number;
+                /** @description with dockerfile: how long the start command has to become ready before the build fails; default 300 */
+                ready_timeout_secs?: number;
             };
             header?: never;
             path?: never;

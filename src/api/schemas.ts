@@ -7,6 +7,7 @@ import { Type, type IntegerOptions, type Static, type TSchema } from '@sinclair/
 import { ERROR_CODES } from '../core/errors.js';
 import { DEFAULT_RING_BYTES, MAX_RING_BYTES, MIN_RING_BYTES, SIGNAL_NAMES } from '../core/processes.js';
 import { MAX_SECRET_BYTES } from '../core/secrets.js';
+import { DEFAULT_READY_TIMEOUT_SECS, MAX_READY_CMD_BYTES, MAX_READY_TIMEOUT_SECS } from '../core/templates.js';
 import { ENV_NAME_PATTERN, LABEL_KEY_PATTERN, MAX_ENV_BYTES, MAX_ENV_VARS, MAX_LABEL_SELECTORS, MAX_LABEL_VALUE_CHARS, MAX_LABELS, MAX_LIFECYCLE_SECS } from '../core/runtime-settings.js';
 import { AUDIT_CATEGORIES, SHOWN_RUNTIME_STATUSES, CHECKPOINT_STATES, GUEST_FILE_TYPES, SCOPES, TEMPLATE_STATES } from '../core/types.js';
 import { DEFAULT_CONSOLE_LOG_BYTES, MAX_CONSOLE_LOG_BYTES } from '../core/console-log.js';
@@ -607,6 +608,9 @@ export const TemplateArchiveQuery = Type.Object({
   dockerfile: Type.String({ minLength: 1, maxLength: 4096, description: "the body is a build context (a tar stream, gzip or not) and this is its Dockerfile's path in it (usually Dockerfile); absent: the body is an image archive" }),
   build_args: Type.String({ maxLength: 1024 * 1024, description: 'with dockerfile: a JSON object of build args (--build-arg), e.g. {"VERSION":"3.12"}' }),
   egress_policy: Type.String({ maxLength: 1024 * 1024, description: "with dockerfile: a JSON egress policy for the build's RUN steps, as a runtime's; default {\"enabled\":true,\"allowed_hosts\":[]}: intercepted, no host allowed" }),
+  ready_cmd: Type.String({ minLength: 1, maxLength: MAX_READY_CMD_BYTES, description: "with dockerfile: a shell command run in the build VM (as the template's USER, with its ENV and WORKDIR) every second until it exits 0; the template is sealed then, its start command (CMD/ENTRYPOINT) running. Not with ready_port" }),
+  ready_port: Int32({ minimum: 1, maximum: 65535, description: 'with dockerfile: the template is sealed once this TCP port in the guest accepts a connection (checked from inside the guest), its start command running. Not with ready_cmd' }),
+  ready_timeout_secs: Int32({ minimum: 1, maximum: MAX_READY_TIMEOUT_SECS, description: `with dockerfile: how long the start command has to become ready before the build fails; default ${DEFAULT_READY_TIMEOUT_SECS}` }),
 });
 export const CheckpointParams = Type.Object({ checkpoint_id: Type.String({ description: 'the checkpoint: its UUID or its display name' }) });
 export const RuleParams = Type.Object({ rule_id: RuleId });

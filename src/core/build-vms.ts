@@ -20,6 +20,8 @@ import type { EgressPolicy, Template, TemplateConfig } from './types.js';
 const RUN_TIMEOUT_SECS = 3600;
 /** What one COPY may send into the build VM: the largest build context. */
 const MAX_ARCHIVE_BYTES = 1024 ** 3;
+/** What the guest keeps of a start command's output per channel: enough for a failure's tail, little in every fork. */
+const START_RING_BYTES = 64 * 1024;
 
 /** The checkpoint that holds the layer under a cache key: its name, unique within the tenant. */
 /** The label that marks a build VM, its value the template's id: a restart removes those of builds cut short. */
@@ -106,6 +108,35 @@ class TenantBuildVm implements BuildVm {
       signal.removeEventListener('abort', stop);
       session.abandon();
     }
+  }
+
+  async startProcess(argv: string[], env: Record<string, string>, cwd: string, user: string): Promise<number> {
+    const [command, ...args] = argv;
+    if (command === undefined) throw failedPrecondition('an empty start command');
+    const state = await this.services.processes.start(this.tenantId, this.runtimeId, {
+      command, args, cwd, env, user, pty: null, stdin: false, ringBytes: START_RING_BYTES,
+    });
+    return state.id;
+  }
+
+  async exitCodeOf(processId: number): Promise<number | null> {
+    const state = await this.services.processes.get(this.tenantId, this.runtimeId, processId);
+    if (state.status === 'running') return null;
+    return state.status === 'signaled' ? 128 + (state.signal ?? 0) : (state.exitCode ?? 0);
+  }
+
+  async outputTail(processId: number, maxBytes: number): Promise<string> {
+    const attachment = await this.services.processes.output(this.tenantId, this.runtimeId, processId, 'oldest', false);
+    let tail = Buffer.alloc(0);
+    try {
+      for await (const chunk of attachment.stream) {
+        tail = Buffer.concat([tail, chunk.data]);
+        if (tail.length > maxBytes) tail = tail.subarray(tail.length - maxBytes);
+      }
+    } finally {
+      attachment.close();
+    }
+    return tail.toString('utf8');
   }
 
   async readFile(path: string, maxBytes: number): Promise<Buffer | null> {

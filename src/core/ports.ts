@@ -18,6 +18,7 @@ import type {
   ProcessSpec,
   ProcessState,
   ProcessStream,
+  ReadyCheck,
   Resources,
   Runtime,
   SealedSecret,
@@ -489,8 +490,8 @@ export type BuildSource =
   | { kind: 'image'; image: string; credentials: { username: string; password: string } | null }
   /** The archive receiveArchive took for this template. */
   | { kind: 'archive' }
-  /** The build context receiveArchive took, with the Dockerfile at this path in it; its RUNs run in `vms`. */
-  | { kind: 'dockerfile'; dockerfile: string; buildArgs: Record<string, string>; vms: BuildVms };
+  /** The build context receiveArchive took, with the Dockerfile at this path in it; its RUNs and start command run in `vms`. */
+  | { kind: 'dockerfile'; dockerfile: string; buildArgs: Record<string, string>; vms: BuildVms; ready: ReadyCheck };
 
 /** A template's root disk, built and ready for the VM host to take. */
 export interface BuiltTemplate {
@@ -528,6 +529,15 @@ export interface BuildVm {
   makeDir(path: string): Promise<void>;
   /** Extracts a tar stream into the directory; owners and modes as the stream says. */
   writeArchive(dir: string, tar: Readable): Promise<void>;
+  /**
+   * Starts a background process as `user` (the template's start command), which goes on running
+   * in every layer sealed after and in every fork of them; resolves with its id in the guest.
+   */
+  startProcess(argv: string[], env: Record<string, string>, cwd: string, user: string): Promise<number>;
+  /** A background process's exit code (128 + n when signal n ended it), or null while it runs. */
+  exitCodeOf(processId: number): Promise<number | null>;
+  /** The end of a background process's output, at most `maxBytes`, both channels as they came. */
+  outputTail(processId: number, maxBytes: number): Promise<string>;
   /** Freezes the VM as the layer cached under `key`: resolves with its checkpoint's id. The VM goes on, on that layer. */
   seal(key: string): Promise<string>;
   /** Stops the VM and removes it. Idempotent. */

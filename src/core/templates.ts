@@ -15,7 +15,7 @@ import type { Logger } from './runtimes.js';
 import type { SecretService } from './secrets.js';
 import { NO_COMMAND_DEFAULTS, type CommandDefaults } from './processes.js';
 import { normalizeEgressPolicy } from './runtimes.js';
-import type { EgressPolicy, Page, PageRequest, Template, TemplateConfig, TemplateFailure, TemplateSource } from './types.js';
+import type { EgressPolicy, Page, PageRequest, ReadyCheck, Template, TemplateConfig, TemplateFailure, TemplateSource } from './types.js';
 
 export interface TemplateCreateInput {
   name: string;
@@ -29,6 +29,12 @@ export interface TemplateCreateInput {
   build_args?: Record<string, string> | undefined;
   /** What the build's RUN steps may reach; closed when absent. */
   egress_policy?: EgressPolicy | undefined;
+  /** A shell command that exits 0 once the start command (CMD/ENTRYPOINT) is up. */
+  ready_cmd?: string | undefined;
+  /** A TCP port in the guest that accepts connections once the start command is up. */
+  ready_port?: number | undefined;
+  /** How long the start command has to become ready. */
+  ready_timeout_secs?: number | undefined;
 }
 
 /** The build VMs of a Dockerfile build: the tenant's, with the build's egress policy (build-vms.ts). */
@@ -37,6 +43,11 @@ export type BuildVmsFactory = (template: Template, egressPolicy: EgressPolicy) =
 /** A build's egress unless the create says otherwise: intercepted, and no host allowed (`enabled: false` would let everything through). */
 const CLOSED_EGRESS: EgressPolicy = { enabled: true, allowed_hosts: [] };
 const MAX_BUILD_ARGS = 64;
+/** How long a start command has to become ready unless the create says: a notebook or dev server's first start. */
+export const DEFAULT_READY_TIMEOUT_SECS = 300;
+/** The longest a create may give it: a RUN's own ceiling. */
+export const MAX_READY_TIMEOUT_SECS = 3600;
+export const MAX_READY_CMD_BYTES = 16 * 1024;
 
 /** A build step that failed, with its command's exit code when it ran one. */
 export class BuildFailure extends Error {
@@ -105,13 +116,14 @@ export class TemplateService {
     }
     if (archive !== undefined && input.registry_secret !== undefined) throw invalidArgument('registry_secret goes with image; an uploaded archive needs none');
     const isContext = input.dockerfile !== undefined;
-    if (!isContext && (input.build_args !== undefined || input.egress_policy !== undefined)) throw invalidArgument('build_args and egress_policy go with a Dockerfile build (dockerfile=)');
+    const readyGiven = input.ready_cmd !== undefined || input.ready_port !== undefined || input.ready_timeout_secs !== undefined;
+    if (!isContext && (input.build_args !== undefined || input.egress_policy !== undefined || readyGiven)) throw invalidArgument('build_args, egress_policy and ready_* go with a Dockerfile build (dockerfile=)');
     if (isContext && archive === undefined) throw invalidArgument('a Dockerfile build needs its build context as the request body (a tar stream)');
     if (isContext && this.buildVms === null) throw failedPrecondition('this service runs no build VMs, so it builds no Dockerfiles');
     const registrySecretId = input.registry_secret === undefined ? null : (await this.secrets.get(tenantId, input.registry_secret)).id;
     let source: TemplateSource;
     if (input.image !== undefined) source = { kind: 'image', image: checkImageReference(input.image, 'image'), registrySecretId };
-    else if (isContext) source = { kind: 'dockerfile', contextBytes: 0, dockerfile: checkContextPath(input.dockerfile!), buildArgs: checkBuildArgs(input.build_args ?? {}), egressPolicy: normalizeEgressPolicy(input.egress_policy ?? CLOSED_EGRESS) };
+    else if (isContext) source = { kind: 'dockerfile', contextBytes: 0, dockerfile: checkContextPath(input.dockerfile!), buildArgs: checkBuildArgs(input.build_args ?? {}), egressPolicy: normalizeEgressPolicy(input.egress_policy ?? CLOSED_EGRESS), ready: checkReady(input) };
     else source = { kind: 'archive', archiveBytes: 0 };
     const now = new Date().toISOString();
     const template: Template = {
@@ -287,7 +299,8 @@ export class TemplateService {
     if (source.kind === 'dockerfile') {
       if (this.buildVms === null) throw new BuildFailure('this service runs no build VMs');
       const vms = this.buildVms(template, source.egressPolicy);
-      return { kind: 'dockerfile', dockerfile: source.dockerfile, buildArgs: source.buildArgs, vms };
+      const ready = source.ready ?? { command: null, port: null, timeoutSecs: DEFAULT_READY_TIMEOUT_SECS };
+      return { kind: 'dockerfile', dockerfile: source.dockerfile, buildArgs: source.buildArgs, vms, ready };
     }
     if (source.registrySecretId === null) return { kind: 'image', image: source.image, credentials: null };
     const secret = await this.store.secrets.find(template.tenantId, source.registrySecretId);
@@ -333,6 +346,18 @@ function checkContextPath(path: string): string {
   const parts = path.split('/').filter((p) => p !== '' && p !== '.');
   if (parts.length === 0 || parts.includes('..') || path.length > 4096 || path.includes('\0')) throw invalidArgument(`dockerfile '${path.slice(0, 200)}' is not a path inside the build context`);
   return parts.join('/');
+}
+
+/** The start command's ready check: a command or a port (not both), and a deadline within bounds. */
+function checkReady(input: TemplateCreateInput): ReadyCheck {
+  const { ready_cmd: command, ready_port: port, ready_timeout_secs: timeoutSecs = DEFAULT_READY_TIMEOUT_SECS } = input;
+  if (command !== undefined && port !== undefined) throw invalidArgument('give ready_cmd or ready_port, not both: a command can check the port too');
+  if (command !== undefined && (command.trim() === '' || Buffer.byteLength(command) > MAX_READY_CMD_BYTES || command.includes('\0'))) {
+    throw invalidArgument(`ready_cmd must be a shell command of 1 to ${MAX_READY_CMD_BYTES} bytes without NUL`);
+  }
+  if (port !== undefined && (!Number.isInteger(port) || port < 1 || port > 65535)) throw invalidArgument('ready_port must be a TCP port, 1 to 65535');
+  if (!Number.isInteger(timeoutSecs) || timeoutSecs < 1 || timeoutSecs > MAX_READY_TIMEOUT_SECS) throw invalidArgument(`ready_timeout_secs must be a whole number of seconds, 1 to ${MAX_READY_TIMEOUT_SECS}`);
+  return { command: command ?? null, port: port ?? null, timeoutSecs };
 }
 
 /** Build args as --build-arg takes them: bounded in number and size. */

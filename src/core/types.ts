@@ -150,7 +150,21 @@ export type TemplateSource =
    * A Dockerfile in a build context uploaded with the create (its path in the context), built in
    * build VMs whose egress follows `egressPolicy`.
    */
-  | { kind: 'dockerfile'; contextBytes: number; dockerfile: string; buildArgs: Record<string, string>; egressPolicy: EgressPolicy };
+  | { kind: 'dockerfile'; contextBytes: number; dockerfile: string; buildArgs: Record<string, string>; egressPolicy: EgressPolicy; ready?: ReadyCheck };
+
+/**
+ * When a Dockerfile's start command (CMD/ENTRYPOINT) is up, so that its template may be sealed
+ * with it running (docs/templates.md, "The start command"). Neither a command nor a port: sealed
+ * as soon as it runs. Records from before it existed have none.
+ */
+export interface ReadyCheck {
+  /** A shell command run in the build VM, as the template's USER, until it exits 0. */
+  command: string | null;
+  /** A TCP port in the guest that accepts a connection (checked from inside the guest). */
+  port: number | null;
+  /** How long the start command has to become ready before the build fails. */
+  timeoutSecs: number;
+}
 
 /** Why a build failed: the step, its exit code when it ran a command, and the end of its output. */
 export interface TemplateFailure {

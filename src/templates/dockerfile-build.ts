@@ -8,20 +8,23 @@
  *   RUN      the step's argv, env, cwd and USER through the guest agent (which takes the user's ids)
  *   COPY     a tar stream of the matched context (copy-archive.ts), --chown and --chmod applied
  *   WORKDIR  mkdir -p
- *   ENV, ARG, USER, LABEL, CMD, ENTRYPOINT, EXPOSE: the plan's config, no layer
+ *   ENV, ARG, USER, LABEL, EXPOSE: the plan's config, no layer
+ *   CMD, ENTRYPOINT: the start command, started after the last step and sealed running once
+ *            ready (start-command.ts): a layer of its own, keyed by the command and its check
  */
 import { createReadStream } from 'node:fs';
 import { VesselError, invalidArgument } from '../core/errors.js';
 import type { BuildReporter } from '../core/build-log.js';
 import type { BuildVm, BuildVmBase, BuildVms, BuiltTemplate } from '../core/ports.js';
 import { BuildFailure } from '../core/templates.js';
-import type { TemplateConfig } from '../core/types.js';
+import type { ReadyCheck, TemplateConfig } from '../core/types.js';
 import type { BlobStore } from './blob-store.js';
 import { readBuildContext } from './build-context.js';
 import { copyArchives, CopyError, copyTar } from './copy-archive.js';
 import { baseImages, emptyConfig, parseDockerfile, planBuild, type ImageConfig, type Step } from './dockerfile.js';
 import { isRoot, resolveUser, UserError, type ResolvedUser } from '../core/guest-users.js';
-import { baseKey, matchSources, stepKey, type BaseLayer } from './step-keys.js';
+import { startAndWait, startSpecOf, startStepName, type ReadyClock } from './start-command.js';
+import { baseKey, matchSources, startKey, stepKey, type BaseLayer } from './step-keys.js';
 
 /** `FROM vessel`: the service's default image, the one a runtime without a template runs. */
 export const DEFAULT_IMAGE_NAME = 'vessel';
@@ -40,6 +43,10 @@ export interface DockerfileBuildOptions {
   vms: BuildVms;
   report: BuildReporter;
   signal: AbortSignal;
+  /** When the start command (CMD/ENTRYPOINT) is ready to be sealed running. */
+  ready: ReadyCheck;
+  /** The ready wait's time; real unless a test drives it. */
+  clock?: ReadyClock;
 }
 
 export async function buildDockerfile(opts: DockerfileBuildOptions): Promise<BuiltTemplate> {
@@ -72,35 +79,45 @@ export async function buildDockerfile(opts: DockerfileBuildOptions): Promise<Bui
   if (stage.base.kind !== 'image') throw invalidArgument(`Dockerfile: FROM scratch is not supported: build FROM ${DEFAULT_IMAGE_NAME} or a template of yours`);
   const base = baseOf.get(stage.base.ref)!;
 
-  let vm: BuildVm | null = null;
+  // Only a CMD or ENTRYPOINT of this Dockerfile's runs: an inherited one is its base's (stage.startSetHere).
+  const start = stage.startSetHere ? startSpecOf(stage.config) : null;
+  if (start === null && (opts.ready.command !== null || opts.ready.port !== null)) {
+    throw invalidArgument('ready_cmd and ready_port wait for the start command, and this Dockerfile sets no CMD or ENTRYPOINT');
+  }
+
+  const baseRef = stage.base.ref;
+  // Set inside layerStep: typed so that the finally below does not take it for null.
+  let vm = null as BuildVm | null;
   try {
     let parentKey = baseKey(base.layer);
     let layer: string | null = null;
-    // A Dockerfile with no layer-making step is its base, sealed under the base's key.
-    const steps: (Step | null)[] = stage.steps.length === 0 ? [null] : stage.steps;
     let missed = false;
-    for (const step of steps) {
+    /** One layer: from the cache while every key so far was there; else run in the build VM and sealed. */
+    const layerStep = async (key: string, name: string, run: (vm: BuildVm) => Promise<void>): Promise<void> => {
       if (signal.aborted) throw new BuildFailure('the build was cancelled');
-      const sources = step?.kind === 'copy' ? matchSources(context.tree, step) : undefined;
-      const key = step === null ? parentKey : stepKey(parentKey, step, sources === undefined ? {} : { sources });
-      const name = step === null ? `FROM ${stage.base.ref}` : stepName(step);
       const cached = missed ? null : await vms.findLayer(key);
       if (cached !== null) {
         report.step(name, { cached: true });
-        layer = cached;
-        parentKey = key;
-        continue;
+      } else {
+        missed = true;
+        if (vm === null) {
+          report.step(layer === null ? `start a build VM from ${baseRef}` : 'start a build VM from the cached layers');
+          vm = await vms.start(layer === null ? base.vm : { kind: 'layer', checkpointId: layer });
+        }
+        report.step(name);
+        await run(vm);
       }
-      missed = true;
-      if (vm === null) {
-        report.step(layer === null ? `start a build VM from ${stage.base.ref}` : 'start a build VM from the cached layers');
-        vm = await vms.start(layer === null ? base.vm : { kind: 'layer', checkpointId: layer });
-      }
-      report.step(name);
-      if (step !== null) await runStep(vm, step, sources, opts, report);
-      layer = await vm.seal(key);
+      layer = cached ?? (await vm!.seal(key));
       parentKey = key;
+    };
+    // A Dockerfile with no layer-making step and no start command is its base, sealed under the base's key.
+    if (stage.steps.length === 0 && start === null) await layerStep(parentKey, `FROM ${baseRef}`, async () => undefined);
+    for (const step of stage.steps) {
+      const sources = step.kind === 'copy' ? matchSources(context.tree, step) : undefined;
+      await layerStep(stepKey(parentKey, step, sources === undefined ? {} : { sources }), stepName(step), (on) => runStep(on, step, sources, opts, report));
     }
+    // The template is sealed with its start command running: its own layer, keyed by the command and its check.
+    if (start !== null) await layerStep(startKey(parentKey, start, opts.ready), startStepName(start), (on) => startAndWait(on, start, opts.ready, report, signal, opts.clock));
     return { config: templateConfigOf(stage.config), diskBytes: 0, checkpointId: layer! };
   } catch (err) {
     if (err instanceof UserError || err instanceof CopyError) throw new BuildFailure(err.message);

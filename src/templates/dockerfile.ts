@@ -81,7 +81,7 @@ export interface ParsedDockerfile {
 /** The instructions Docker has that a template cannot honour, with why. */
 const REFUSED: Record<string, string> = {
   VOLUME: 'VOLUME is not supported: a template has one disk; create the directory with RUN mkdir',
-  HEALTHCHECK: 'HEALTHCHECK is not supported: a template has a ready check of its own',
+  HEALTHCHECK: "HEALTHCHECK is not supported: give the start command's ready check with the build's ready_cmd or ready_port (docs/templates.md)",
   ONBUILD: 'ONBUILD is not supported',
   STOPSIGNAL: 'STOPSIGNAL is not supported: a runtime is stopped with its VM',
 };
@@ -305,6 +305,11 @@ export interface PlannedStage {
   steps: Step[];
   /** The config the stage ends with: its base image's, with the Dockerfile's changes. */
   config: ImageConfig;
+  /**
+   * The stage sets CMD or ENTRYPOINT itself. Only then is its start command run in the build: an
+   * inherited one is its base's (already running in a template's layer, or an image's `bash`).
+   */
+  startSetHere: boolean;
 }
 
 export interface BuildPlan {
@@ -427,7 +432,7 @@ export function planBuild(parsed: ParsedDockerfile, opts: PlanOptions = {}): Bui
     for (const ins of stage.instructions) planner.apply(ins, (ref) => stageIndex(parsed, ref, index));
     layerSteps += planner.steps.length;
     if (layerSteps > MAX_LAYER_STEPS) throw new DockerfileError(planner.steps.at(-1)!.line, `the build makes more than ${MAX_LAYER_STEPS} layers (RUN, COPY, ADD and WORKDIR each make one): join RUN commands with &&`);
-    planned.set(index, { index, name: stage.name, base, steps: planner.steps, config: planner.result() });
+    planned.set(index, { index, name: stage.name, base, steps: planner.steps, config: planner.result(), startSetHere: planner.startSetHere });
   }
   for (const name of Object.keys(buildArgs)) if (!used.has(name)) warnings.push({ line: null, message: `build arg ${name} is not declared by any ARG, so it was not used` });
   return { stages: [...planned.values()], warnings };
@@ -447,6 +452,7 @@ class StagePlanner {
   readonly #args = new Map<string, string | undefined>();
   #shell = DEFAULT_SHELL;
   #cmdSetHere = false;
+  startSetHere = false;
 
   constructor(
     private readonly parsed: ParsedDockerfile,
@@ -554,11 +560,13 @@ class StagePlanner {
       case 'CMD':
         this.config.cmd = this.#argv(ins.command);
         this.#cmdSetHere = true;
+        this.startSetHere = true;
         return;
       case 'ENTRYPOINT':
         this.config.entrypoint = this.#argv(ins.command);
         // Docker: an ENTRYPOINT drops the CMD it inherited from the base image.
         if (!this.#cmdSetHere) this.config.cmd = null;
+        this.startSetHere = true;
         return;
       case 'RUN':
         this.steps.push({ kind: 'run', line, argv: this.#argv(ins.command), env: this.#runEnv(line), workdir: this.config.workdir, user: this.config.user });

@@ -95,3 +95,21 @@ export function stepKey(parent: string, step: Step, inputs: StepInputs = {}): st
     fromStageKey: inputs.fromStageKey,
   });
 }
+
+/** What the start command runs as and where: the final config's ENV, WORKDIR and USER. */
+export interface StartSpec {
+  argv: string[];
+  env: [string, string][];
+  workdir: string;
+  user: string;
+}
+
+/**
+ * The key of the layer sealed with the start command running: its parent (the last step's key),
+ * the command as it runs, and what was waited for. The deadline is not in it: it changes when a
+ * build fails, never what a sealed layer holds.
+ */
+export function startKey(parent: string, start: StartSpec, ready: { command: string | null; port: number | null }): string {
+  const env = [...start.env].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return digestOf({ v: STEP_KEY_VERSION, what: 'start', parent, start: { ...start, env }, ready: { command: ready.command, port: ready.port } });
+}

@@ -74,7 +74,7 @@ export class ImageTemplateBuilder implements TemplateBuilder {
     if (source.kind === 'dockerfile') {
       try {
         const blobs = new BlobStore(join(work, 'blobs'));
-        return await buildDockerfile({ contextFile: join(work, 'archive'), blobs, dockerfile: source.dockerfile, buildArgs: source.buildArgs, vms: source.vms, report, signal });
+        return await buildDockerfile({ contextFile: join(work, 'archive'), blobs, dockerfile: source.dockerfile, buildArgs: source.buildArgs, vms: source.vms, ready: source.ready, report, signal });
       } finally {
         rmSync(work, { recursive: true, force: true });
       }

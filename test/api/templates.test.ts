@@ -95,7 +95,16 @@ test('a build context with ?dockerfile= builds a Dockerfile: its build args and 
   assert.deepEqual(body.data.source, { dockerfile: 'docker/Dockerfile', context_bytes: 12, build_args: { V: '3.12' }, egress_policy: { enabled: true, allowed_hosts: [] } });
   const given = builder.sources.find((s) => s.templateId === body.data.id)!.source;
   assert.equal(given.kind, 'dockerfile');
-  assert.deepEqual(given.kind === 'dockerfile' ? [given.dockerfile, { ...given.buildArgs }] : null, ['docker/Dockerfile', { V: '3.12' }]);
+  assert.deepEqual(given.kind === 'dockerfile' ? [given.dockerfile, { ...given.buildArgs }, given.ready] : null, ['docker/Dockerfile', { V: '3.12' }, { command: null, port: null, timeoutSecs: 300 }], 'no ready check unless asked; 5 minutes to start');
+  const readyOf = async (query: string) => {
+    const r = await post(query);
+    const b = (await r.json()) as any;
+    assert.equal(r.status, 201, JSON.stringify(b));
+    const source = builder.sources.find((s) => s.templateId === b.data.id)!.source;
+    return source.kind === 'dockerfile' ? source.ready : null;
+  };
+  assert.deepEqual(await readyOf('name=on-port&dockerfile=Dockerfile&ready_port=8888&ready_timeout_secs=60'), { command: null, port: 8888, timeoutSecs: 60 });
+  assert.deepEqual(await readyOf(`name=on-cmd&dockerfile=Dockerfile&ready_cmd=${encodeURIComponent('curl -sf localhost:8888/api')}`), { command: 'curl -sf localhost:8888/api', port: null, timeoutSecs: 300 });
   const open = await post(`name=open-egress&dockerfile=Dockerfile&egress_policy=${encodeURIComponent(JSON.stringify({ enabled: true, allowed_hosts: ['PyPI.org'] }))}`);
   assert.deepEqual(((await open.json()) as any).data.source.egress_policy, { enabled: true, allowed_hosts: ['pypi.org'] });
   const cases: Array<[string, RegExp]> = [
@@ -105,6 +114,14 @@ test('a build context with ?dockerfile= builds a Dockerfile: its build args and 
     ['name=x&dockerfile=Dockerfile&build_args=%7B%22A%22%3A1%7D', /build_args must be an object of strings/],
     ['name=x&dockerfile=Dockerfile&build_args=%7B%22A-B%22%3A%22x%22%7D', /not a variable name/],
     ['name=x&dockerfile=Dockerfile&egress_policy=%7B%22enabled%22%3A%22yes%22%7D', /egress_policy must be an object/],
+    ['name=x&ready_port=80', /ready_\* go with dockerfile=/],
+    ['name=x&dockerfile=Dockerfile&ready_port=80&ready_cmd=true', /ready_cmd or ready_port, not both/],
+    ['name=x&dockerfile=Dockerfile&ready_port=0', /ready_port/],
+    ['name=x&dockerfile=Dockerfile&ready_port=65536', /ready_port/],
+    ['name=x&dockerfile=Dockerfile&ready_port=http', /ready_port/],
+    ['name=x&dockerfile=Dockerfile&ready_cmd=%20', /ready_cmd must be a shell command/],
+    ['name=x&dockerfile=Dockerfile&ready_port=80&ready_timeout_secs=3601', /ready_timeout_secs/],
+    ['name=x&dockerfile=Dockerfile&ready_port=80&ready_timeout_secs=0', /ready_timeout_secs/],
   ];
   for (const [query, message] of cases) {
     const r = await post(query);

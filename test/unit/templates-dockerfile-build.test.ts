@@ -12,6 +12,9 @@ import type { Readable } from 'node:stream';
 import { Parser, type ReadEntry } from 'tar';
 import { BuildLog, type BuildEvent } from '../../src/core/build-log.js';
 import type { BuildVm, BuildVmBase, BuildVms } from '../../src/core/ports.js';
+import type { ReadyCheck, TemplateConfig } from '../../src/core/types.js';
+import { portCheckArgv, type ReadyClock } from '../../src/templates/start-command.js';
+import { startKey } from '../../src/templates/step-keys.js';
 import { BuildFailure } from '../../src/core/templates.js';
 import { BlobStore } from '../../src/templates/blob-store.js';
 import { buildDockerfile } from '../../src/templates/dockerfile-build.js';
@@ -26,19 +29,36 @@ interface Copied {
   entries: { path: string; type: string; uid: number; gid: number; mode: number; body: string }[];
 }
 
+interface Run {
+  argv: string[];
+  env: Record<string, string>;
+  cwd: string;
+  user: string;
+}
+
 class FakeVms implements BuildVms {
   readonly layers = new Map<string, string>();
   readonly starts: BuildVmBase[] = [];
-  readonly runs: { argv: string[]; env: Record<string, string>; cwd: string; user: string }[] = [];
+  readonly runs: Run[] = [];
   readonly dirs: string[] = [];
   readonly copies: Copied[] = [];
   readonly sealed: string[] = [];
+  /** Background processes started, in order, each with what the VM had done before it. */
+  readonly processes: (Run & { after: number })[] = [];
   destroyed = 0;
   exitCode = 0;
+  /** Exit codes of the ready checks in turn (a /bin/sh -c run that is not a RUN step); 0 once used up. */
+  readyCodes: number[] = [];
+  /** The started process exits with this code once this many ready checks have run; null: it never does. */
+  processExit: { code: number; afterChecks: number } | null = null;
+  checks = 0;
+  templates = new Map<string, TemplateConfig>();
 
   defaultImageId = () => 'img1';
-  template = async (): Promise<never> => {
-    throw new Error('no templates here');
+  template = async (ref: string) => {
+    const config = this.templates.get(ref);
+    if (config === undefined) throw new Error('no templates here');
+    return { id: `tpl-${ref}`, config };
   };
   findLayer = async (key: string) => this.layers.get(key) ?? null;
 
@@ -49,11 +69,30 @@ class FakeVms implements BuildVms {
 
   #vm(): BuildVm {
     const vms = { runs: this.runs, dirs: this.dirs, copies: this.copies, layers: this.layers, sealed: this.sealed, exitCode: () => this.exitCode, destroyed: () => this.destroyed++ };
+    const self = this;
     return {
       async run(argv, env, cwd, user, onOutput) {
         vms.runs.push({ argv, env, cwd, user });
         onOutput(`ran ${argv.at(-1)}\n`);
+        if (self.processes.length > 0) {
+          self.checks++;
+          return self.readyCodes.shift() ?? 0;
+        }
         return vms.exitCode();
+      },
+      async startProcess(argv, env, cwd, user) {
+        self.processes.push({ argv, env, cwd, user, after: vms.runs.length + vms.copies.length + vms.dirs.length });
+        return 7;
+      },
+      async exitCodeOf(processId) {
+        assert.equal(processId, 7);
+        const exit = self.processExit;
+        return exit !== null && self.checks >= exit.afterChecks ? exit.code : null;
+      },
+      async outputTail(processId, maxBytes) {
+        assert.equal(processId, 7);
+        assert.ok(maxBytes > 0 && maxBytes <= 4096);
+        return 'Traceback: address already in use\n';
       },
       async readFile(path) {
         return Buffer.from(path === '/etc/passwd' ? PASSWD : GROUP);
@@ -91,14 +130,26 @@ async function entriesOf(tar: Readable): Promise<Copied['entries']> {
   return out;
 }
 
-async function withBuild(files: Record<string, string>, work: (run: (vms: FakeVms, buildArgs?: Record<string, string>) => Promise<{ events: BuildEvent[]; checkpointId: string | undefined }>) => Promise<void>): Promise<void> {
+const NO_READY: ReadyCheck = { command: null, port: null, timeoutSecs: 300 };
+
+/** Time that moves only when the wait sleeps: a deadline passes after so many checks, never by the host's speed. */
+class FakeClock implements ReadyClock {
+  t = 1_000_000;
+  now = () => this.t;
+  sleep = async (ms: number) => {
+    this.t += ms;
+  };
+}
+
+type RunBuild = (vms: FakeVms, buildArgs?: Record<string, string>, ready?: ReadyCheck, log?: BuildLog) => Promise<{ events: BuildEvent[]; checkpointId: string | undefined }>;
+
+async function withBuild(files: Record<string, string>, work: (run: RunBuild) => Promise<void>): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'vessel-dockerfile-build-'));
   try {
     const context = join(dir, 'context.tar');
     writeFileSync(context, tarOf(Object.entries(files).map(([path, body]) => ({ path, body, ...(path.startsWith('bin/') ? { mode: 0o755 } : {}) }))));
-    await work(async (vms, buildArgs = {}) => {
-      const log = new BuildLog();
-      const built = await buildDockerfile({ contextFile: context, blobs: new BlobStore(join(dir, `blobs-${Math.random()}`)), dockerfile: 'Dockerfile', buildArgs, vms, report: log, signal: new AbortController().signal });
+    await work(async (vms, buildArgs = {}, ready = NO_READY, log = new BuildLog()) => {
+      const built = await buildDockerfile({ contextFile: context, blobs: new BlobStore(join(dir, `blobs-${Math.random()}`)), dockerfile: 'Dockerfile', buildArgs, vms, report: log, signal: new AbortController().signal, ready, clock: new FakeClock() });
       log.finish('ready', null);
       const events: BuildEvent[] = [];
       for await (const e of log.read()) events.push(e);
@@ -139,6 +190,7 @@ test('steps run in the build VM in order: WORKDIR as mkdir, COPY as tar streams 
       ['COPY --chown=app:staff src bin/tool /app', false],
       ['COPY notes.txt /etc/notes', false],
       ['RUN echo "$GREETING"', false],
+      ['start command: ["python3","-m","http.server"]', false],
       // finish() ends the last step
     ]);
     assert.deepEqual(vms.starts, [{ kind: 'default' }]);
@@ -163,8 +215,13 @@ test('steps run in the build VM in order: WORKDIR as mkdir, COPY as tar streams 
     assert.equal(r.env.GREETING, 'hello 2');
     assert.equal(r.env.PATH, '/opt/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin');
     assert.equal(r.env.V, '2');
-    assert.deepEqual(vms.sealed, ['cp-1', 'cp-2', 'cp-3', 'cp-4']);
-    assert.equal(checkpointId, 'cp-4');
+    // CMD starts after the last step, with the template's ENV, WORKDIR and USER, and is sealed running.
+    assert.equal(vms.processes.length, 1);
+    const p = vms.processes[0]!;
+    assert.deepEqual([p.argv, p.cwd, p.user, p.env.GREETING, p.after], [['python3', '-m', 'http.server'], '/app', 'nobody', 'hello 2', 4]);
+    assert.equal(p.env.V, undefined, 'an ARG is not in the start command\'s environment, as in a container');
+    assert.deepEqual(vms.sealed, ['cp-1', 'cp-2', 'cp-3', 'cp-4', 'cp-5']);
+    assert.equal(checkpointId, 'cp-5');
     assert.equal(vms.destroyed, 1);
   });
 });
@@ -233,4 +290,112 @@ test("user[:group] resolves against the guest's passwd and group as Docker's doe
   assert.throws(() => resolveUser('app:nogroup-here', PASSWD, GROUP), /unable to find group/);
   assert.throws(() => resolveUser('ghost', null, null), /unable to find user ghost/);
   assert.throws(() => resolveUser('9999999999', PASSWD, GROUP), /not a valid id/);
+});
+
+const SERVER = 'FROM vessel\nENV MODE=dev\nWORKDIR /srv\nUSER nobody\nCMD python3 -m http.server 8000\n';
+const logText = (events: BuildEvent[]) => events.flatMap((e) => (e.event === 'output' ? [e.text] : [])).join('');
+
+test('a ready check runs in the build VM as USER until it passes; the layer is sealed then, with the start command running', async () => {
+  await withBuild({ Dockerfile: SERVER }, async (run) => {
+    const vms = new FakeVms();
+    vms.readyCodes = [1, 1, 0];
+    const { events, checkpointId } = await run(vms, {}, { command: null, port: 8000, timeoutSecs: 300 });
+    assert.deepEqual(stepsOf(events).slice(2), [
+      ['WORKDIR /srv', false],
+      ['start command: python3 -m http.server 8000', false],
+      ['wait until ready: port 8000 accepts connections', false],
+    ]);
+    assert.deepEqual(vms.processes.map((p) => [p.argv, p.user, p.cwd, p.env.MODE]), [[['/bin/sh', '-c', 'python3 -m http.server 8000'], 'nobody', '/srv', 'dev']]);
+    assert.equal(vms.runs.length, 3, 'checked until the third check passed');
+    for (const r of vms.runs) assert.deepEqual([r.argv, r.user, r.cwd], [portCheckArgv(8000), 'nobody', '/srv']);
+    assert.match(portCheckArgv(8000)[2]!, /\/dev\/tcp\/127\.0\.0\.1\/8000/);
+    assert.match(logText(events), /ready after 3 checks/);
+    assert.deepEqual(vms.sealed, ['cp-1', 'cp-2']);
+    assert.equal(checkpointId, 'cp-2', 'the template is the layer sealed after the ready check');
+  });
+});
+
+test("the start layer's key covers the command and its check, not the deadline: a rebuild with another check reuses every step's layer", async () => {
+  const vms = new FakeVms();
+  const port = { command: null, port: 8000, timeoutSecs: 300 };
+  await withBuild({ Dockerfile: SERVER }, async (run) => {
+    await run(vms, {}, port);
+    const starts = vms.starts.length;
+    const again = await run(vms, {}, { ...port, timeoutSecs: 60 });
+    assert.deepEqual(stepsOf(again.events).slice(1).map(([, cached]) => cached), [true, true], 'the deadline changes no key');
+    assert.equal(vms.starts.length, starts, 'a fully cached build boots nothing');
+    const cmd = await run(vms, {}, { command: 'curl -sf localhost:8000', port: null, timeoutSecs: 300 });
+    assert.deepEqual(stepsOf(cmd.events).slice(1), [
+      ['WORKDIR /srv', true],
+      ['start a build VM from the cached layers', false],
+      ['start command: python3 -m http.server 8000', false],
+      ['wait until ready: curl -sf localhost:8000', false],
+    ]);
+    assert.deepEqual(vms.runs.at(-1)!.argv, ['/bin/sh', '-c', 'curl -sf localhost:8000']);
+  });
+  const spec = { argv: ['python3', '-m', 'http.server'], env: [['A', '1'], ['B', '2']] as [string, string][], workdir: '/', user: 'root' };
+  const key = startKey('sha256:parent', spec, { command: null, port: 8000 });
+  assert.equal(startKey('sha256:parent', { ...spec, env: [['B', '2'], ['A', '1']] }, { command: null, port: 8000 }), key, 'env order is not content');
+  for (const other of [
+    startKey('sha256:other', spec, { command: null, port: 8000 }),
+    startKey('sha256:parent', { ...spec, argv: ['python3'] }, { command: null, port: 8000 }),
+    startKey('sha256:parent', { ...spec, user: 'nobody' }, { command: null, port: 8000 }),
+    startKey('sha256:parent', spec, { command: null, port: 8001 }),
+    startKey('sha256:parent', spec, { command: 'true', port: null }),
+    startKey('sha256:parent', spec, { command: null, port: null }),
+  ]) assert.notEqual(other, key);
+});
+
+test("ENTRYPOINT and CMD combine by Docker's rules; an inherited CMD is not run again; no CMD runs nothing", async () => {
+  const argvOf = async (dockerfile: string, vms = new FakeVms()) => {
+    let argv: string[] | null = null;
+    await withBuild({ Dockerfile: dockerfile }, async (run) => {
+      await run(vms);
+      argv = vms.processes[0]?.argv ?? null;
+    });
+    return argv;
+  };
+  const only = new FakeVms();
+  assert.deepEqual(await argvOf('FROM vessel\nENTRYPOINT ["jupyter", "lab"]\nCMD ["--port", "8888"]\n', only), ['jupyter', 'lab', '--port', '8888']);
+  assert.deepEqual([only.starts, only.sealed], [[{ kind: 'default' }], ['cp-1']], 'no step: the start layer alone, on the base');
+  assert.deepEqual(await argvOf('FROM vessel\nENTRYPOINT ["/entry.sh"]\nCMD serve now\n'), ['/entry.sh', '/bin/sh', '-c', 'serve now']);
+  // A shell-form ENTRYPOINT: CMD's words follow as sh's $0 and on, which the text does not use (as in Docker).
+  assert.deepEqual(await argvOf('FROM vessel\nCMD ["x"]\nENTRYPOINT node app.js\n'), ['/bin/sh', '-c', 'node app.js', 'x']);
+  assert.equal(await argvOf('FROM vessel\nRUN true\n'), null);
+  assert.equal(await argvOf('FROM vessel\nCMD []\n'), null);
+  const vms = new FakeVms();
+  vms.templates.set('web', { env: {}, workdir: '/srv', user: null, entrypoint: null, cmd: ['python3', '-m', 'http.server'] });
+  assert.equal(await argvOf('FROM web\nRUN touch /x\n', vms), null, "the base template's CMD runs in its own layer already");
+  assert.deepEqual(await argvOf('FROM web\nCMD ["python3", "-m", "http.server", "9000"]\n', vms), ['python3', '-m', 'http.server', '9000']);
+});
+
+test('a start command that exits before it is ready, or is not ready by the deadline, fails the build with its output; a check without a command is refused', async () => {
+  await withBuild({ Dockerfile: SERVER }, async (run) => {
+    const vms = new FakeVms();
+    vms.readyCodes = [1, 1, 1, 1];
+    vms.processExit = { code: 1, afterChecks: 2 };
+    const log = new BuildLog();
+    await assert.rejects(run(vms, {}, { command: null, port: 8000, timeoutSecs: 300 }, log), (err: unknown) =>
+      err instanceof BuildFailure && err.exitCode === 1 && err.message === 'the start command exited with code 1 before it was ready');
+    assert.equal(log.currentStep, 'wait until ready: port 8000 accepts connections');
+    assert.match(log.tail, /address already in use/);
+    assert.deepEqual([vms.checks, vms.sealed.length, vms.destroyed], [2, 1, 1], 'no start layer; the VM is removed');
+
+    const slow = new FakeVms();
+    slow.readyCodes = Array.from({ length: 100 }, () => 7);
+    const slowLog = new BuildLog();
+    await assert.rejects(run(slow, {}, { command: 'test -f /tmp/up', port: null, timeoutSecs: 5 }, slowLog), (err: unknown) =>
+      err instanceof BuildFailure && err.exitCode === null && /not ready after 5 s \(6 checks\)/.test(err.message));
+    assert.match(slowLog.tail, /address already in use[^]*the last check returned 7: ran test -f \/tmp\/up/);
+
+    // Without a check, the command only has to be running once started.
+    const quick = new FakeVms();
+    quick.processExit = { code: 2, afterChecks: 0 };
+    await assert.rejects(run(quick), (err: unknown) => err instanceof BuildFailure && err.exitCode === 2);
+  });
+  await withBuild({ Dockerfile: 'FROM vessel\nRUN true\n' }, async (run) => {
+    const vms = new FakeVms();
+    await assert.rejects(run(vms, {}, { command: 'true', port: null, timeoutSecs: 300 }), /sets no CMD or ENTRYPOINT/);
+    assert.deepEqual(vms.starts, [], 'refused before any VM starts');
+  });
 });

@@ -4,7 +4,8 @@
  * the build VM), RUN and USER builds in build VMs; a runtime from the template sees the files,
  * their owners, the ENV and the WORKDIR; a rebuild with only its last step changed takes every
  * earlier step from the cache; a failing RUN makes the template `failed` with its step, exit code
- * and output. Run under the VM lock:
+ * and output; a CMD is started before the template is sealed and waited for on its port, so a
+ * runtime from it is already serving. Run under the VM lock:
  *   flock /tmp/vessel-vm.lock node --test dist/test/vm/templates-dockerfile.test.js
  */
 import { after, before, test } from 'node:test';
@@ -121,6 +122,26 @@ test('a Dockerfile builds in build VMs; a runtime from it sees its files, owners
   assert.equal((await svc.call('DELETE', '/v1/templates/app')).status, 200);
   const layers = (await svc.call('GET', '/v1/checkpoints')).body.data.map((cp: { display_name: string }) => cp.display_name);
   assert.equal(layers.filter((n: string) => n.startsWith('build-layer-')).length, 5, JSON.stringify(layers));
+});
+
+test('CMD is the start command: started after the last step, waited for on its port, and already serving in a runtime from the template', TIMEOUT, async () => {
+  const events = await build('served', 'FROM vessel\nWORKDIR /app\nCMD ["python3", "-m", "http.server", "8000"]\n', '&ready_port=8000&ready_timeout_secs=120');
+  assert.deepEqual(events.at(-1)!.data, { state: 'ready', failure: null }, JSON.stringify(events.slice(-4)));
+  assert.deepEqual(steps(events).slice(-2), [
+    ['start command: ["python3","-m","http.server","8000"]', false],
+    ['wait until ready: port 8000 accepts connections', false],
+  ]);
+  assert.ok(events.some((e) => e.event === 'output' && /ready after \d+ checks?/.test(String(e.data.text))), 'the wait reports its checks');
+  assert.deepEqual((await svc.call('GET', '/v1/templates/served')).body.data.config.cmd, ['python3', '-m', 'http.server', '8000']);
+
+  const rt = await svc.call('POST', '/v1/runtimes', { display_name: 'served-1', template: 'served' });
+  assert.equal(rt.status, 201, JSON.stringify(rt.body));
+  // The first command in the fork: nothing is started, the server answers from the template's WORKDIR.
+  const r = await exec('served-1', 'python3 -c \'import urllib.request; r = urllib.request.urlopen("http://127.0.0.1:8000/", timeout=10); print(r.status, b"Directory listing for /" in r.read())\'');
+  assert.deepEqual([r.exit_code, r.stdout], [0, '200 True\n'], r.stderr);
+  const processes = (await svc.call('GET', '/v1/runtimes/served-1/processes')).body.data as { command: string; status: string }[];
+  assert.ok(processes.some((p) => p.status === 'running' && p.command.includes('http.server')), JSON.stringify(processes));
+  assert.equal((await svc.call('DELETE', '/v1/runtimes/served-1')).status, 200);
 });
 
 test("a failing RUN makes the template failed, with the step, its exit code and its output's tail", TIMEOUT, async () => {

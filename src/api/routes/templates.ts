@@ -101,12 +101,16 @@ const templateCreateRoute: RoutePlugin = async (app, { core }) => {
     } else {
       const q = req.query;
       if (q.name === undefined) throw invalidArgument('an uploaded image archive or build context needs ?name= for its template');
-      if (q.dockerfile === undefined && (q.build_args !== undefined || q.egress_policy !== undefined)) throw invalidArgument('build_args and egress_policy go with dockerfile=');
+      const dockerfileOnly = [q.build_args, q.egress_policy, q.ready_cmd, q.ready_port, q.ready_timeout_secs];
+      if (q.dockerfile === undefined && dockerfileOnly.some((v) => v !== undefined)) throw invalidArgument('build_args, egress_policy and ready_* go with dockerfile=');
       const input: TemplateCreateInput = { name: q.name };
       if (q.dockerfile !== undefined) {
         input.dockerfile = q.dockerfile;
         if (q.build_args !== undefined) input.build_args = jsonQuery('build_args', q.build_args, isStringRecord, 'an object of strings');
         if (q.egress_policy !== undefined) input.egress_policy = jsonQuery('egress_policy', q.egress_policy, isEgressPolicy, 'an object {"enabled": boolean, "allowed_hosts": [strings]}');
+        input.ready_cmd = q.ready_cmd;
+        input.ready_port = q.ready_port;
+        input.ready_timeout_secs = q.ready_timeout_secs;
       }
       created = await core.templates.create(tenantId, input, rawBody(req) as Readable);
     }
