@@ -277,12 +277,14 @@ export class Gateway implements NetworkGateway {
     return next;
   }
 
-  #writeRuleset(): Promise<void> {
-    return applyRuleset({
+  /** The table names TAPs by their index (nftables.ts): one that is gone from the host, whoever removed it, is left out rather than fail the load. */
+  async #writeRuleset(): Promise<void> {
+    const present = new Set((await listTaps()).map((t) => t.tap));
+    await applyRuleset({
       table: this.#table,
       proxyPort: this.opts.proxyPort,
       dnsPort: this.opts.dnsPort,
-      attachments: [...this.#taps.values()].map((tap) => ({ tap, identity: identityAddress(slotOfTap(tap)!) })),
+      attachments: [...this.#taps.values()].filter((tap) => present.has(tap)).map((tap) => ({ tap, identity: identityAddress(slotOfTap(tap)!) })),
     });
   }
 

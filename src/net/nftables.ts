@@ -11,6 +11,12 @@
  * - input: only those two redirected services are reachable on the host;
  * - forward: nothing from or to a TAP is ever routed, so UDP and everything else is dropped;
  * - postrouting: replies get the guest's address back.
+ *
+ * TAPs are matched by interface index, not by name (`iif`, sets of `iface_index`): nft resolves
+ * each name when the table is loaded, so a table that outlives its TAPs (its service killed, its
+ * TAPs removed) never matches the TAP another instance makes later under the same name, whose
+ * DNS and connections it would otherwise steer to a dead listener. Every TAP named must exist
+ * when the table is loaded.
  */
 import { GUEST_NETWORK } from '../core/ports.js';
 import { runCommand } from '../platform/run-command.js';
@@ -44,27 +50,27 @@ export function renderRuleset(plan: RulesetPlan): string {
     `table inet ${plan.table} {}`,
     `delete table inet ${plan.table}`,
     `table inet ${plan.table} {`,
-    `  set taps { type ifname;${elements(taps)} }`,
-    `  map identity { type ifname : ipv4_addr;${elements(identities)} }`,
+    `  set taps { type iface_index;${elements(taps)} }`,
+    `  map identity { type iface_index : ipv4_addr;${elements(identities)} }`,
     ...plan.attachments.map((a) => `  counter ${counterName(a.tap)} { }`),
-    `  map icmp_counter { type ifname : counter;${elements(counters)} }`,
+    `  map icmp_counter { type iface_index : counter;${elements(counters)} }`,
     `  chain from_guest_raw {`,
     `    type filter hook prerouting priority raw; policy accept;`,
-    `    iifname != @taps return`,
+    `    iif != @taps return`,
     `    meta nfproto ipv6 drop`,
     `    ip saddr != ${g.address} drop`,
-    `    ip saddr set iifname map @identity`,
-    `    meta l4proto icmp counter name iifname map @icmp_counter drop`,
+    `    ip saddr set iif map @identity`,
+    `    meta l4proto icmp counter name iif map @icmp_counter drop`,
     `  }`,
     `  chain from_guest_nat {`,
     `    type nat hook prerouting priority dstnat; policy accept;`,
-    `    iifname != @taps return`,
+    `    iif != @taps return`,
     `    meta l4proto { tcp, udp } th dport 53 redirect to :${plan.dnsPort}`,
     `    meta l4proto tcp redirect to :${plan.proxyPort}`,
     `  }`,
     `  chain from_guest_input {`,
     `    type filter hook input priority filter; policy accept;`,
-    `    iifname != @taps return`,
+    `    iif != @taps return`,
     `    ct state established,related accept`,
     `    ct status dnat tcp dport { ${plan.proxyPort}, ${plan.dnsPort} } accept`,
     `    ct status dnat udp dport ${plan.dnsPort} accept`,
@@ -72,12 +78,12 @@ export function renderRuleset(plan: RulesetPlan): string {
     `  }`,
     `  chain guest_forward {`,
     `    type filter hook forward priority filter; policy accept;`,
-    `    iifname @taps drop`,
-    `    oifname @taps drop`,
+    `    iif @taps drop`,
+    `    oif @taps drop`,
     `  }`,
     `  chain to_guest_raw {`,
     `    type filter hook postrouting priority 300; policy accept;`,
-    `    oifname @taps ip daddr set ${g.address}`,
+    `    oif @taps ip daddr set ${g.address}`,
     `  }`,
     `}`,
     '',

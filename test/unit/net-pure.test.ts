@@ -122,13 +122,14 @@ test('rule set: one table, replaced atomically, keyed on our TAPs only', () => {
   const text = renderRuleset({ table: 'vessel', proxyPort: 15001, dnsPort: 15053, attachments: [{ tap: 'vsl1', identity: '10.222.0.1' }, { tap: 'vsl2', identity: '10.222.0.2' }] });
   const lines = text.split('\n');
   assert.deepEqual(lines.slice(0, 3), ['table inet vessel {}', 'delete table inet vessel', 'table inet vessel {']);
-  assert.match(text, /set taps \{ type ifname; elements = \{ "vsl1", "vsl2" \} \}/);
+  assert.match(text, /set taps \{ type iface_index; elements = \{ "vsl1", "vsl2" \} \}/);
   assert.match(text, /"vsl2" : 10\.222\.0\.2/);
   assert.match(text, new RegExp(`ip saddr != ${GUEST_NETWORK.address.replace(/\./g, '\\.')} drop`));
   assert.match(text, /redirect to :15001/);
-  assert.match(text, /iifname @taps drop/);
+  assert.match(text, /iif @taps drop/);
+  assert.doesNotMatch(text, /ifname/, 'TAPs are matched by index: a stale table never matches a new TAP of the same name');
   const empty = renderRuleset({ table: 'vessel', proxyPort: 1, dnsPort: 2, attachments: [] });
-  assert.match(empty, /set taps \{ type ifname; \}/);
+  assert.match(empty, /set taps \{ type iface_index; \}/);
 });
 
 test('DNS overrides: names normalized, IPv4 only, comments ignored', () => {
