@@ -69,27 +69,26 @@ class FakeVms implements BuildVms {
 
   #vm(): BuildVm {
     const vms = { runs: this.runs, dirs: this.dirs, copies: this.copies, layers: this.layers, sealed: this.sealed, exitCode: () => this.exitCode, destroyed: () => this.destroyed++ };
-    const self = this;
     return {
-      async run(argv, env, cwd, user, onOutput) {
+      run: async (argv, env, cwd, user, onOutput) => {
         vms.runs.push({ argv, env, cwd, user });
         onOutput(`ran ${argv.at(-1)}\n`);
-        if (self.processes.length > 0) {
-          self.checks++;
-          return self.readyCodes.shift() ?? 0;
+        if (this.processes.length > 0) {
+          this.checks++;
+          return this.readyCodes.shift() ?? 0;
         }
         return vms.exitCode();
       },
-      async startProcess(argv, env, cwd, user) {
-        self.processes.push({ argv, env, cwd, user, after: vms.runs.length + vms.copies.length + vms.dirs.length });
+      startProcess: async (argv, env, cwd, user) => {
+        this.processes.push({ argv, env, cwd, user, after: vms.runs.length + vms.copies.length + vms.dirs.length });
         return 7;
       },
-      async exitCodeOf(processId) {
+      exitCodeOf: async (processId) => {
         assert.equal(processId, 7);
-        const exit = self.processExit;
-        return exit !== null && self.checks >= exit.afterChecks ? exit.code : null;
+        const exit = this.processExit;
+        return exit !== null && this.checks >= exit.afterChecks ? exit.code : null;
       },
-      async outputTail(processId, maxBytes) {
+      outputTail: async (processId, maxBytes) => {
         assert.equal(processId, 7);
         assert.ok(maxBytes > 0 && maxBytes <= 4096);
         return 'Traceback: address already in use\n';
