@@ -213,7 +213,7 @@ try {
     const passthrough = await rounds({ d: () => direct(), s: () => squid(), vs: () => vesselSplice(), d1: () => direct(1), s1: () => squid(1), vs1: () => vesselSplice(1) });
     const { d, s, vs, d1, s1, vs1 } = passthrough as Record<'d' | 's' | 'vs' | 'd1' | 's1' | 'vs1', Result>;
     const added = (r: Result, base = d) => `added p50 ${(r.p50 - base.p50).toFixed(2)} ms, p99 ${(r.p99 - base.p99).toFixed(2)} ms over direct`;
-    gateway.update({
+    await gateway.update({
       ...subject,
       rules: [{ id: 'bench-rule', tenantId: 'bench', runtimeId, secretId: 'bench-secret', hostPattern: 'bench.test', pathPattern: '/**', injection: { headerName: 'X-Api-Key' }, createdAt: '' }],
     });
@@ -243,7 +243,7 @@ try {
     rules: [{ id: 'bench-rule', tenantId: 'bench', runtimeId, secretId, hostPattern: 'bench.test', pathPattern: '/**', injection: { headerName: 'X-Api-Key' }, createdAt: '' }],
   });
   const intercept = (secretId: string, bytes: number, workers?: number) => async () => {
-    withRule(secretId);
+    await withRule(secretId);
     return load(NS_GATEWAY, viaGateway, { caFile: bothCas, workers, proxyCpuUs: gatewayCpuUs, path: bytes === 0 ? '/bench' : `/bench?bytes=${bytes}` });
   };
   const redactionRuns: Record<string, () => Promise<Result>> = {};
