@@ -14,9 +14,10 @@
  *
  * TAPs are matched by interface index, not by name (`iif`, sets of `iface_index`): nft resolves
  * each name when the table is loaded, so a table that outlives its TAPs (its service killed, its
- * TAPs removed) never matches the TAP another instance makes later under the same name, whose
- * DNS and connections it would otherwise steer to a dead listener. Every TAP named must exist
- * when the table is loaded.
+ * TAPs removed) never matches the TAP another instance makes later under the same name. By name
+ * it did, and its input chain dropped that runtime's DNS and connections, which the live table
+ * had redirected to ports the stale one did not know. Every TAP named must exist when the table
+ * is loaded.
  */
 import { GUEST_NETWORK } from '../core/ports.js';
 import { runCommand } from '../platform/run-command.js';
