@@ -5,6 +5,7 @@
  * running. The waiting is the host's: each check is one short command in the guest, so a check
  * that hangs costs one try, and a build stopped stops at the next.
  */
+import { setTimeout as sleepFor } from 'node:timers/promises';
 import type { BuildReporter } from '../core/build-log.js';
 import { isRoot } from '../core/guest-users.js';
 import type { BuildVm } from '../core/ports.js';
@@ -30,15 +31,8 @@ export interface ReadyClock {
 
 export const REAL_CLOCK: ReadyClock = {
   now: () => Date.now(),
-  sleep: (ms, signal) => new Promise<void>((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-  }),
+  // Node's abortable timer rejects on abort; the wait only needs to stop sleeping.
+  sleep: (ms, signal) => sleepFor(ms, undefined, { signal }).catch(() => undefined),
 };
 
 /**
